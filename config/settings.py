@@ -1,0 +1,129 @@
+"""Settings for running reminders standalone; every value comes from the environment.
+
+A CRM that adds the ``reminders`` and ``ops`` apps keeps its own settings module and
+copies only the ``REMINDERS_*``, ``WECOM_*`` and ``Q_CLUSTER`` blocks it needs.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")
+
+SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me")  # noqa: S105
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "reminders",
+    "ops",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes write to one file: wait for the lock instead of failing, take
+    # the write lock at BEGIN (no upgrade deadlocks), and let readers run beside writers.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    # Tests start real processes, which must share the test database: keep it in a file.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / ".test-db.sqlite3")}
+else:
+    # Re-opening a connection per task halves throughput on PostgreSQL.
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="Asia/Shanghai")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django_q": {"level": env.str("Q_LOG_LEVEL", default="WARNING")}},
+}
+
+# --- WeCom ---------------------------------------------------------------------------
+WECOM_CORP_ID = env.str("WECOM_CORP_ID", default="")
+WECOM_CORP_SECRET = env.str("WECOM_CORP_SECRET", default="")
+WECOM_AGENT_ID = env.str("WECOM_AGENT_ID", default="")
+WECOM_API_BASE = env.str("WECOM_API_BASE", default="https://qyapi.weixin.qq.com")
+WECOM_TIMEOUT = env.float("WECOM_TIMEOUT", default=10.0)
+WECOM_RATE_LIMIT = env.float("WECOM_RATE_LIMIT", default=50.0)
+
+# --- reminders -----------------------------------------------------------------------
+REMINDERS_DEFAULT_CHANNEL = env.str("REMINDERS_DEFAULT_CHANNEL", default="console")
+REMINDERS_CHANNELS = {
+    "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
+}
+REMINDERS_LEASE_SECONDS = env.int("REMINDERS_LEASE_SECONDS", default=300)
+REMINDERS_RETRY_DELAYS = env.list("REMINDERS_RETRY_DELAYS", cast=int, default=[60, 300, 900])
+REMINDERS_TICK_SECONDS = env.float("REMINDERS_TICK_SECONDS", default=1.0)
+
+# --- django-q2 -----------------------------------------------------------------------
+# Our own loop claims and enqueues due runs; django-q2 only executes them. Delivery is
+# idempotent, so the ORM broker's at-least-once redelivery (``retry``) is harmless.
+Q_CLUSTER = {
+    "name": env.str("Q_CLUSTER_NAME", default="reminders"),
+    "orm": "default",
+    "workers": env.int("Q_WORKERS", default=2),
+    "timeout": max(REMINDERS_LEASE_SECONDS - 30, 30),
+    "retry": REMINDERS_LEASE_SECONDS + 60,
+    "max_attempts": 1,
+    "save_limit": -1,
+    "poll": 0.1,
+    "bulk": 10,
+    "catch_up": False,
+    "label": "Task queue",
+}

@@ -1,0 +1,1 @@
+"""The operator's app: what ops staff see and are told about the reminders engine."""

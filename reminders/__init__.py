@@ -1,0 +1,1 @@
+"""Scheduled WeCom messages for a Django CRM, sent once per occurrence."""

@@ -1,0 +1,74 @@
+"""System checks for configuration that would lose or duplicate messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .conf import settings as conf
+
+
+@register("reminders")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    try:
+        channels = conf.CHANNELS
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="reminders.E001")]
+    for alias, config in channels.items():
+        backend = (config or {}).get("BACKEND")
+        try:
+            import_string(str(backend))
+        except ImportError:
+            errors.append(
+                Error(
+                    f"REMINDERS_CHANNELS[{alias!r}]['BACKEND'] cannot be imported: {backend!r}.",
+                    id="reminders.E002",
+                )
+            )
+    if conf.DEFAULT_CHANNEL not in channels:
+        errors.append(
+            Error(
+                f"REMINDERS_DEFAULT_CHANNEL {conf.DEFAULT_CHANNEL!r} is not in REMINDERS_CHANNELS.",
+                hint=f"Use one of: {', '.join(channels)}.",
+                id="reminders.E003",
+            )
+        )
+    for name in ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS"):
+        try:
+            getattr(conf, name)
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), id="reminders.E004"))
+    errors.extend(_check_cluster())
+    return errors
+
+
+def _check_cluster() -> list[CheckMessage]:
+    q = getattr(django_settings, "Q_CLUSTER", {})
+    messages: list[CheckMessage] = []
+    if q.get("orm") != "default":
+        messages.append(
+            Error(
+                "Q_CLUSTER['orm'] must be 'default': a claim and its queued job must commit "
+                "in one transaction.",
+                id="reminders.E005",
+            )
+        )
+    try:
+        lease = conf.LEASE_SECONDS
+    except ImproperlyConfigured:
+        return messages
+    timeout = q.get("timeout")
+    if timeout is None or timeout >= lease:
+        messages.append(
+            Warning(
+                f"Q_CLUSTER['timeout'] ({timeout}) should be below REMINDERS_LEASE_SECONDS "
+                f"({lease}), or a slow job outlives its lease and its runs are claimed again.",
+                id="reminders.W001",
+            )
+        )
+    return messages

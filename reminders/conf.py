@@ -1,0 +1,91 @@
+"""The app's settings, read from ``django.conf.settings`` on every access.
+
+Nothing is copied at import time, so ``override_settings`` works everywhere.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
+    "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
+}
+
+
+def _positive_number(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}.") from None
+    if number <= 0:
+        raise ImproperlyConfigured(f"{name} must be greater than 0, got {value!r}.")
+    return number
+
+
+class Settings:
+    """Typed, lazily read ``REMINDERS_*`` settings with their defaults."""
+
+    def _get(self, name: str, default: Any) -> Any:
+        return getattr(django_settings, f"REMINDERS_{name}", default)
+
+    @property
+    def CHANNELS(self) -> dict[str, dict[str, Any]]:
+        channels = self._get("CHANNELS", DEFAULT_CHANNELS)
+        if not isinstance(channels, dict) or not channels:
+            raise ImproperlyConfigured("REMINDERS_CHANNELS must be a non-empty dict of aliases.")
+        return channels
+
+    @property
+    def DEFAULT_CHANNEL(self) -> str:
+        return str(self._get("DEFAULT_CHANNEL", "console"))
+
+    @property
+    def LEASE_SECONDS(self) -> int:
+        return int(_positive_number("REMINDERS_LEASE_SECONDS", self._get("LEASE_SECONDS", 300)))
+
+    @property
+    def RETRY_DELAYS(self) -> list[int]:
+        raw = self._get("RETRY_DELAYS", [60, 300, 900])
+        items: Sequence[Any] = raw.split(",") if isinstance(raw, str) else raw
+        delays = [int(_positive_number("REMINDERS_RETRY_DELAYS", item)) for item in items]
+        return delays
+
+    @property
+    def TICK_SECONDS(self) -> float:
+        return _positive_number("REMINDERS_TICK_SECONDS", self._get("TICK_SECONDS", 1.0))
+
+    @property
+    def CLAIM_BATCH(self) -> int:
+        """Runs claimed per scheduler tick, at most."""
+        return int(_positive_number("REMINDERS_CLAIM_BATCH", self._get("CLAIM_BATCH", 500)))
+
+    @property
+    def MAX_IN_FLIGHT(self) -> int:
+        """Runs one process keeps claimed but not yet started, at most (back-pressure)."""
+        return int(_positive_number("REMINDERS_MAX_IN_FLIGHT", self._get("MAX_IN_FLIGHT", 1000)))
+
+    @property
+    def RUNS_PER_JOB(self) -> int:
+        """Runs handed to one django-q2 task; fewer, larger tasks keep the broker light."""
+        return int(_positive_number("REMINDERS_RUNS_PER_JOB", self._get("RUNS_PER_JOB", 20)))
+
+    @property
+    def MISSED_RUNS_RECORDED(self) -> int:
+        """Missed occurrences recorded as skipped after downtime, per task and tick."""
+        return int(self._get("MISSED_RUNS_RECORDED", 50))
+
+    @property
+    def SHUTDOWN_GRACE(self) -> float:
+        return _positive_number("REMINDERS_SHUTDOWN_GRACE", self._get("SHUTDOWN_GRACE", 30.0))
+
+    @property
+    def WORKER_ID(self) -> str:
+        return str(self._get("WORKER_ID", "") or socket.gethostname())
+
+
+settings = Settings()

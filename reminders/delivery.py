@@ -1,0 +1,286 @@
+"""Deliver claimed runs: reserve the ledger key, send, record the outcome.
+
+``deliver`` is what django-q2 workers execute. It must be safe to execute twice (the
+ORM broker is at-least-once) and after any crash:
+
+* A run is started only by the holder of the claim's token, and starting it swaps that
+  token for a fresh one, so a redelivered job, or a stale one from an earlier claim,
+  finds nothing to start.
+* The ledger key is reserved (``sending``) and committed before the sender is called;
+  ``sent`` and the run's completion are committed together afterwards.
+* A ``sending`` row found when a run starts means an earlier attempt died between the
+  two. The body is re-sent only where the sender's provider drops identical bodies
+  (``supports_duplicate_check``) and the row is still inside its window; otherwise the
+  run and the row become ``unknown`` and ``run_unknown`` tells ops, because sending
+  again could deliver the message twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import kinds, signals
+from .conf import settings as conf
+from .exceptions import RemindersError, SendError, TransientSendError
+from .models import ScheduledTask, SendLog, TaskRun
+from .senders import BaseSender, Message, SendResult, get_sender
+from .senders.base import render_body
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """One started run and the message it is to send."""
+
+    run: TaskRun
+    message: Message
+    channel: str
+
+
+def worker_id() -> str:
+    return f"{conf.WORKER_ID}:{os.getpid()}"
+
+
+def deliver(token: str, run_ids: Sequence[int]) -> int:
+    """Start and send the runs of one claim; returns how many were sent."""
+    jobs = start(token, run_ids)
+    sent = 0
+    touched: set[int] = set()
+    for job in jobs:
+        touched.add(job.run.task_id)
+        sent += send(job)
+    if touched:
+        ScheduledTask.objects.filter(pk__in=touched).update(last_run_at=timezone.now())
+    return sent
+
+
+def start(token: str, run_ids: Sequence[int]) -> list[Job]:
+    """Take the claimed runs that are still ours, and reserve their ledger keys."""
+    now = timezone.now()
+    execution = uuid.uuid4().hex
+    with transaction.atomic():
+        TaskRun.objects.filter(
+            pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED
+        ).update(
+            status=TaskRun.Status.RUNNING,
+            lease_token=execution,
+            lease_owner=worker_id(),
+            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+            attempts=F("attempts") + 1,
+            started_at=now,
+            finished_at=None,
+        )
+        runs = list(TaskRun.objects.filter(lease_token=execution).select_related("task"))
+        if not runs:
+            return []
+        ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
+        jobs: list[Job] = []
+        fresh: list[SendLog] = []
+        for run in runs:
+            job = _prepare(run, ledger.get(run.ledger_key), fresh, now)
+            if job is not None:
+                jobs.append(job)
+        try:
+            with transaction.atomic():
+                SendLog.objects.bulk_create(fresh)
+        except IntegrityError:
+            # Another run with the same key (a schedule moved within its day) reserved
+            # it meanwhile: leave these runs to their lease, the next start sees the row.
+            logger.warning("ledger key taken concurrently; %d runs wait", len(fresh))
+            keys = {row.key for row in fresh}
+            jobs = [job for job in jobs if job.run.ledger_key not in keys]
+    return jobs
+
+
+def _prepare(
+    run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datetime
+) -> Job | None:
+    """Decide, from the run's ledger row, whether it may be sent; finish it if not."""
+    task = run.task
+    max_attempts = len(conf.RETRY_DELAYS) + 1
+    if run.attempts > max_attempts:
+        # Only reachable when workers keep dying on this run.
+        _finish(run, TaskRun.Status.FAILED, "attempts", "Gave up: workers died mid-send.")
+        return None
+    if row is None:
+        try:
+            content = kinds.get(task.kind).render(task, run)
+        except RemindersError as exc:
+            _finish(run, TaskRun.Status.FAILED, "kind", str(exc))
+            return None
+        body = render_body(content.msgtype, content.body)
+        fresh.append(
+            SendLog(
+                key=run.ledger_key,
+                task=task,
+                run=run,
+                recipient=task.recipient,
+                channel=task.channel,
+                body=body,
+                attempts=1,
+            )
+        )
+        return Job(run, Message.from_rendered(task.recipient, body, run.ledger_key), task.channel)
+
+    if row.status == SendLog.Status.SENT or row.run_id != run.pk:
+        # Someone already sent, or is sending, this key: never a second message.
+        _finish(
+            run,
+            TaskRun.Status.SENT if row.run_id == run.pk else TaskRun.Status.SKIPPED,
+            "" if row.run_id == run.pk else "duplicate",
+            "" if row.run_id == run.pk else f"Key {row.key} belongs to run {row.run_id}.",
+        )
+        return None
+    if row.status == SendLog.Status.UNKNOWN:
+        _finish(run, TaskRun.Status.UNKNOWN, "unknown", "An earlier attempt may have sent it.")
+        return None
+    if row.status == SendLog.Status.SENDING and not _resend_is_safe(row, now):
+        SendLog.objects.filter(pk=row.pk).update(status=SendLog.Status.UNKNOWN, updated_at=now)
+        _finish(
+            run,
+            TaskRun.Status.UNKNOWN,
+            "unknown",
+            "The worker stopped while sending; the provider may or may not have it.",
+        )
+        transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
+        return None
+    # A failed attempt, or a re-send the provider will de-duplicate: the same bytes again.
+    SendLog.objects.filter(pk=row.pk).update(
+        status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=now
+    )
+    return Job(run, Message.from_rendered(row.recipient, row.body, row.key), row.channel)
+
+
+def _resend_is_safe(row: SendLog, now: datetime) -> bool:
+    try:
+        sender = get_sender(row.channel)
+    except RemindersError:
+        return False
+    window = timedelta(seconds=sender.duplicate_check_seconds)
+    return sender.supports_duplicate_check and now - row.updated_at < window
+
+
+def _finish(run: TaskRun, status: str, code: str, message: str) -> None:
+    now = timezone.now()
+    run.status = status
+    run.error_code = code
+    run.error_message = message
+    run.finished_at = now
+    run.duration = now - run.started_at if run.started_at else None
+    run.next_attempt_at = None
+    run.lease_token = ""
+    run.lease_expires_at = None
+    run.save(
+        update_fields=[
+            "status",
+            "error_code",
+            "error_message",
+            "finished_at",
+            "duration",
+            "next_attempt_at",
+            "lease_token",
+            "lease_expires_at",
+        ]
+    )
+
+
+def send(job: Job) -> bool:
+    """Call the sender for one started run and record what happened."""
+    try:
+        sender: BaseSender = get_sender(job.channel)
+        result = sender.send(job.message)
+    except SendError as exc:
+        _record_failure(job.run, exc)
+        return False
+    except RemindersError as exc:  # a channel that is not configured
+        _record_failure(job.run, SendError(str(exc), code="channel"))
+        return False
+    except Exception as exc:
+        # A sender must raise SendError; anything else is a bug, counted as a failed
+        # attempt that may pass so that the message is not lost.
+        logger.exception("sender %r raised an unexpected error", job.channel)
+        _record_failure(job.run, TransientSendError(repr(exc), code="exception"))
+        return False
+    _record_sent(job.run, result)
+    return True
+
+
+def _record_sent(run: TaskRun, result: SendResult) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        SendLog.objects.filter(key=run.ledger_key).update(
+            status=SendLog.Status.SENT,
+            provider_message_id=result.message_id[:128],
+            reply_code=result.code[:64],
+            error_message="",
+            sent_at=now,
+            updated_at=now,
+        )
+        run.status = TaskRun.Status.SENT
+        run.error_code = ""
+        run.error_message = ""
+        _close_attempt(run, now)
+        transaction.on_commit(lambda: signals.run_sent.send(TaskRun, run=run, result=result))
+
+
+def _record_failure(run: TaskRun, error: SendError) -> None:
+    now = timezone.now()
+    delays = conf.RETRY_DELAYS
+    will_retry = error.retryable and run.attempts <= len(delays)
+    with transaction.atomic():
+        SendLog.objects.filter(key=run.ledger_key).update(
+            status=SendLog.Status.FAILED,
+            reply_code=error.code[:64],
+            error_message=error.message,
+            updated_at=now,
+        )
+        run.error_code = error.code[:64]
+        run.error_message = error.message
+        if will_retry:
+            run.status = TaskRun.Status.RETRYING
+            _close_attempt(run, now, retry_at=now + timedelta(seconds=delays[run.attempts - 1]))
+            ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
+        else:
+            run.status = TaskRun.Status.FAILED
+            _close_attempt(run, now)
+            transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
+    logger.warning(
+        "run %s attempt %d failed (%s): %s%s",
+        run.pk,
+        run.attempts,
+        error.code,
+        error.message,
+        "; will retry" if will_retry else "",
+    )
+
+
+def _close_attempt(run: TaskRun, now: datetime, retry_at: datetime | None = None) -> None:
+    run.finished_at = None if retry_at else now
+    run.duration = now - run.started_at if run.started_at else None
+    run.next_attempt_at = retry_at
+    run.lease_owner = ""
+    run.lease_token = ""
+    run.lease_expires_at = None
+    run.save(
+        update_fields=[
+            "status",
+            "error_code",
+            "error_message",
+            "finished_at",
+            "duration",
+            "next_attempt_at",
+            "lease_owner",
+            "lease_token",
+            "lease_expires_at",
+        ]
+    )

@@ -1,0 +1,134 @@
+"""The scheduler's work: turn due tasks into runs, claim due runs, hand them to django-q2.
+
+Every function here is safe to call from any number of processes at once. Runs are
+unique per (task, occurrence), so two schedulers materializing the same task create
+one run; claims lock rows with ``SKIP LOCKED`` where the database has it and always
+re-check the row's state in the ``UPDATE`` itself, so each run has one holder.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+from django_q.tasks import async_task
+
+from .conf import settings as conf
+from .models import ScheduledTask, TaskRun
+
+logger = logging.getLogger(__name__)
+
+DELIVER = "reminders.delivery.deliver"
+
+
+def _skip_locked() -> bool:
+    return bool(connection.features.has_select_for_update_skip_locked)
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def materialize(now: datetime | None = None, limit: int = 500) -> int:
+    """Create the runs of every task that is due and advance its ``next_run``.
+
+    After downtime a task may owe several occurrences: the latest is run, the earlier
+    ones are recorded as skipped (``missed``) so the gap is visible, up to
+    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. Returns the number of runs created.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        due = ScheduledTask.objects.due(now).order_by("next_run")
+        if _skip_locked():
+            due = due.select_for_update(skip_locked=True)
+        tasks = list(due[:limit])
+        runs: list[TaskRun] = []
+        for task in tasks:
+            runs.extend(_runs_owed(task, now))
+        created = TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
+        ScheduledTask.objects.bulk_update(tasks, ["next_run", "status"])
+    if tasks:
+        logger.debug("materialized %d runs for %d tasks", len(created), len(tasks))
+    return len(runs)
+
+
+def _runs_owed(task: ScheduledTask, now: datetime) -> list[TaskRun]:
+    """The runs for ``task``'s occurrences up to ``now``; advances the task in memory."""
+    assert task.next_run is not None  # noqa: S101 - due() filters on it
+    occurrences = [task.next_run]
+    upcoming = task.occurrence_after(task.next_run)
+    while upcoming is not None and upcoming <= now:
+        occurrences.append(upcoming)
+        if len(occurrences) > conf.MISSED_RUNS_RECORDED + 1:
+            occurrences.pop(0)  # keep the most recent; older gaps are only logged
+        upcoming = task.occurrence_after(upcoming)
+    if len(occurrences) > 1:
+        logger.warning("task %s missed %d occurrences", task.pk, len(occurrences) - 1)
+    task.next_run = upcoming
+    if upcoming is None:
+        task.status = ScheduledTask.Status.COMPLETED
+    *missed, latest = occurrences
+    return [task.new_run(when, missed=True) for when in missed] + [task.new_run(latest)]
+
+
+@dataclass(frozen=True)
+class Claim:
+    token: str
+    run_ids: list[int]
+
+
+def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
+    """Lease up to ``limit`` due runs to ``owner`` and enqueue them, in one transaction.
+
+    The enqueue joins the transaction (django-q2's ORM broker on the same database), so
+    a claim and its queued job commit together or not at all.
+    """
+    now = now or timezone.now()
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        candidates = (
+            TaskRun.objects.claimable(now)
+            .order_by("priority", "next_attempt_at")
+            .values_list("pk", flat=True)
+        )
+        if _skip_locked():
+            candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
+        ids = list(candidates[:limit])
+        if not ids:
+            return Claim(token, [])
+        # The state is re-checked here: without row locks (SQLite) another scheduler
+        # may have claimed some of these ids since the SELECT.
+        TaskRun.objects.filter(pk__in=ids).claimable(now).update(
+            status=TaskRun.Status.QUEUED,
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+        )
+        claimed = list(
+            TaskRun.objects.filter(lease_token=token).order_by("priority", "next_attempt_at")
+            .values_list("pk", flat=True)
+        )
+        for chunk in _chunks(claimed, conf.RUNS_PER_JOB):
+            async_task(DELIVER, token, chunk, task_name=f"deliver-{token[:8]}-{chunk[0]}")
+    return Claim(token, claimed)
+
+
+def _of_self() -> tuple[str, ...]:
+    # ``claimable`` joins the task table; lock only the run rows where the database can say so.
+    return ("self",) if connection.features.has_select_for_update_of else ()
+
+
+def in_flight(owner: str) -> int:
+    """Runs ``owner`` claimed that no worker has started yet."""
+    return TaskRun.objects.filter(status=TaskRun.Status.QUEUED, lease_owner=owner).count()
+
+
+def release(owner: str) -> int:
+    """Hand back what ``owner`` claimed but no worker started (graceful stop)."""
+    return TaskRun.objects.release(owner)

@@ -1,0 +1,421 @@
+"""Tasks, their runs (one per occurrence) and the send ledger (one row per idempotency key).
+
+The database holds the invariants: exactly one of ``cron`` and ``run_at``, one run per
+task and occurrence, one ledger row per key. State changes are methods here, reused by
+the scheduler, the worker, the admin and the commands.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinLengthValidator
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from . import kinds, timing
+from .conf import settings as conf
+
+
+def _max_length(choices: type[models.TextChoices]) -> int:
+    return max(len(value) for value in choices.values)
+
+
+def validate_kind(value: str) -> None:
+    if value not in kinds.names():
+        raise ValidationError(
+            _("%(value)s is not a registered kind (known: %(known)s)."),
+            code="unknown_kind",
+            params={"value": value, "known": ", ".join(kinds.names())},
+        )
+
+
+def validate_cron(value: str) -> None:
+    try:
+        timing.validate_cron(value)
+    except timing.InvalidSchedule as exc:
+        raise ValidationError(str(exc), code="invalid_cron") from None
+
+
+def validate_timezone(value: str) -> None:
+    try:
+        timing.zone(value)
+    except timing.InvalidSchedule as exc:
+        raise ValidationError(str(exc), code="invalid_timezone") from None
+
+
+def validate_channel(value: str) -> None:
+    known = list(conf.CHANNELS)
+    if value not in known:
+        raise ValidationError(
+            _("%(value)s is not a configured channel (known: %(known)s)."),
+            code="unknown_channel",
+            params={"value": value, "known": ", ".join(known)},
+        )
+
+
+def validate_payload(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError(_("Payload must be a JSON object."), code="invalid_payload")
+
+
+class Priority(models.TextChoices):
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    LOW = "low", _("Low")
+
+    @property
+    def rank(self) -> int:
+        """Claim order: lower goes first."""
+        return [Priority.HIGH, Priority.NORMAL, Priority.LOW].index(self)
+
+
+class TaskQuerySet(models.QuerySet["ScheduledTask"]):
+    def due(self, now: datetime) -> TaskQuerySet:
+        return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
+
+
+class ScheduledTask(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active", _("Active")
+        PAUSED = "paused", _("Paused")
+        COMPLETED = "completed", _("Completed")
+        CANCELLED = "cancelled", _("Cancelled")
+
+    kind = models.CharField(_("kind"), max_length=64, validators=[validate_kind])
+    recipient = models.CharField(
+        _("recipient"),
+        max_length=64,
+        validators=[MinLengthValidator(1)],
+        help_text=_("WeCom user id."),
+    )
+    channel = models.CharField(_("channel"), max_length=64, validators=[validate_channel])
+    cron = models.CharField(
+        _("cron expression"), max_length=120, blank=True, validators=[validate_cron]
+    )
+    run_at = models.DateTimeField(_("one-shot time"), null=True, blank=True)
+    timezone = models.CharField(_("time zone"), max_length=64, validators=[validate_timezone])
+    payload = models.JSONField(_("payload"), default=dict, blank=True, validators=[validate_payload])
+    priority = models.CharField(
+        _("priority"), max_length=_max_length(Priority), choices=Priority.choices
+    )
+    status = models.CharField(
+        _("status"), max_length=_max_length(Status), choices=Status.choices, default=Status.ACTIVE
+    )
+    next_run = models.DateTimeField(_("next run"), null=True, blank=True)
+    last_run_at = models.DateTimeField(_("last run"), null=True, blank=True)
+    retry_count = models.PositiveIntegerField(
+        _("retries"), default=0, help_text=_("Retries spent by this task's runs.")
+    )
+    key = models.CharField(
+        _("key"),
+        max_length=200,
+        null=True,
+        blank=True,
+        unique=True,
+        help_text=_("The CRM's own identifier: scheduling again with it updates this task."),
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("scheduled task")
+        verbose_name_plural = _("scheduled tasks")
+        constraints = [
+            models.CheckConstraint(
+                name="reminders_task_cron_xor_run_at",
+                condition=(Q(cron="") & Q(run_at__isnull=False))
+                | (~Q(cron="") & Q(run_at__isnull=True)),
+                violation_error_message=_("Give exactly one of a cron expression and a time."),
+            ),
+            models.CheckConstraint(
+                name="reminders_task_recipient_not_empty", condition=~Q(recipient="")
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_run"],
+                name="reminders_task_due_idx",
+                condition=Q(status="active"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} → {self.recipient} ({self.schedule_display})"
+
+    @property
+    def schedule_display(self) -> str:
+        return self.cron or (self.run_at.isoformat() if self.run_at else "-")
+
+    def clean(self) -> None:
+        if bool(self.cron) == (self.run_at is not None):
+            message = _("Give exactly one of a cron expression and a one-shot time.")
+            raise ValidationError({"cron": message, "run_at": message})
+
+    @property
+    def priority_rank(self) -> int:
+        return Priority(self.priority).rank
+
+    @property
+    def fires_at_most_daily(self) -> bool:
+        return bool(self.cron) and timing.fires_at_most_daily(self.cron)
+
+    def occurrence_after(self, moment: datetime) -> datetime | None:
+        """The schedule's first occurrence strictly after ``moment``; None when exhausted."""
+        if self.cron:
+            return timing.next_occurrence(self.cron, self.timezone, moment)
+        if self.run_at is not None and self.run_at > moment:
+            return self.run_at
+        return None
+
+    def plan_first_run(self, now: datetime) -> None:
+        """Set ``next_run`` for a new or re-scheduled task (a past one-shot is due now)."""
+        if self.cron:
+            self.next_run = timing.next_occurrence(self.cron, self.timezone, now)
+        else:
+            self.next_run = self.run_at
+
+    def ledger_key(self, occurrence: datetime) -> str:
+        """The idempotency key of one occurrence: the local date for a task that fires
+        at most once a day, so that no one gets the same daily report twice even when the
+        schedule moves within the day; the exact occurrence otherwise."""
+        if self.fires_at_most_daily:
+            return f"{self.pk}:{timing.local_date(occurrence, self.timezone)}"
+        return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+    def new_run(self, occurrence: datetime, *, missed: bool = False) -> TaskRun:
+        kind = kinds.get(self.kind)
+        delay = timing.stagger(
+            task_id=self.pk,
+            recipient=self.recipient,
+            occurrence=occurrence,
+            jitter_seconds=kind.jitter_seconds,
+            batches=kind.batches,
+            batch_interval_seconds=kind.batch_interval_seconds,
+        )
+        run = TaskRun(
+            task=self,
+            occurrence=occurrence,
+            run_date=timing.local_date(occurrence, self.timezone),
+            due_at=occurrence + delay,
+            next_attempt_at=occurrence + delay,
+            priority=self.priority_rank,
+            ledger_key=self.ledger_key(occurrence),
+        )
+        if missed:
+            run.status = TaskRun.Status.SKIPPED
+            run.error_code = "missed"
+            run.error_message = "Occurrence passed while no scheduler was running."
+            run.next_attempt_at = None
+        return run
+
+    # State changes -------------------------------------------------------------------
+
+    def pause(self) -> bool:
+        if self.status != self.Status.ACTIVE:
+            return False
+        self.status = self.Status.PAUSED
+        self.save(update_fields=["status", "updated_at"])
+        return True
+
+    def resume(self, now: datetime | None = None) -> bool:
+        if self.status != self.Status.PAUSED:
+            return False
+        self.status = self.Status.ACTIVE
+        self.plan_first_run(now or timezone.now())
+        self.save(update_fields=["status", "next_run", "updated_at"])
+        return True
+
+    def cancel(self) -> int:
+        """Stop the task and cancel its runs not yet started; returns how many."""
+        with transaction.atomic():
+            self.status = self.Status.CANCELLED
+            self.next_run = None
+            self.save(update_fields=["status", "next_run", "updated_at"])
+            return TaskRun.objects.filter(task=self).cancel_pending()
+
+
+class RunQuerySet(models.QuerySet["TaskRun"]):
+    def claimable(self, now: datetime) -> RunQuerySet:
+        """Runs a scheduler may claim: due and waiting, or held under an expired lease."""
+        waiting = Q(status__in=TaskRun.WAITING, next_attempt_at__lte=now) & ~Q(
+            task__status=ScheduledTask.Status.PAUSED
+        )
+        abandoned = Q(status__in=TaskRun.LEASED, lease_expires_at__lt=now)
+        return self.filter(waiting | abandoned)
+
+    def pending(self) -> RunQuerySet:
+        return self.filter(status__in=(*TaskRun.WAITING, TaskRun.Status.QUEUED))
+
+    def cancel_pending(self) -> int:
+        return self.pending().update(
+            status=TaskRun.Status.CANCELLED,
+            next_attempt_at=None,
+            lease_token="",
+            lease_expires_at=None,
+            finished_at=timezone.now(),
+        )
+
+    def failed(self) -> RunQuerySet:
+        return self.filter(status=TaskRun.Status.FAILED)
+
+    def release(self, owner: str) -> int:
+        """Hand back runs this owner claimed but no worker started yet."""
+        return self.filter(status=TaskRun.Status.QUEUED, lease_owner=owner).update(
+            status=models.Case(
+                models.When(attempts=0, then=models.Value(TaskRun.Status.SCHEDULED)),
+                default=models.Value(TaskRun.Status.RETRYING),
+            ),
+            lease_owner="",
+            lease_token="",
+            lease_expires_at=None,
+        )
+
+
+class TaskRun(models.Model):
+    class Status(models.TextChoices):
+        SCHEDULED = "scheduled", _("Scheduled")
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        RETRYING = "retrying", _("Waiting to retry")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Failed")
+        SKIPPED = "skipped", _("Skipped")
+        CANCELLED = "cancelled", _("Cancelled")
+        UNKNOWN = "unknown", _("Outcome unknown")
+
+    WAITING = (Status.SCHEDULED, Status.RETRYING)
+    LEASED = (Status.QUEUED, Status.RUNNING)
+    FINISHED = (Status.SENT, Status.FAILED, Status.SKIPPED, Status.CANCELLED, Status.UNKNOWN)
+
+    task = models.ForeignKey(
+        ScheduledTask, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
+    )
+    occurrence = models.DateTimeField(_("occurrence"), help_text=_("The nominal time."))
+    run_date = models.DateField(_("run date"), help_text=_("Local date in the task's zone."))
+    due_at = models.DateTimeField(_("due"), help_text=_("Occurrence plus stagger."))
+    status = models.CharField(
+        _("status"), max_length=_max_length(Status), choices=Status.choices, default=Status.SCHEDULED
+    )
+    priority = models.PositiveSmallIntegerField(_("priority rank"), default=1)
+    ledger_key = models.CharField(_("idempotency key"), max_length=100)
+    attempts = models.PositiveSmallIntegerField(_("attempts"), default=0)
+    next_attempt_at = models.DateTimeField(_("next attempt"), null=True, blank=True)
+    lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
+    lease_token = models.CharField(_("lease token"), max_length=32, blank=True)
+    lease_expires_at = models.DateTimeField(_("lease expires"), null=True, blank=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    duration = models.DurationField(_("duration of last attempt"), null=True, blank=True)
+    error_code = models.CharField(_("error code"), max_length=64, blank=True)
+    error_message = models.TextField(_("error"), blank=True)
+    is_compensation = models.BooleanField(_("make-up run"), default=False)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "occurrence"], name="reminders_run_once_per_occurrence"
+            ),
+            models.CheckConstraint(
+                name="reminders_run_waiting_has_next_attempt",
+                condition=~Q(status__in=["scheduled", "retrying"])
+                | Q(next_attempt_at__isnull=False),
+            ),
+            models.CheckConstraint(
+                name="reminders_run_leased_has_lease",
+                condition=~Q(status__in=["queued", "running"])
+                | (Q(lease_expires_at__isnull=False) & ~Q(lease_token="")),
+            ),
+        ]
+        indexes = [
+            # The claim query: waiting runs in priority order.
+            models.Index(
+                fields=["priority", "next_attempt_at"],
+                name="reminders_run_waiting_idx",
+                condition=Q(status__in=["scheduled", "retrying"]),
+            ),
+            # Reclaiming runs whose holder died.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="reminders_run_leased_idx",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+            models.Index(fields=["lease_token"], name="reminders_run_token_idx"),
+            models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} @ {self.occurrence.isoformat()} [{self.status}]"
+
+    @property
+    def lateness(self) -> timedelta | None:
+        """How long after its due time the run finished."""
+        if self.finished_at is None:
+            return None
+        return self.finished_at - self.due_at
+
+    def retry_now(self) -> bool:
+        """Put a failed, unknown or waiting run back in line for an immediate attempt."""
+        if self.status not in (*self.WAITING, self.Status.FAILED, self.Status.UNKNOWN):
+            return False
+        updated = TaskRun.objects.filter(pk=self.pk, status=self.status).update(
+            status=self.Status.RETRYING, next_attempt_at=timezone.now(), finished_at=None
+        )
+        return bool(updated)
+
+
+class SendLog(models.Model):
+    """The idempotency ledger: one row per key, written before and after each send."""
+
+    class Status(models.TextChoices):
+        SENDING = "sending", _("Sending")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Failed")
+        UNKNOWN = "unknown", _("Unknown")
+
+    key = models.CharField(_("idempotency key"), max_length=100, unique=True)
+    task = models.ForeignKey(
+        ScheduledTask, on_delete=models.CASCADE, related_name="send_logs", verbose_name=_("task")
+    )
+    run = models.ForeignKey(
+        TaskRun,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="send_logs",
+        verbose_name=_("run"),
+    )
+    status = models.CharField(
+        _("status"), max_length=_max_length(Status), choices=Status.choices, default=Status.SENDING
+    )
+    recipient = models.CharField(_("recipient"), max_length=64)
+    channel = models.CharField(_("channel"), max_length=64)
+    body = models.TextField(_("body"), help_text=_("The exact rendered message."))
+    provider_message_id = models.CharField(_("provider message id"), max_length=128, blank=True)
+    reply_code = models.CharField(_("reply code"), max_length=64, blank=True)
+    error_message = models.TextField(_("error"), blank=True)
+    attempts = models.PositiveSmallIntegerField(_("send attempts"), default=0)
+    created_at = models.DateTimeField(_("reserved"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("send log entry")
+        verbose_name_plural = _("send log")
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="reminders_sendlog_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} [{self.status}]"
+

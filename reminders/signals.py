@@ -1,0 +1,11 @@
+"""What the engine tells the rest of the project; ``ops`` listens here.
+
+Each is sent after the transaction that recorded the outcome has committed, with the
+run as ``run``.
+"""
+
+from django.dispatch import Signal
+
+run_sent = Signal()  # run, result (SendResult)
+run_failed = Signal()  # run, error (SendError): retries exhausted or a permanent error
+run_unknown = Signal()  # run: a worker died mid-send and a re-send was not safe

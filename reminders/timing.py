@@ -1,0 +1,103 @@
+"""Occurrences of a schedule in a time zone, and the deterministic stagger of each.
+
+Cron expressions are evaluated on the local wall clock of the task's time zone:
+each matching wall-clock time fires once. A time that does not exist (skipped by a
+spring-forward change) fires at the same distance after the gap, as the clocks read
+after the change (02:30 becomes 03:30); a time that exists twice (fall back) fires at
+its first instance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+CRON_FIELDS = 5
+
+
+class InvalidSchedule(ValueError):
+    """A cron expression or time zone that cannot be used."""
+
+
+@lru_cache(maxsize=512)
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidSchedule(f"{name!r} is not a known IANA time zone.") from None
+
+
+def validate_cron(expression: str) -> None:
+    expression = expression.strip()
+    if not expression.startswith("@") and len(expression.split()) != CRON_FIELDS:
+        raise InvalidSchedule(
+            f"{expression!r} must have 5 fields (minute hour day month weekday)."
+        )
+    if not croniter.is_valid(expression):
+        raise InvalidSchedule(f"{expression!r} is not a valid cron expression.")
+
+
+@lru_cache(maxsize=1024)
+def fires_at_most_daily(expression: str) -> bool:
+    """True when no day holds two occurrences (one minute and one hour value)."""
+    fields, _ = croniter.expand(expression)
+    minutes, hours = fields[0], fields[1]
+    return len(minutes) == 1 and len(hours) == 1 and minutes[0] != "*" and hours[0] != "*"
+
+
+def localize(naive: datetime, tz: ZoneInfo) -> datetime:
+    """Attach ``tz`` to a wall-clock time, moving times inside a DST gap past it."""
+    aware = naive.replace(tzinfo=tz)
+    # A wall time in the gap does not survive the round trip through UTC.
+    if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != naive:
+        # fold=0 in a gap uses the offset before the change: 02:30 EST is 03:30 EDT.
+        return aware.astimezone(UTC).astimezone(tz)
+    return aware
+
+
+def next_occurrence(expression: str, tz_name: str, after: datetime) -> datetime:
+    """The first occurrence strictly after ``after`` (aware), as an aware UTC datetime."""
+    tz = zone(tz_name)
+    start = after.astimezone(tz).replace(tzinfo=None)
+    itr = croniter(expression, start)
+    # A few candidates at most: gap times map after later wall times and can land at
+    # or before ``after``, in which case the next wall time is the answer.
+    for _ in range(1000):
+        candidate = localize(itr.get_next(datetime), tz).astimezone(UTC)
+        if candidate > after:
+            return candidate
+    raise InvalidSchedule(f"{expression!r} has no occurrence after {after.isoformat()}.")
+
+
+def local_date(moment: datetime, tz_name: str) -> str:
+    return moment.astimezone(zone(tz_name)).date().isoformat()
+
+
+def fraction(*parts: object) -> float:
+    """A stable number in [0, 1) from the parts: the same input always gives the same."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def stagger(
+    *,
+    task_id: int,
+    recipient: str,
+    occurrence: datetime,
+    jitter_seconds: int,
+    batches: int,
+    batch_interval_seconds: int,
+) -> timedelta:
+    """The delay after an occurrence at which its run falls due.
+
+    Recipients are split by hash into ``batches`` groups ``batch_interval`` apart, and
+    each run gets a random-looking but deterministic offset within ``jitter``, so a
+    re-plan of the same occurrence gives the same time.
+    """
+    batch = int(fraction("batch", recipient) * batches) if batches > 1 else 0
+    jitter = fraction("jitter", task_id, occurrence.isoformat()) * jitter_seconds
+    return timedelta(seconds=batch * batch_interval_seconds + int(jitter))

@@ -1,0 +1,147 @@
+"""The long-running process: the scheduler loop plus a django-q2 cluster beside it.
+
+Run any number of these, on any number of hosts, against one database. Each one:
+
+* every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs and claims due
+  runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time;
+* starts the django-q2 cluster that executes them in a child process of its own
+  session, so that a signal sent to this process group (systemd's default) reaches
+  only this process, which then stops the cluster in order;
+* on SIGTERM or SIGINT stops claiming, hands back what no worker started, lets the
+  workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``), and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from django.db import DatabaseError, close_old_connections, connections
+
+from . import dispatch
+from .conf import settings as conf
+
+logger = logging.getLogger(__name__)
+
+
+def _run_cluster(parent_pid: int) -> None:
+    """Body of the cluster child: a django-q2 cluster that stops when asked or orphaned."""
+    os.setsid()
+    from django_q.cluster import Cluster
+
+    cluster = Cluster()  # its SIGTERM/SIGINT handlers stop the sentinel in order
+    cluster.start()
+    while cluster.sentinel is not None and cluster.sentinel.is_alive():
+        cluster.sentinel.join(0.5)
+        if os.getppid() != parent_pid and cluster.stop_event is not None:
+            logger.warning("scheduler process %s is gone; stopping the cluster", parent_pid)
+            cluster.stop()
+
+
+class ReminderWorker:
+    def __init__(self, *, tick: float | None = None, with_cluster: bool = True) -> None:
+        self.tick_seconds = conf.TICK_SECONDS if tick is None else tick
+        self.with_cluster = with_cluster
+        self.owner = f"{conf.WORKER_ID}:{os.getpid()}"
+        self.cluster: BaseProcess | None = None
+        self._stopping = threading.Event()
+
+    # Lifecycle -----------------------------------------------------------------------
+
+    def run(self) -> None:
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+        logger.info("reminders worker %s starting", self.owner)
+        try:
+            if self.with_cluster:
+                self._start_cluster()
+            while not self._stopping.is_set():
+                busy = self._tick_safely()
+                self._watch_cluster()
+                if not busy:
+                    self._stopping.wait(self.tick_seconds)
+        finally:
+            self.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        logger.info("reminders worker %s stopped", self.owner)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        logger.info("got %s; stopping", signal.Signals(signum).name)
+        self.stop()
+
+    def shutdown(self) -> None:
+        released = self._release()
+        if self.cluster is not None:
+            self._stop_cluster()
+        released += self._release()
+        if released:
+            logger.info("handed back %d claimed runs no worker had started", released)
+        connections.close_all()
+
+    def _release(self) -> int:
+        try:
+            return dispatch.release(self.owner)
+        except DatabaseError:
+            logger.exception("could not hand back claimed runs; their lease will expire")
+            return 0
+
+    # One tick --------------------------------------------------------------------------
+
+    def tick(self) -> bool:
+        """Materialize and claim once; True when there was more work than one tick takes."""
+        dispatch.materialize()
+        room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
+        limit = min(room, conf.CLAIM_BATCH)
+        if limit <= 0:
+            return False
+        claimed = dispatch.claim(self.owner, limit)
+        return len(claimed.run_ids) == limit
+
+    def _tick_safely(self) -> bool:
+        close_old_connections()
+        try:
+            return self.tick()
+        except DatabaseError:
+            logger.exception("scheduler tick failed; trying again next tick")
+            connections.close_all()
+            return False
+
+    # The cluster child -------------------------------------------------------------------
+
+    def _start_cluster(self) -> None:
+        connections.close_all()  # never share a connection with a forked child
+        process = multiprocessing.get_context("fork").Process(
+            target=_run_cluster, args=(os.getpid(),), name="reminders-cluster"
+        )
+        process.start()
+        self.cluster = process
+        logger.info("django-q2 cluster started (pid %s)", process.pid)
+
+    def _watch_cluster(self) -> None:
+        if self.cluster is None or self.cluster.is_alive() or self._stopping.is_set():
+            return
+        logger.error("django-q2 cluster exited with %s; starting it again", self.cluster.exitcode)
+        self._start_cluster()
+
+    def _stop_cluster(self) -> None:
+        process = self.cluster
+        assert process is not None and process.pid is not None  # noqa: S101
+        if process.is_alive():
+            os.kill(process.pid, signal.SIGTERM)
+            process.join(conf.SHUTDOWN_GRACE)
+        if process.is_alive():
+            logger.error("cluster did not stop in %ss; killing it", conf.SHUTDOWN_GRACE)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.join(5)
+        self.cluster = None
+
