@@ -13,7 +13,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")
 
-SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me")  # noqa: S105
+SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me")
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 
@@ -118,7 +118,7 @@ Q_CLUSTER = {
     "name": env.str("Q_CLUSTER_NAME", default="reminders"),
     "orm": "default",
     "workers": env.int("Q_WORKERS", default=2),
-    "timeout": max(REMINDERS_LEASE_SECONDS - 30, 30),
+    "timeout": max(int(REMINDERS_LEASE_SECONDS * 0.8), 1),
     "retry": REMINDERS_LEASE_SECONDS + 60,
     "max_attempts": 1,
     "save_limit": -1,

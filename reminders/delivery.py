@@ -102,9 +102,7 @@ def start(token: str, run_ids: Sequence[int]) -> list[Job]:
     return jobs
 
 
-def _prepare(
-    run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datetime
-) -> Job | None:
+def _prepare(run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datetime) -> Job | None:
     """Decide, from the run's ledger row, whether it may be sent; finish it if not."""
     task = run.task
     max_attempts = len(conf.RETRY_DELAYS) + 1

@@ -111,7 +111,8 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
         )
         claimed = list(
-            TaskRun.objects.filter(lease_token=token).order_by("priority", "next_attempt_at")
+            TaskRun.objects.filter(lease_token=token)
+            .order_by("priority", "next_attempt_at")
             .values_list("pk", flat=True)
         )
         for chunk in _chunks(claimed, conf.RUNS_PER_JOB):

@@ -99,7 +99,9 @@ class ScheduledTask(models.Model):
     )
     run_at = models.DateTimeField(_("one-shot time"), null=True, blank=True)
     timezone = models.CharField(_("time zone"), max_length=64, validators=[validate_timezone])
-    payload = models.JSONField(_("payload"), default=dict, blank=True, validators=[validate_payload])
+    payload = models.JSONField(
+        _("payload"), default=dict, blank=True, validators=[validate_payload]
+    )
     priority = models.CharField(
         _("priority"), max_length=_max_length(Priority), choices=Priority.choices
     )
@@ -301,7 +303,10 @@ class TaskRun(models.Model):
     run_date = models.DateField(_("run date"), help_text=_("Local date in the task's zone."))
     due_at = models.DateTimeField(_("due"), help_text=_("Occurrence plus stagger."))
     status = models.CharField(
-        _("status"), max_length=_max_length(Status), choices=Status.choices, default=Status.SCHEDULED
+        _("status"),
+        max_length=_max_length(Status),
+        choices=Status.choices,
+        default=Status.SCHEDULED,
     )
     priority = models.PositiveSmallIntegerField(_("priority rank"), default=1)
     ledger_key = models.CharField(_("idempotency key"), max_length=100)
@@ -418,4 +423,3 @@ class SendLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status}]"
-

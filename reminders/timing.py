@@ -34,9 +34,7 @@ def zone(name: str) -> ZoneInfo:
 def validate_cron(expression: str) -> None:
     expression = expression.strip()
     if not expression.startswith("@") and len(expression.split()) != CRON_FIELDS:
-        raise InvalidSchedule(
-            f"{expression!r} must have 5 fields (minute hour day month weekday)."
-        )
+        raise InvalidSchedule(f"{expression!r} must have 5 fields (minute hour day month weekday).")
     if not croniter.is_valid(expression):
         raise InvalidSchedule(f"{expression!r} is not a valid cron expression.")
 

@@ -144,4 +144,3 @@ class ReminderWorker:
             os.killpg(process.pid, signal.SIGKILL)
             process.join(5)
         self.cluster = None
-

@@ -1,9 +1,9 @@
 """Senders configured like Django's ``CACHES``, in ``REMINDERS_CHANNELS``::
 
-    REMINDERS_CHANNELS = {
-        "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender", "OPTIONS": {...}},
-        "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
-    }
+REMINDERS_CHANNELS = {
+    "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender", "OPTIONS": {...}},
+    "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
+}
 """
 
 from __future__ import annotations

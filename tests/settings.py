@@ -1,0 +1,28 @@
+"""Settings for the test suite and for the processes the tests start."""
+
+import os
+
+from config.settings import *  # noqa: F403
+from config.settings import BASE_DIR, DATABASES
+
+_suffix = os.environ.get("TEST_DB_SUFFIX", "")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / f".test-db{_suffix}.sqlite3")}
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_reminders{_suffix}"}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+REMINDERS_DEFAULT_CHANNEL = "memory"
+REMINDERS_CHANNELS = {
+    "memory": {"BACKEND": "reminders.senders.memory.MemorySender"},
+    "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
+    # Append every delivery to the file named by $RECORD_FILE, across processes.
+    "recording": {"BACKEND": "tests.support.senders.RecordingSender"},
+    # The same, but like a provider with duplicate check: an identical body with the
+    # same key inside the window is not delivered again.
+    "recording_dedup": {
+        "BACKEND": "tests.support.senders.RecordingSender",
+        "OPTIONS": {"duplicate_check": True},
+    },
+}
