@@ -1,0 +1,226 @@
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from reminders import dispatch, signals
+from reminders.delivery import deliver
+from reminders.exceptions import PermanentSendError, TransientSendError
+from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import run_queued
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def received():
+    """Signals sent by the engine, as (name, run pk, status at send time)."""
+    seen: list[tuple[str, int, str]] = []
+    handlers = {}
+    for name in ("run_sent", "run_failed", "run_unknown"):
+
+        def handler(sender, run, name=name, **kwargs):
+            seen.append((name, run.pk, run.status))
+
+        handlers[name] = handler
+        getattr(signals, name).connect(handler, weak=False)
+    yield seen
+    for name, handler in handlers.items():
+        getattr(signals, name).disconnect(handler)
+
+
+def tick(now=None) -> int:
+    """One scheduler tick and one pass of the workers; returns messages sent."""
+    # The test runs inside a transaction: run the on-commit hooks (signals) as they come.
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("test", 1000, now=now)
+        return run_queued()
+
+
+def test_deliver__records_sent_in_ledger_and_run(make_task, outbox, received):
+    task = make_task(recipient="alice", payload={"content": "Call ACME back"})
+    assert tick() == 1
+    run = task.runs.get()
+    log = SendLog.objects.get()
+    assert (run.status, run.attempts, run.lease_token, run.lease_expires_at) == (
+        "sent",
+        1,
+        "",
+        None,
+    )
+    assert run.finished_at >= run.started_at and run.duration is not None
+    assert (log.status, log.run_id, log.recipient, log.channel) == (
+        "sent",
+        run.pk,
+        "alice",
+        "memory",
+    )
+    assert log.key == run.ledger_key
+    assert log.body == '{"msgtype":"text","text":{"content":"Call ACME back"}}'
+    assert log.provider_message_id.startswith("memory-")
+    assert outbox[0].rendered == log.body
+    assert received == [("run_sent", run.pk, "sent")]
+    task.refresh_from_db()
+    assert task.last_run_at is not None
+
+
+def test_deliver__a_redelivered_job_sends_nothing_twice(make_task, outbox):
+    make_task()
+    dispatch.materialize()
+    dispatch.claim("test", 10)
+    assert run_queued(keep=True) == 1
+    assert run_queued() == 0  # the broker hands out the same job again
+    assert len(outbox) == 1
+    assert SendLog.objects.get().attempts == 1
+
+
+def test_deliver__a_passing_error_is_retried_with_the_same_body_and_sent_once(
+    make_task, outbox, received
+):
+    task = make_task()
+    MemorySender.script[:] = [TransientSendError("busy", code="-1")]
+    assert tick() == 0
+    run = task.runs.get()
+    assert (run.status, run.attempts, run.error_code) == ("retrying", 1, "-1")
+    assert timedelta(seconds=59) < run.next_attempt_at - timezone.now() <= timedelta(seconds=60)
+    assert SendLog.objects.get().status == "failed"
+    assert tick() == 0  # not before its time
+    assert tick(now=run.next_attempt_at) == 1
+    run.refresh_from_db()
+    assert (run.status, run.attempts, run.error_code) == ("sent", 2, "")
+    assert len(outbox) == 1
+    log = SendLog.objects.get()
+    assert (log.status, log.attempts, log.body) == ("sent", 2, outbox[0].rendered)
+    assert ScheduledTask.objects.get(pk=task.pk).retry_count == 1
+    assert [name for name, *_ in received] == ["run_sent"]
+
+
+def test_deliver__retries_follow_the_configured_delays_then_fail_and_alert(
+    make_task, outbox, received, settings
+):
+    settings.REMINDERS_RETRY_DELAYS = "60,300,900"
+    task = make_task()
+    MemorySender.script[:] = [TransientSendError("timeout", code="timeout")] * 4
+    now = timezone.now()
+    gaps = []
+    for _ in range(4):
+        tick(now=now)
+        run = task.runs.get()
+        if run.status == "retrying":
+            gaps.append(round((run.next_attempt_at - timezone.now()).total_seconds()))
+            now = run.next_attempt_at
+    assert gaps == [60, 300, 900]
+    assert (run.status, run.attempts) == ("failed", 4)
+    assert received == [("run_failed", run.pk, "failed")]
+    assert outbox == []
+    assert SendLog.objects.get().status == "failed"
+
+
+def test_deliver__a_permanent_error_fails_at_once_without_retry(make_task, outbox, received):
+    task = make_task()
+    MemorySender.script[:] = [PermanentSendError("invalid user", code="81013")]
+    tick()
+    run = task.runs.get()
+    assert (run.status, run.attempts, run.error_code, run.next_attempt_at) == (
+        "failed",
+        1,
+        "81013",
+        None,
+    )
+    assert received == [("run_failed", run.pk, "failed")]
+    assert tick(now=timezone.now() + timedelta(hours=1)) == 0
+
+
+def test_deliver__an_unexpected_sender_exception_counts_as_a_passing_failure(make_task, outbox):
+    task = make_task()
+    MemorySender.script[:] = [ZeroDivisionError("bug in a sender")]
+    tick()
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("retrying", "exception")
+    assert "ZeroDivisionError" in run.error_message
+
+
+def test_deliver__a_channel_removed_from_settings_fails_the_run(make_task, outbox, settings):
+    task = make_task(channel="console")
+    settings.REMINDERS_CHANNELS = {"memory": {"BACKEND": "reminders.senders.memory.MemorySender"}}
+    tick()
+    assert task.runs.get().status == "failed"
+    assert task.runs.get().error_code == "channel"
+
+
+def crash_mid_send(task: ScheduledTask) -> TaskRun:
+    """Leave ``task``'s run as a worker that died between reserve and record leaves it."""
+    dispatch.materialize()
+    claim = dispatch.claim("doomed", 10)
+    from reminders.delivery import start
+
+    start(claim.token, claim.run_ids)  # reserved 'sending', then the process died
+    run = task.runs.get()
+    assert (run.status, SendLog.objects.get().status) == ("running", "sending")
+    return run
+
+
+def test_deliver__after_a_crash_mid_send_marks_unknown_and_does_not_send_again(
+    make_task, outbox, received, settings
+):
+    run = crash_mid_send(make_task())
+    after_lease = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert tick(now=after_lease) == 0
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("unknown", "unknown")
+    assert SendLog.objects.get().status == "unknown"
+    assert received == [("run_unknown", run.pk, "unknown")]
+    assert outbox == []
+
+
+def test_deliver__after_a_crash_mid_send_resends_where_the_provider_deduplicates(
+    make_task, tmp_path, monkeypatch, settings
+):
+    monkeypatch.setenv("RECORD_FILE", str(tmp_path / "delivered.jsonl"))
+    run = crash_mid_send(make_task(channel="recording_dedup"))
+    after_lease = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert tick(now=after_lease) == 1
+    run.refresh_from_db()
+    log = SendLog.objects.get()
+    assert (run.status, run.attempts, log.status, log.attempts) == ("sent", 2, "sent", 2)
+    lines = (tmp_path / "delivered.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+
+
+def test_deliver__a_second_run_with_an_already_sent_key_is_skipped(make_task, outbox):
+    task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
+    first = task.next_run
+    tick(now=first + timedelta(minutes=10))
+    # Moved to 10:00 the same day: a new occurrence, but the same day's report.
+    ScheduledTask.objects.filter(pk=task.pk).update(
+        cron="0 10 * * *", next_run=first + timedelta(hours=1)
+    )
+    tick(now=first + timedelta(hours=1, minutes=10))
+    statuses = list(task.runs.order_by("occurrence").values_list("status", "error_code"))
+    assert statuses == [("sent", ""), ("skipped", "duplicate")]
+    assert len(outbox) == 1
+
+
+def test_deliver__query_budget_per_sent_message(make_task, outbox):
+    for _ in range(20):
+        make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    with CaptureQueriesContext(connection) as queries:
+        assert deliver(claim.token, claim.run_ids) == 20
+    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger, INSERT ledger) and the
+    # closing UPDATE of the tasks; per message: UPDATE ledger + UPDATE run.
+    per_batch, per_message = 5, 2
+    statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
+    assert len(statements) == per_batch + per_message * 20, "\n".join(
+        q["sql"][:120] for q in statements
+    )
+
+
+def _is_transaction_control(sql: str) -> bool:
+    return sql.split()[0].upper() in {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK"}

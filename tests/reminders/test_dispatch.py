@@ -1,0 +1,176 @@
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from reminders import dispatch
+from reminders.models import ScheduledTask, TaskRun
+from tests.support.jobs import queued, run_queued
+
+pytestmark = pytest.mark.django_db
+
+
+def test_materialize__creates_the_run_and_advances_a_cron_task(make_task):
+    task = make_task("weekly_report", cron="0 9 * * 1", tz="Asia/Shanghai")
+    occurrence = task.next_run
+    assert dispatch.materialize(now=occurrence) == 1
+    run = task.runs.get()
+    assert run.occurrence == occurrence
+    assert (
+        run.run_date.isoformat()
+        == occurrence.astimezone(timezone.get_fixed_timezone(480)).date().isoformat()
+    )
+    # weekly_report staggers by up to five minutes, deterministically.
+    assert occurrence <= run.due_at < occurrence + timedelta(minutes=5)
+    assert run.next_attempt_at == run.due_at
+    task.refresh_from_db()
+    assert task.next_run == occurrence + timedelta(days=7)
+    assert task.status == "active"
+
+
+def test_materialize__completes_a_one_shot(make_task):
+    task = make_task()
+    dispatch.materialize()
+    task.refresh_from_db()
+    assert (task.status, task.next_run) == ("completed", None)
+    assert task.runs.get().status == "scheduled"
+
+
+def test_materialize__twice_for_the_same_occurrence_creates_one_run(make_task):
+    task = make_task("daily_report", cron="0 9 * * *")
+    due = task.next_run
+    dispatch.materialize(now=due)
+    # A second scheduler that read the task before the first one advanced it.
+    ScheduledTask.objects.filter(pk=task.pk).update(next_run=due)
+    dispatch.materialize(now=due)
+    assert task.runs.count() == 1
+
+
+def test_materialize__after_downtime_runs_the_latest_and_records_the_missed(make_task):
+    task = make_task("follow_up", cron="0 * * * *", tz="UTC")
+    first = task.next_run
+    dispatch.materialize(now=first + timedelta(hours=4, minutes=30))
+    runs = list(task.runs.order_by("occurrence").values_list("status", "error_code"))
+    assert runs == [("skipped", "missed")] * 4 + [("scheduled", "")]
+    task.refresh_from_db()
+    assert task.next_run == first + timedelta(hours=5)
+
+
+def test_materialize__ignores_paused_tasks(make_task):
+    task = make_task()
+    task.pause()
+    assert dispatch.materialize() == 0
+    assert not TaskRun.objects.exists()
+
+
+def test_claim__takes_due_runs_in_priority_order_up_to_the_limit(make_task):
+    low = make_task(priority="low")
+    normal = make_task()
+    high = make_task(priority="high")
+    dispatch.materialize()
+    first = dispatch.claim("a", 2)
+    claimed_tasks = set(TaskRun.objects.filter(pk__in=first.run_ids).values_list("task", flat=True))
+    assert claimed_tasks == {high.pk, normal.pk}
+    second = dispatch.claim("b", 10)
+    assert TaskRun.objects.get(pk__in=second.run_ids).task_id == low.pk
+    assert dispatch.claim("c", 10).run_ids == []
+
+
+def test_claim__leases_and_enqueues_in_jobs_of_runs_per_job(make_task, settings):
+    settings.REMINDERS_RUNS_PER_JOB = 3
+    for _ in range(7):
+        make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("owner-1", 100)
+    assert len(claim.run_ids) == 7
+    assert [len(job["args"][1]) for job in queued()] == [3, 3, 1]
+    runs = TaskRun.objects.all()
+    assert {(r.status, r.lease_owner, r.lease_token) for r in runs} == {
+        ("queued", "owner-1", claim.token)
+    }
+    assert all(r.lease_expires_at > timezone.now() + timedelta(seconds=290) for r in runs)
+
+
+def test_claim__and_its_enqueue_roll_back_together(make_task):
+    make_task()
+    dispatch.materialize()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dispatch.claim("owner", 10)
+        raise RuntimeError("the scheduler died before commit")
+    assert not OrmQ.objects.exists()
+    assert TaskRun.objects.get().status == "scheduled"
+
+
+def test_claim__leaves_runs_not_yet_due(make_task):
+    make_task(at=timezone.now() + timedelta(minutes=5))
+    dispatch.materialize(now=timezone.now() + timedelta(minutes=5))
+    assert dispatch.claim("owner", 10).run_ids == []
+
+
+def test_claim__skips_runs_of_paused_tasks(make_task):
+    task = make_task("daily_report", cron="* * * * *")
+    dispatch.materialize(now=task.next_run)
+    task.pause()
+    assert dispatch.claim("owner", 10, now=task.next_run + timedelta(minutes=10)).run_ids == []
+
+
+def test_claim__reclaims_a_run_whose_lease_expired_and_the_stale_job_sends_nothing(
+    make_task, outbox, settings
+):
+    make_task()
+    dispatch.materialize()
+    stale = dispatch.claim("dead-worker", 10)
+    OrmQ.objects.all().delete()  # the dead worker's job is lost with it
+    later = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    fresh = dispatch.claim("live-worker", 10, now=later)
+    assert fresh.run_ids == stale.run_ids
+    from reminders.delivery import deliver
+
+    assert deliver(stale.token, stale.run_ids) == 0
+    assert run_queued() == 1
+    assert len(outbox) == 1
+
+
+def test_release__hands_back_only_the_owners_unstarted_runs(make_task):
+    for _ in range(3):
+        make_task()
+    dispatch.materialize()
+    mine = dispatch.claim("me", 2)
+    dispatch.claim("other", 10)
+    assert dispatch.in_flight("me") == 2
+    assert dispatch.release("me") == 2
+    statuses = dict(TaskRun.objects.values_list("pk", "status"))
+    assert [statuses[pk] for pk in mine.run_ids] == ["scheduled", "scheduled"]
+    assert sorted(statuses.values()) == ["queued", "scheduled", "scheduled"]
+    assert dispatch.claim("me", 10).run_ids == mine.run_ids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__skips_rows_locked_by_another_worker(make_task):
+    if not connection.features.has_select_for_update_skip_locked:
+        pytest.skip(f"{connection.vendor} has no SKIP LOCKED; claims rely on compare-and-set")
+    locked, free = make_task(), make_task()
+    dispatch.materialize()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_lock() -> None:
+        with transaction.atomic():
+            list(TaskRun.objects.select_for_update().filter(task=locked))
+            holding.set()
+            release.wait(10)
+        connection.close()
+
+    thread = threading.Thread(target=hold_lock)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        claim = dispatch.claim("owner", 10)
+        assert list(
+            TaskRun.objects.filter(pk__in=claim.run_ids).values_list("task", flat=True)
+        ) == [free.pk]
+    finally:
+        release.set()
+        thread.join()

@@ -1,0 +1,103 @@
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from reminders.models import ScheduledTask, SendLog, TaskRun
+
+pytestmark = pytest.mark.django_db
+
+
+def raw_task(**fields) -> ScheduledTask:
+    defaults = {
+        "kind": "follow_up",
+        "recipient": "u",
+        "channel": "memory",
+        "timezone": "UTC",
+        "priority": "normal",
+    }
+    return ScheduledTask(**{**defaults, **fields})
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"cron": "0 9 * * *", "run_at": timezone.now()}], ids=["neither", "both"]
+)
+def test_database_requires_exactly_one_of_cron_and_run_at(fields):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        raw_task(**fields).save()
+
+
+def test_database_rejects_an_empty_recipient():
+    with pytest.raises(IntegrityError), transaction.atomic():
+        raw_task(run_at=timezone.now(), recipient="").save()
+
+
+def test_database_keeps_one_run_per_task_and_occurrence(make_task):
+    task = make_task()
+    at = timezone.now()
+    task.new_run(at).save()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        task.new_run(at).save()
+
+
+def test_database_keeps_one_ledger_row_per_key(make_task):
+    task = make_task()
+    SendLog.objects.create(key="k1", task=task, recipient="u", channel="memory", body="{}")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        SendLog.objects.create(key="k1", task=task, recipient="u", channel="memory", body="{}")
+
+
+def test_database_rejects_a_leased_run_without_a_lease(make_task):
+    run = make_task().new_run(timezone.now())
+    run.status = TaskRun.Status.QUEUED
+    with pytest.raises(IntegrityError), transaction.atomic():
+        run.save()
+
+
+def test_database_allows_many_tasks_without_a_key():
+    raw_task(run_at=timezone.now()).save()
+    raw_task(run_at=timezone.now()).save()
+    assert ScheduledTask.objects.filter(key__isnull=True).count() == 2
+
+
+def test_ledger_key__is_the_local_date_for_a_daily_task(make_task):
+    task = make_task("daily_report", cron="0 9 * * *", tz="Asia/Shanghai")
+    occurrence = task.next_run
+    local_day = occurrence.astimezone(timezone.get_fixed_timezone(480)).date().isoformat()
+    assert task.ledger_key(occurrence) == f"{task.pk}:{local_day}"
+
+
+def test_ledger_key__is_the_exact_occurrence_for_a_task_firing_twice_a_day(make_task):
+    task = make_task("daily_report", cron="0 9,17 * * *", tz="UTC")
+    occurrence = task.next_run
+    assert task.ledger_key(occurrence) == f"{task.pk}:{occurrence:%Y-%m-%dT%H:%M:%SZ}"
+    assert task.ledger_key(occurrence) != task.ledger_key(occurrence + timedelta(hours=8))
+
+
+def test_pause_and_resume__replans_from_now(make_task):
+    task = make_task("daily_report", cron="0 9 * * *")
+    assert task.pause() is True
+    assert task.pause() is False
+    task.next_run = timezone.now() - timedelta(days=3)
+    task.save()
+    assert task.resume() is True
+    task.refresh_from_db()
+    assert task.status == "active"
+    assert task.next_run > timezone.now()
+
+
+def test_retry_now__puts_a_failed_run_back_in_line(make_task):
+    run = make_task().new_run(timezone.now())
+    run.status = TaskRun.Status.FAILED
+    run.next_attempt_at = None
+    run.save()
+    assert run.retry_now() is True
+    run.refresh_from_db()
+    assert run.status == "retrying"
+    assert run.next_attempt_at <= timezone.now()
+    sent = make_task().new_run(timezone.now())
+    sent.status = TaskRun.Status.SENT
+    sent.next_attempt_at = None
+    sent.save()
+    assert sent.retry_now() is False
