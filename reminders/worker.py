@@ -105,7 +105,8 @@ class ReminderWorker:
         if limit <= 0:
             return False
         claimed = dispatch.claim(self.owner, limit)
-        return len(claimed.run_ids) == limit
+        # Loop again at once only when the batch size, not back-pressure, was the limit.
+        return limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit
 
     def _tick_safely(self) -> bool:
         close_old_connections()

@@ -1,0 +1,54 @@
+import pytest
+from django.core import checks
+
+from reminders.checks import check_settings
+
+
+def ids(messages) -> list[str]:
+    return [m.id for m in messages]
+
+
+def test_checks__pass_on_the_project_settings():
+    assert check_settings() == []
+
+
+def test_checks__default_channel_must_exist(settings):
+    settings.REMINDERS_DEFAULT_CHANNEL = "fax"
+    assert ids(check_settings()) == ["reminders.E003"]
+
+
+def test_checks__backend_must_import(settings):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "broken": {"BACKEND": "reminders.senders.nope.Sender"},
+    }
+    assert ids(check_settings()) == ["reminders.E002"]
+
+
+def test_checks__retry_delays_must_be_positive_numbers(settings):
+    settings.REMINDERS_RETRY_DELAYS = "60,soon"
+    messages = check_settings()
+    assert ids(messages) == ["reminders.E004"]
+    assert "REMINDERS_RETRY_DELAYS" in messages[0].msg
+
+
+def test_checks__broker_must_share_the_default_database(settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "orm": "other"}
+    assert ids(check_settings()) == ["reminders.E005"]
+
+
+def test_checks__job_timeout_must_be_below_the_lease(settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 600}
+    [message] = check_settings()
+    assert (message.id, message.level) == ("reminders.W001", checks.WARNING)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc"])
+def test_conf__lease_seconds_must_be_positive(settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from reminders.conf import settings as conf
+
+    settings.REMINDERS_LEASE_SECONDS = value
+    with pytest.raises(ImproperlyConfigured, match="REMINDERS_LEASE_SECONDS"):
+        _ = conf.LEASE_SECONDS
