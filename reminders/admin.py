@@ -1,0 +1,326 @@
+"""The ops staff's admin: CRUD on tasks, read-only run history and send ledger, bulk actions.
+
+Actions narrow the selection to the rows they apply to and call the models' own state
+methods, the same ones the API and the commands use; the admin holds no rules of its own.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, cast
+
+from django import forms
+from django.conf import settings as django_settings
+from django.contrib import admin, messages
+from django.db import models
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from . import kinds
+from .conf import settings as conf
+from .exceptions import UnknownKind
+from .models import Priority, ScheduledTask, SendLog, TaskRun
+
+# Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
+SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
+
+
+def _choices_with(current: str | None, choices: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Keep a stored value selectable even if its kind or channel is no longer configured,
+    so that opening a task does not silently change it; validation still reports it."""
+    if current and current not in dict(choices):
+        return [*choices, (current, current)]
+    return choices
+
+
+class ScheduledTaskForm(forms.ModelForm):
+    class Meta:
+        model = ScheduledTask
+        fields = ("kind", "recipient", "channel", "priority", "payload", "key", *SCHEDULE_FIELDS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Kinds and channels are registered at run time, so the choices are built per form.
+        if "kind" in self.fields:
+            self.fields["kind"].widget = forms.Select(
+                choices=_choices_with(
+                    self.instance.kind,
+                    [("", "---------")]
+                    + [(name, f"{kinds.get(name).label} ({name})") for name in kinds.names()],
+                )
+            )
+        if "channel" in self.fields:
+            self.fields["channel"].widget = forms.Select(
+                choices=_choices_with(
+                    self.instance.channel, [(alias, alias) for alias in conf.CHANNELS]
+                )
+            )
+        if "priority" in self.fields:
+            # Left empty, the kind's own priority applies, as with ``api.schedule``.
+            priority = cast(forms.ChoiceField, self.fields["priority"])
+            priority.required = False
+            priority.choices = [("", _("the kind's default")), *Priority.choices]
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data
+        if not cleaned.get("priority"):
+            try:
+                cleaned["priority"] = kinds.get(cleaned.get("kind") or "").priority
+            except UnknownKind:
+                cleaned["priority"] = Priority.NORMAL  # the kind's own error is on its field
+        return cleaned
+
+
+@admin.register(ScheduledTask)
+class ScheduledTaskAdmin(admin.ModelAdmin):
+    form = ScheduledTaskForm
+    list_display = (
+        "kind",
+        "recipient",
+        "schedule",
+        "timezone",
+        "status",
+        "next_run",
+        "last_run_at",
+        "priority",
+        "channel",
+    )
+    list_filter = ("kind", "status", "priority", "channel")
+    search_fields = ("recipient", "key")
+    ordering = ("next_run", "pk")
+    actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
+    readonly_fields = (
+        "status",
+        "next_run",
+        "last_run_at",
+        "retry_count",
+        "runs_link",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("kind", "recipient", "channel", "priority", "payload", "key")}),
+        (
+            _("Schedule"),
+            {
+                "fields": ("cron", "run_at", "timezone"),
+                "description": _(
+                    "Give a cron expression or a one-shot time. Changing the schedule "
+                    "re-plans the next run and cancels runs not yet started."
+                ),
+            },
+        ),
+        (
+            _("State"),
+            {
+                "fields": (
+                    "status",
+                    "next_run",
+                    "last_run_at",
+                    "retry_count",
+                    "runs_link",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
+    )
+
+    @admin.display(description=_("schedule"), ordering="cron")
+    def schedule(self, task: ScheduledTask) -> str:
+        return task.schedule_display
+
+    @admin.display(description=_("runs"))
+    def runs_link(self, task: ScheduledTask) -> str:
+        if task.pk is None:
+            return "-"
+        url = reverse("admin:reminders_taskrun_changelist")
+        count = task.runs.count()
+        label = ngettext("%(count)d run", "%(count)d runs", count) % {"count": count}
+        return format_html('<a href="{}?task__id__exact={}">{}</a>', url, task.pk, label)
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        return {
+            "timezone": django_settings.TIME_ZONE,
+            "channel": conf.DEFAULT_CHANNEL,
+            **super().get_changeform_initial_data(request),
+        }
+
+    def save_model(
+        self, request: HttpRequest, obj: ScheduledTask, form: forms.ModelForm, change: bool
+    ) -> None:
+        # The change view runs in one transaction, so cancelling and saving commit together.
+        if not change or any(name in form.changed_data for name in SCHEDULE_FIELDS):
+            if obj.pk is not None:
+                obj.runs.cancel_pending()
+            obj.plan_first_run(timezone.now())
+        super().save_model(request, obj, form, change)
+
+    # Actions ---------------------------------------------------------------------------
+
+    @admin.action(permissions=["change"], description=_("Pause selected tasks"))
+    def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        done = sum(task.pause() for task in queryset.filter(status=ScheduledTask.Status.ACTIVE))
+        message = ngettext("%(count)d task paused.", "%(count)d tasks paused.", done)
+        self._report(request, message % {"count": done}, done, queryset, gettext("not active"))
+
+    @admin.action(permissions=["change"], description=_("Resume selected tasks"))
+    def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        now = timezone.now()
+        paused = queryset.filter(status=ScheduledTask.Status.PAUSED)
+        done = sum(task.resume(now) for task in paused)
+        message = ngettext("%(count)d task resumed.", "%(count)d tasks resumed.", done)
+        self._report(request, message % {"count": done}, done, queryset, gettext("not paused"))
+
+    @admin.action(permissions=["change"], description=_("Cancel selected tasks"))
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        live = queryset.filter(
+            status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
+        )
+        done = runs = 0
+        for task in live:
+            runs += task.cancel()
+            done += 1
+        message = ngettext(
+            "%(count)d task cancelled, with %(runs)d pending runs.",
+            "%(count)d tasks cancelled, with %(runs)d pending runs.",
+            done,
+        )
+        self._report(
+            request,
+            message % {"count": done, "runs": runs},
+            done,
+            queryset,
+            gettext("already ended"),
+        )
+
+    def _report(
+        self,
+        request: HttpRequest,
+        message: str,
+        done: int,
+        selected: QuerySet[ScheduledTask],
+        why: str,
+    ) -> None:
+        self.message_user(request, message, messages.SUCCESS if done else messages.WARNING)
+        skipped = selected.count() - done
+        if skipped:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected task left as it was (%(why)s).",
+                    "%(count)d selected tasks left as they were (%(why)s).",
+                    skipped,
+                )
+                % {"count": skipped, "why": why},
+                messages.WARNING,
+            )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """History is written by the engine only: ops staff may look, not touch."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "task",
+        "occurrence",
+        "due_at",
+        "status",
+        "attempts",
+        "error_code",
+        "finished_at",
+        "lateness",
+        "is_compensation",
+    )
+    list_filter = ("status", "is_compensation", "run_date", "task__kind")
+    list_select_related = ("task",)
+    search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
+    ordering = ("-due_at", "-pk")
+    actions = ("retry_runs",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
+        # Annotated so that the lateness column sorts in the database.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                lateness_value=ExpressionWrapper(
+                    F("finished_at") - F("due_at"), output_field=DurationField()
+                )
+            )
+        )
+
+    @admin.display(description=_("lateness"), ordering="lateness_value")
+    def lateness(self, run: TaskRun) -> str:
+        late = run.lateness
+        if late is None:
+            return "-"
+        return str(timedelta(seconds=round(late.total_seconds())))
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        # Retrying is a state change, granted with the model's change permission even
+        # though the history itself cannot be edited in a form.
+        return request.user.has_perm("reminders.change_taskrun")
+
+    @admin.action(permissions=["retry"], description=_("Retry selected failed runs now"))
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> None:
+        applicable = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
+        done = sum(run.retry_now() for run in applicable)
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d run put back in line for an immediate attempt.",
+                "%(count)d runs put back in line for an immediate attempt.",
+                done,
+            )
+            % {"count": done},
+            messages.SUCCESS if done else messages.WARNING,
+        )
+        skipped = queryset.count() - done
+        if skipped:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected run left as it was (not failed or unknown).",
+                    "%(count)d selected runs left as they were (not failed or unknown).",
+                    skipped,
+                )
+                % {"count": skipped},
+                messages.WARNING,
+            )
+
+
+@admin.register(SendLog)
+class SendLogAdmin(ReadOnlyAdmin):
+    list_display = (
+        "key",
+        "task",
+        "status",
+        "recipient",
+        "channel",
+        "attempts",
+        "reply_code",
+        "created_at",
+        "sent_at",
+    )
+    list_filter = ("status", "channel")
+    list_select_related = ("task",)
+    search_fields = ("key", "recipient", "provider_message_id")
+    ordering = ("-created_at", "-pk")

@@ -18,9 +18,15 @@ class UnknownKind(RemindersError, LookupError):
 
 
 class SendError(RemindersError):
-    """A sender could not deliver a message; ``retryable`` says whether it may pass."""
+    """A sender could not deliver a message.
+
+    ``retryable`` says whether the same message may pass later; ``category`` names the
+    class of the provider's answer (``passing``, ``throttled``, ``configuration``,
+    ``recipient``, ``payload``) for the run's record and for alerts.
+    """
 
     retryable = False
+    category = "error"
 
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
@@ -32,7 +38,42 @@ class TransientSendError(SendError):
     """Delivery failed for a reason that can pass (timeout, 5xx, provider busy)."""
 
     retryable = True
+    category = "passing"
+
+
+class ThrottledSendError(TransientSendError):
+    """The provider (or our limiter) says "too fast": wait, without spending an attempt.
+
+    ``pause_seconds`` is how long the whole channel must hold off (WeCom blocks a caller
+    for 60 s after 45009).
+    """
+
+    category = "throttled"
+
+    def __init__(self, message: str, *, code: str = "", pause_seconds: float = 60.0) -> None:
+        super().__init__(message, code=code)
+        self.pause_seconds = pause_seconds
 
 
 class PermanentSendError(SendError):
-    """Delivery can never succeed as asked (invalid recipient, bad payload)."""
+    """Delivery can never succeed as asked."""
+
+    category = "permanent"
+
+
+class ConfigurationSendError(PermanentSendError):
+    """Our credentials or settings are wrong: nothing passes until someone fixes them."""
+
+    category = "configuration"
+
+
+class RecipientSendError(PermanentSendError):
+    """The recipient does not exist or may not receive messages."""
+
+    category = "recipient"
+
+
+class PayloadSendError(PermanentSendError):
+    """The message itself is invalid (empty, too large, bad type)."""
+
+    category = "payload"

@@ -423,3 +423,43 @@ class SendLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status}]"
+
+
+class ProviderToken(models.Model):
+    """A provider's access token, shared by every process and host that sends.
+
+    Never shown in the admin or logs; ``name`` identifies the credentials (not the secret).
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    value = models.TextField(_("token"), blank=True)
+    expires_at = models.DateTimeField(_("expires"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("provider token")
+        verbose_name_plural = _("provider tokens")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RateBucket(models.Model):
+    """Shared pacing state of one rate limit (a channel, or a recipient on a channel).
+
+    ``tat`` is the generic cell rate algorithm's theoretical arrival time, in seconds
+    since the epoch; ``paused_until`` holds the whole limit back after the provider said
+    "too fast".
+    """
+
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    tat = models.FloatField(_("theoretical arrival time"), default=0.0)
+    paused_until = models.DateTimeField(_("paused until"), null=True, blank=True)
+    pause_reason = models.CharField(_("pause reason"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("rate limit")
+        verbose_name_plural = _("rate limits")
+
+    def __str__(self) -> str:
+        return self.name
