@@ -80,6 +80,12 @@ class Settings:
         return int(self._get("MISSED_RUNS_RECORDED", 50))
 
     @property
+    def RATE_MAX_WAIT(self) -> float:
+        """Seconds a worker may hold a run waiting for its rate-limit slot; later slots
+        go back in line for another claim."""
+        return _positive_number("REMINDERS_RATE_MAX_WAIT", self._get("RATE_MAX_WAIT", 2.0))
+
+    @property
     def SHUTDOWN_GRACE(self) -> float:
         return _positive_number("REMINDERS_SHUTDOWN_GRACE", self._get("SHUTDOWN_GRACE", 30.0))
 

@@ -19,21 +19,28 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from . import kinds, signals
+from . import kinds, ratelimit, signals
 from .conf import settings as conf
-from .exceptions import RemindersError, SendError, TransientSendError
+from .exceptions import (
+    ConfigurationSendError,
+    RemindersError,
+    SendError,
+    ThrottledSendError,
+    TransientSendError,
+)
 from .models import ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import render_body
+from .senders.base import Limit, render_body
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,7 @@ class Job:
     run: TaskRun
     message: Message
     channel: str
+    scope: str = ""  # the sender's rate scope, once paced
 
 
 def worker_id() -> str:
@@ -52,16 +60,76 @@ def worker_id() -> str:
 
 
 def deliver(token: str, run_ids: Sequence[int]) -> int:
-    """Start and send the runs of one claim; returns how many were sent."""
+    """Start the runs of one claim and send each at its rate-limit slot; returns how
+    many were sent. Runs that cannot go soon wait for a later claim, without spending
+    an attempt."""
     jobs = start(token, run_ids)
+    if not jobs:
+        return 0
     sent = 0
-    touched: set[int] = set()
-    for job in jobs:
-        touched.add(job.run.task_id)
-        sent += send(job)
-    if touched:
-        ScheduledTask.objects.filter(pk__in=touched).update(last_run_at=timezone.now())
+    paused: dict[str, float] = {}  # rate scope -> until when the provider said "too fast"
+    deferred: list[tuple[Job, float]] = []
+    for job, slot in _pace(jobs):
+        if not slot.reserved or job.scope in paused:
+            deferred.append((job, paused.get(job.scope, slot.at)))
+            continue
+        time.sleep(max(0.0, slot.at - time.time()))
+        outcome = send(job)
+        if isinstance(outcome, ThrottledSendError):
+            until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
+            paused[job.scope] = until.timestamp()
+            deferred.append((job, paused[job.scope]))
+        elif outcome is None:
+            sent += 1
+    _defer(deferred)
+    ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
+        last_run_at=timezone.now()
+    )
     return sent
+
+
+def _pace(jobs: list[Job]) -> list[tuple[Job, ratelimit.Slot]]:
+    """Reserve a send slot for each job in the shared rate limits of its channel."""
+    requests: list[list[Limit]] = []
+    for job in jobs:
+        try:
+            sender = get_sender(job.channel)
+        except RemindersError:
+            requests.append([])  # send() records the configuration error
+            continue
+        job.scope = sender.rate_scope
+        requests.append(sender.limits(job.message))
+    slots = ratelimit.reserve(requests, max_wait=conf.RATE_MAX_WAIT)
+    return list(zip(jobs, slots, strict=True))
+
+
+def _defer(items: list[tuple[Job, float]]) -> None:
+    """Put runs that were started but not sent back in line, the attempt not spent."""
+    if not items:
+        return
+    until = datetime.fromtimestamp(min(at for _, at in items), tz=UTC)
+    keys = [job.run.ledger_key for job, _ in items]
+    with transaction.atomic():
+        SendLog.objects.filter(key__in=keys, status=SendLog.Status.SENDING).update(
+            status=SendLog.Status.FAILED,
+            reply_code="deferred",
+            error_message="Not sent: waiting for the rate limit.",
+            attempts=F("attempts") - 1,
+        )
+        TaskRun.objects.filter(pk__in=[job.run.pk for job, _ in items]).update(
+            status=Case(
+                When(attempts__lte=1, then=Value(TaskRun.Status.SCHEDULED)),
+                default=Value(TaskRun.Status.RETRYING),
+            ),
+            attempts=F("attempts") - 1,
+            next_attempt_at=until,
+            error_code="rate_limited",
+            error_message="Waiting for the channel's rate limit.",
+            lease_owner="",
+            lease_token="",
+            lease_expires_at=None,
+        )
+    logger.info("deferred %d runs until %s (rate limit)", len(items), until.isoformat())
 
 
 def start(token: str, run_ids: Sequence[int]) -> list[Job]:
@@ -192,25 +260,31 @@ def _finish(run: TaskRun, status: str, code: str, message: str) -> None:
     )
 
 
-def send(job: Job) -> bool:
-    """Call the sender for one started run and record what happened."""
+def send(job: Job) -> SendError | None:
+    """Call the sender for one started run and record what happened.
+
+    Returns None when sent, else the error; a ``ThrottledSendError`` is left for the
+    caller to pause the channel and defer the run: throttling is not a failed attempt.
+    """
     try:
         sender: BaseSender = get_sender(job.channel)
         result = sender.send(job.message)
+    except ThrottledSendError as exc:
+        return exc
     except SendError as exc:
-        _record_failure(job.run, exc)
-        return False
+        error = exc
     except RemindersError as exc:  # a channel that is not configured
-        _record_failure(job.run, SendError(str(exc), code="channel"))
-        return False
+        error = ConfigurationSendError(str(exc), code="channel")
     except Exception as exc:
         # A sender must raise SendError; anything else is a bug, counted as a failed
         # attempt that may pass so that the message is not lost.
         logger.exception("sender %r raised an unexpected error", job.channel)
-        _record_failure(job.run, TransientSendError(repr(exc), code="exception"))
-        return False
-    _record_sent(job.run, result)
-    return True
+        error = TransientSendError(repr(exc), code="exception")
+    else:
+        _record_sent(job.run, result)
+        return None
+    _record_failure(job.run, error)
+    return error
 
 
 def _record_sent(run: TaskRun, result: SendResult) -> None:

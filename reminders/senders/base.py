@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -16,6 +17,44 @@ def render_body(msgtype: str, body: dict[str, Any]) -> str:
         sort_keys=True,
         separators=(",", ":"),
     )
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A pace: ``per_second`` sustained, with up to ``burst`` sends at once."""
+
+    per_second: float
+    burst: int = 1
+
+    @classmethod
+    def at_most(cls, count: int, seconds: float) -> Rate:
+        """A pace that never exceeds ``count`` sends in any window of ``seconds``.
+
+        The limiter admits at most ``burst + per_second * window`` in a window, so half
+        of the allowance is the burst and half is paced: 30 a minute becomes bursts of 15,
+        then one every 4 s (which also keeps an hour under 15 + 900).
+        """
+        burst = max(1, count // 2)
+        return cls(per_second=(count - burst) / seconds, burst=burst)
+
+    @property
+    def interval(self) -> float:
+        return 1.0 / self.per_second
+
+    @property
+    def tolerance(self) -> float:
+        return (self.burst - 1) * self.interval
+
+
+UNLIMITED = Rate(math.inf)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A named bucket shared by every process (``wecom:channel``) and its pace."""
+
+    name: str
+    rate: Rate
 
 
 @dataclass(frozen=True)
@@ -58,10 +97,37 @@ class BaseSender(ABC):
 
     supports_duplicate_check: ClassVar[bool] = False
     duplicate_check_seconds: ClassVar[int] = 0
+    # The provider's limit per recipient, if it has one (WeCom: 30 a minute).
+    recipient_rate: ClassVar[Rate | None] = None
 
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias
         self.options = options
+
+    @property
+    def rate_scope(self) -> str:
+        """What the provider counts limits against; aliases of one app should share it."""
+        return str(self.options.get("rate_scope") or self.alias)
+
+    def channel_rate(self) -> Rate | None:
+        """The pace of the whole channel: OPTIONS ``rate_limit`` (per second) and
+        ``rate_burst`` (default: a tenth of a second's worth)."""
+        per_second = self.options.get("rate_limit")
+        if not per_second:
+            return None
+        burst = self.options.get("rate_burst") or max(1, int(float(per_second) / 10))
+        return Rate(float(per_second), int(burst))
+
+    def limits(self, message: Message) -> list[Limit]:
+        """The shared buckets a send of ``message`` must fit in.
+
+        The channel's bucket is always there, unlimited if no rate is set, because it
+        also carries the pause that a provider's "too fast" puts on the whole channel.
+        """
+        limits = [Limit(f"{self.rate_scope}:channel", self.channel_rate() or UNLIMITED)]
+        if self.recipient_rate is not None:
+            limits.append(Limit(f"{self.rate_scope}:to:{message.recipient}", self.recipient_rate))
+        return limits
 
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...

@@ -213,9 +213,10 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     claim = dispatch.claim("test", 100)
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger, INSERT ledger) and the
-    # closing UPDATE of the tasks; per message: UPDATE ledger + UPDATE run.
-    per_batch, per_message = 5, 2
+    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger, INSERT ledger), the rate
+    # limit (INSERT missing buckets, SELECT them, UPDATE them) and the closing UPDATE of
+    # the tasks; per message: UPDATE ledger + UPDATE run.
+    per_batch, per_message = 8, 2
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
     assert len(statements) == per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
