@@ -110,6 +110,11 @@ REMINDERS_CHANNELS = {
 REMINDERS_LEASE_SECONDS = env.int("REMINDERS_LEASE_SECONDS", default=300)
 REMINDERS_RETRY_DELAYS = env.list("REMINDERS_RETRY_DELAYS", cast=int, default=[60, 300, 900])
 REMINDERS_TICK_SECONDS = env.float("REMINDERS_TICK_SECONDS", default=1.0)
+REMINDERS_CLAIM_BATCH = env.int("REMINDERS_CLAIM_BATCH", default=500)
+REMINDERS_MAX_IN_FLIGHT = env.int("REMINDERS_MAX_IN_FLIGHT", default=1000)
+REMINDERS_RUNS_PER_JOB = env.int("REMINDERS_RUNS_PER_JOB", default=20)
+REMINDERS_RATE_MAX_WAIT = env.float("REMINDERS_RATE_MAX_WAIT", default=2.0)
+REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 
 # --- django-q2 -----------------------------------------------------------------------
 # Our own loop claims and enqueues due runs; django-q2 only executes them. Delivery is
