@@ -93,7 +93,7 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     )
     list_filter = ("kind", "status", "priority", "channel")
     search_fields = ("recipient", "key")
-    ordering = ("next_run", "pk")
+    ordering = (F("next_run").asc(nulls_last=True), "pk")
     actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
     readonly_fields = (
         "status",
@@ -111,8 +111,9 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
             {
                 "fields": ("cron", "run_at", "timezone"),
                 "description": _(
-                    "Give a cron expression or a one-shot time. Changing the schedule "
-                    "re-plans the next run and cancels runs not yet started."
+                    "Give a cron expression (read in the task's time zone) or a one-shot "
+                    "time (entered in the site's time zone). Changing the schedule re-plans "
+                    "the next run and cancels the runs not yet started."
                 ),
             },
         ),
