@@ -158,9 +158,7 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     ) -> None:
         # The change view runs in one transaction, so cancelling and saving commit together.
         if not change or any(name in form.changed_data for name in SCHEDULE_FIELDS):
-            if obj.pk is not None:
-                obj.runs.cancel_pending()
-            obj.plan_first_run(timezone.now())
+            obj.replan(timezone.now())
         super().save_model(request, obj, form, change)
 
     # Actions ---------------------------------------------------------------------------

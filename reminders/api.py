@@ -93,14 +93,9 @@ def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
         task.full_clean(validate_unique=False)
     except ValidationError as exc:
         raise _renamed(exc) from None
-    if schedule_changed:
-        if task.pk is not None:
-            task.runs.cancel_pending()
+    if schedule_changed or task.status == ScheduledTask.Status.CANCELLED:
         task.status = ScheduledTask.Status.ACTIVE
-        task.plan_first_run(timezone.now())
-    elif task.status == ScheduledTask.Status.CANCELLED:
-        task.status = ScheduledTask.Status.ACTIVE
-        task.plan_first_run(timezone.now())
+        task.replan(timezone.now())
     task.save()
     return task
 

@@ -51,11 +51,26 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
         runs: list[TaskRun] = []
         for task in tasks:
             runs.extend(_runs_owed(task, now))
-        created = TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
+        TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
+        _revive_cancelled(runs)
         ScheduledTask.objects.bulk_update(tasks, ["next_run", "status"])
     if tasks:
-        logger.debug("materialized %d runs for %d tasks", len(created), len(tasks))
+        logger.debug("materialized %d runs for %d tasks", len(runs), len(tasks))
     return len(runs)
+
+
+REPLANNED_FIELDS = [
+    "status",
+    "due_at",
+    "next_attempt_at",
+    "priority",
+    "ledger_key",
+    "attempts",
+    "error_code",
+    "error_message",
+    "finished_at",
+    "is_compensation",
+]
 
 
 def _runs_owed(task: ScheduledTask, now: datetime) -> list[TaskRun]:
@@ -133,3 +148,29 @@ def in_flight(owner: str) -> int:
 def release(owner: str) -> int:
     """Hand back what ``owner`` claimed but no worker started (graceful stop)."""
     return TaskRun.objects.release(owner)
+
+
+def _revive_cancelled(runs: list[TaskRun]) -> None:
+    """Give an occurrence planned again its cancelled run back.
+
+    A schedule moved away and back (09:00 → 10:00 → 09:00) plans an occurrence whose run
+    was cancelled; the unique (task, occurrence) makes ``bulk_create`` drop the new one,
+    so the old row is put back in line instead.
+    """
+    wanted = {(run.task_id, run.occurrence): run for run in runs if run.status == "scheduled"}
+    if not wanted:
+        return
+    cancelled = TaskRun.objects.filter(
+        status=TaskRun.Status.CANCELLED,
+        task_id__in={task_id for task_id, _ in wanted},
+        occurrence__in={occurrence for _, occurrence in wanted},
+    )
+    revived = []
+    for old in cancelled:
+        new = wanted.get((old.task_id, old.occurrence))
+        if new is None:
+            continue
+        for field in REPLANNED_FIELDS:
+            setattr(old, field, getattr(new, field))
+        revived.append(old)
+    TaskRun.objects.bulk_update(revived, REPLANNED_FIELDS)

@@ -183,6 +183,13 @@ class ScheduledTask(models.Model):
         else:
             self.next_run = self.run_at
 
+    def replan(self, now: datetime) -> None:
+        """Follow a changed schedule: runs planned under the old one and not yet started
+        are cancelled, and ``next_run`` is planned from ``now``. The caller saves."""
+        if self.pk is not None:
+            self.runs.cancel_pending()
+        self.plan_first_run(now)
+
     def ledger_key(self, occurrence: datetime) -> str:
         """The idempotency key of one occurrence: the local date for a task that fires
         at most once a day, so that no one gets the same daily report twice even when the
@@ -371,12 +378,29 @@ class TaskRun(models.Model):
         return self.finished_at - self.due_at
 
     def retry_now(self) -> bool:
-        """Put a failed, unknown or waiting run back in line for an immediate attempt."""
+        """Put a finished-but-unsent or waiting run back in line for an immediate attempt,
+        with a fresh set of retries.
+
+        For an ``unknown`` run this is the operator's word that the message did not
+        arrive: its ledger row becomes ``failed`` so that the message is sent again.
+        """
         if self.status not in (*self.WAITING, self.Status.FAILED, self.Status.UNKNOWN):
             return False
-        updated = TaskRun.objects.filter(pk=self.pk, status=self.status).update(
-            status=self.Status.RETRYING, next_attempt_at=timezone.now(), finished_at=None
-        )
+        with transaction.atomic():
+            updated = TaskRun.objects.filter(pk=self.pk, status=self.status).update(
+                status=self.Status.RETRYING,
+                attempts=0,
+                next_attempt_at=timezone.now(),
+                finished_at=None,
+            )
+            if updated and self.status == self.Status.UNKNOWN:
+                SendLog.objects.filter(key=self.ledger_key, status=SendLog.Status.UNKNOWN).update(
+                    status=SendLog.Status.FAILED,
+                    reply_code="operator_retry",
+                    error_message="An operator confirmed it was not received.",
+                )
+        if updated:
+            self.refresh_from_db()
         return bool(updated)
 
 
@@ -390,8 +414,13 @@ class SendLog(models.Model):
         UNKNOWN = "unknown", _("Unknown")
 
     key = models.CharField(_("idempotency key"), max_length=100, unique=True)
+    # The ledger outlives a deleted task: it is the record of what was sent.
     task = models.ForeignKey(
-        ScheduledTask, on_delete=models.CASCADE, related_name="send_logs", verbose_name=_("task")
+        ScheduledTask,
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="send_logs",
+        verbose_name=_("task"),
     )
     run = models.ForeignKey(
         TaskRun,

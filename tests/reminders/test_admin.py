@@ -342,11 +342,6 @@ def test_retry_action__a_run_that_failed_once_is_sent_on_the_next_tick(
     assert [m.recipient for m in outbox] == ["alice"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: delivery._prepare gives up on a run whose attempts exceed retries + 1, "
-    "so an operator's retry of a run that used up its retries never sends",
-)
 def test_retry_action__a_run_that_used_up_its_retries_is_sent_on_the_next_tick(
     admin_client, make_task, outbox, settings
 ):

@@ -174,3 +174,17 @@ def test_claim__skips_rows_locked_by_another_worker(make_task):
     finally:
         release.set()
         thread.join()
+
+
+def test_materialize__an_occurrence_planned_again_gets_its_cancelled_run_back(make_task, outbox):
+    at = timezone.now() + timedelta(minutes=1)
+    task = make_task(at=at, key="fu")
+    dispatch.materialize(now=at)
+    make_task(at=at + timedelta(hours=1), key="fu")  # moved away: the run is cancelled
+    make_task(at=at, key="fu")  # and back
+    dispatch.materialize(now=at)
+    run = task.runs.get(occurrence=at)
+    assert (run.status, run.next_attempt_at) == ("scheduled", run.due_at)
+    dispatch.claim("test", 10, now=at)
+    assert run_queued() == 1
+    assert len(outbox) == 1

@@ -101,3 +101,39 @@ def test_retry_now__puts_a_failed_run_back_in_line(make_task):
     sent.next_attempt_at = None
     sent.save()
     assert sent.retry_now() is False
+
+
+def test_retry_now__an_unknown_run_is_sent_again_on_the_operators_word(make_task):
+    from reminders import dispatch
+    from reminders.senders.memory import MemorySender
+    from tests.support.jobs import run_queued
+
+    task = make_task()
+    dispatch.materialize()
+    dispatch.claim("test", 10)
+    run = task.runs.get()
+    TaskRun.objects.filter(pk=run.pk).update(status="unknown", lease_token="", next_attempt_at=None)
+    SendLog.objects.create(
+        key=run.ledger_key,
+        task=task,
+        run=run,
+        recipient=task.recipient,
+        channel="memory",
+        body='{"msgtype":"text","text":{"content":"hi"}}',
+        status="unknown",
+    )
+    run.refresh_from_db()
+    assert run.retry_now() is True
+    assert (run.status, run.attempts) == ("retrying", 0)
+    assert SendLog.objects.get().status == "failed"
+    dispatch.claim("test", 10)
+    run_queued()
+    assert [m.body for m in MemorySender.outbox] == [{"content": "hi"}]
+    assert SendLog.objects.get().status == "sent"
+
+
+def test_ledger__outlives_a_deleted_task(make_task):
+    task = make_task()
+    SendLog.objects.create(key="k", task=task, recipient="u", channel="memory", body="{}")
+    task.delete()
+    assert SendLog.objects.get(key="k").task_id is None
