@@ -1,0 +1,180 @@
+"""``manage.py wecom_sandbox``: the local WeCom server API as a process of its own."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ops.sandbox import (
+    DEV_AGENT_ID,
+    DEV_CORP_ID,
+    DEV_CORP_SECRET,
+    DEV_ROBOT_KEY,
+    WeComSandbox,
+    Window,
+)
+from ops.sandbox.config import OVERFLOW_CHOICES, ROBOT_LIMIT, USER_LIMITS
+
+
+def port(value: str) -> int:
+    number = int(value)
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0 picks a free one)")
+    return number
+
+
+def positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return number
+
+
+def window(value: str) -> Window | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return Window.parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the local WeCom sandbox: gettoken, message/send, webhook/send and "
+        "message/recall as WeCom answers them, with its limits and fault switches, and "
+        "a page of what arrived at /sandbox/. Prints WECOM_API_BASE=<url> first. "
+        "Credentials default to WECOM_CORP_ID / WECOM_CORP_SECRET / WECOM_AGENT_ID, "
+        "else fixed development values. Stops on SIGTERM or SIGINT."
+    )
+    # It serves HTTP and touches no database: nothing to check before it starts.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1", help="(default: %(default)r)")
+        parser.add_argument(
+            "--port", type=port, default=8900, help="0 picks a free port (default: %(default)r)"
+        )
+        parser.add_argument(
+            "--corp-id", default=None, help="(default: WECOM_CORP_ID, else a development id)"
+        )
+        parser.add_argument(
+            "--corp-secret",
+            default=None,
+            help="(default: WECOM_CORP_SECRET, else a development secret; never printed)",
+        )
+        parser.add_argument(
+            "--agent-id", default=None, help="(default: WECOM_AGENT_ID, else a development id)"
+        )
+        parser.add_argument(
+            "--rate-limit",
+            type=positive,
+            default=None,
+            help="app sends a second over all members, beyond which 45009 (default: no limit)",
+        )
+        parser.add_argument(
+            "--rate-burst",
+            type=positive,
+            default=None,
+            help="token bucket size of --rate-limit (default: one second's worth)",
+        )
+        parser.add_argument(
+            "--token-ttl",
+            type=positive,
+            default=7200.0,
+            help="seconds an access token lives (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--robot-key",
+            action="append",
+            dest="robot_keys",
+            default=None,
+            help="a group-robot webhook key; repeat for several "
+            "(default: WECOM_ROBOT_KEY, else a development key)",
+        )
+        parser.add_argument(
+            "--user-limit",
+            action="append",
+            dest="user_limits",
+            type=window,
+            default=None,
+            help="per-member limit COUNT/SECONDS, repeatable "
+            f"(default: {', '.join(str(w) for w in USER_LIMITS)}; 'none' for no limit)",
+        )
+        parser.add_argument(
+            "--robot-limit",
+            type=window,
+            default=ROBOT_LIMIT,
+            help="per-robot limit COUNT/SECONDS or 'none' (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--overflow",
+            choices=OVERFLOW_CHOICES,
+            default="truncate",
+            help="text or textcard over WeCom's limit: cut it as WeCom documents, "
+            "or answer 45002 (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--invalid-user",
+            action="append",
+            dest="invalid_users",
+            default=[],
+            help="a user id that does not exist; repeatable",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verbose = options["verbosity"] >= 2
+        if verbose:
+            logging.getLogger("ops.sandbox").setLevel(logging.INFO)
+        user_limits = options["user_limits"]
+        try:
+            sandbox = WeComSandbox(
+                corp_id=options["corp_id"] or settings.WECOM_CORP_ID or DEV_CORP_ID,
+                corp_secret=options["corp_secret"] or settings.WECOM_CORP_SECRET or DEV_CORP_SECRET,
+                agent_id=self._agent_id(options["agent_id"]),
+                robot_keys=options["robot_keys"]
+                or [getattr(settings, "WECOM_ROBOT_KEY", "") or DEV_ROBOT_KEY],
+                token_ttl=options["token_ttl"],
+                rate_limit=options["rate_limit"],
+                rate_burst=options["rate_burst"],
+                user_limits=USER_LIMITS
+                if user_limits is None
+                else [w for w in user_limits if w is not None],
+                robot_limit=options["robot_limit"],
+                overflow=options["overflow"],
+                invalid_users=options["invalid_users"],
+                verbose=verbose,
+            )
+            sandbox.serve_until_signalled(
+                options["host"], options["port"], lambda url: self._ready(sandbox, url, options)
+            )
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot run the WeCom sandbox: {exc}") from None
+        if options["verbosity"] >= 1:
+            delivered = sandbox.stats().get("delivered", 0)
+            self.stdout.write(f"WeCom sandbox stopped ({delivered} messages delivered)")
+
+    def _agent_id(self, value: str | None) -> int:
+        raw = value or settings.WECOM_AGENT_ID or DEV_AGENT_ID
+        try:
+            return int(raw)
+        except ValueError:
+            raise CommandError(f"the agent id must be a number, got {raw!r}") from None
+
+    def _ready(self, sandbox: WeComSandbox, base_url: str, options: dict[str, Any]) -> None:
+        # The first line is for scripts and tests: they wait for it and read the URL.
+        self.stdout.write(f"WECOM_API_BASE={base_url}")
+        if options["verbosity"] >= 1:
+            settings_now = sandbox.control()
+            self.stdout.write(
+                f"WeCom sandbox: corp id {settings_now['corp_id']}, agent id "
+                f"{settings_now['agent_id']}, robots {', '.join(settings_now['robots'])}, "
+                f"rate limit {settings_now['rate_limit'] or 'none'}/s, "
+                f"token TTL {settings_now['token_ttl']:g} s"
+            )
+            self.stdout.write(f"Messages arrive at {base_url}/sandbox/")
+        self.stdout.flush()

@@ -1,0 +1,34 @@
+"""A local WeCom server API: the same endpoints, errcodes, limits and failures, on a socket.
+
+``make run`` points the WeCom sender at it so that a newcomer sees messages arrive
+(``/sandbox/`` in a browser); the tests drive it over real HTTP and inject faults.
+
+* ``WeComSandbox`` runs one in a background thread of this process;
+* ``python manage.py wecom_sandbox`` runs one as a process of its own;
+* ``SandboxClient`` controls and reads either over HTTP.
+
+Endpoints: ``GET /cgi-bin/gettoken``, ``POST /cgi-bin/message/send``,
+``POST /cgi-bin/webhook/send``, ``POST /cgi-bin/message/recall``; and for people and
+tests ``GET /sandbox/`` (the page), ``GET /sandbox/messages?since_id=&status=&limit=``,
+``GET /sandbox/stats``, ``GET|POST /sandbox/control`` and ``POST /sandbox/reset``.
+``ops/sandbox/state.py`` says where WeCom's documentation left a choice and which
+reading the sandbox takes.
+"""
+
+from .client import SandboxClient
+from .config import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET, DEV_ROBOT_KEY, SandboxConfig
+from .ledger import LedgerEntry
+from .limits import Window
+from .server import WeComSandbox
+
+__all__ = [
+    "DEV_AGENT_ID",
+    "DEV_CORP_ID",
+    "DEV_CORP_SECRET",
+    "DEV_ROBOT_KEY",
+    "LedgerEntry",
+    "SandboxClient",
+    "SandboxConfig",
+    "WeComSandbox",
+    "Window",
+]

@@ -1,0 +1,103 @@
+"""What a sandbox is started with; ``POST /sandbox/reset`` goes back to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .limits import Window
+
+# Development credentials, used when the settings name none: `make run` starts the
+# sandbox and the sender with the same ones.
+DEV_CORP_ID = "ww-sandbox-corp"
+DEV_CORP_SECRET = "sandbox-secret"  # noqa: S105 - a fixed dev value, never a real secret
+DEV_AGENT_ID = 1000002
+DEV_ROBOT_KEY = "sandbox-robot"
+
+USER_LIMITS = (Window(30, 60.0), Window(1000, 3600.0))
+ROBOT_LIMIT = Window(20, 60.0)
+
+TEXT_LIMIT = 2048
+MARKDOWN_LIMIT = 2048
+TEXTCARD_TITLE_LIMIT = 128
+TEXTCARD_DESCRIPTION_LIMIT = 512
+ROBOT_TEXT_LIMIT = 2048
+ROBOT_MARKDOWN_LIMIT = 4096
+MAX_TOUSER = 1000
+MAX_DUPLICATE_CHECK_INTERVAL = 4 * 3600
+DEFAULT_DUPLICATE_CHECK_INTERVAL = 1800
+RECALL_WINDOW = 24 * 3600
+
+OVERFLOW_CHOICES = ("truncate", "reject")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """One WeCom app (corp id, secret, agent id), its robots, and the limits to enforce.
+
+    ``overflow`` decides what happens to a text message over 2,048 bytes and a textcard
+    title or description over its limit: ``"truncate"`` delivers it cut to the limit and
+    marks the ledger entry ``truncated`` (what WeCom documents), ``"reject"`` answers
+    45002. Markdown over 2,048 bytes is always 45002.
+    """
+
+    corp_id: str = DEV_CORP_ID
+    corp_secret: str = field(default=DEV_CORP_SECRET, repr=False)
+    agent_id: int = DEV_AGENT_ID
+    robot_keys: tuple[str, ...] = field(default=(), repr=False)
+    token_ttl: float = 7200.0
+    rate_limit: float | None = None
+    rate_burst: float | None = None
+    user_limits: tuple[Window, ...] = USER_LIMITS
+    robot_limit: Window | None = ROBOT_LIMIT
+    overflow: str = "truncate"
+    invalid_users: frozenset[str] = frozenset()
+    ledger_limit: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not self.corp_id or not self.corp_secret:
+            raise ValueError("corp_id and corp_secret must not be empty")
+        if self.token_ttl <= 0:
+            raise ValueError("token_ttl must be positive")
+        if self.rate_limit is not None and self.rate_limit <= 0:
+            raise ValueError("rate_limit must be positive (None for no limit)")
+        if self.rate_burst is not None and self.rate_burst < 1:
+            raise ValueError("rate_burst must be at least 1")
+        if self.overflow not in OVERFLOW_CHOICES:
+            raise ValueError(f"overflow must be one of {OVERFLOW_CHOICES}")
+        if self.ledger_limit < 1:
+            raise ValueError("ledger_limit must be at least 1")
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        robot_keys: Iterable[str] = (),
+        user_limits: Iterable[Window | str] | None = USER_LIMITS,
+        robot_limit: Window | str | None = ROBOT_LIMIT,
+        invalid_users: Iterable[str] = (),
+        agent_id: int | str = DEV_AGENT_ID,
+        **options: object,
+    ) -> SandboxConfig:
+        """Accepts lists and ``"30/60"`` strings where the fields want tuples and windows."""
+        return cls(
+            robot_keys=tuple(robot_keys),
+            user_limits=tuple(
+                Window.parse(w) if isinstance(w, str) else w for w in (user_limits or ())
+            ),
+            robot_limit=Window.parse(robot_limit) if isinstance(robot_limit, str) else robot_limit,
+            invalid_users=frozenset(invalid_users),
+            agent_id=int(agent_id),
+            **options,  # type: ignore[arg-type]
+        )
+
+    @property
+    def burst(self) -> float:
+        if self.rate_limit is None:
+            return 0.0
+        return self.rate_burst if self.rate_burst is not None else max(1.0, self.rate_limit)
+
+
+def mask(key: str) -> str:
+    """A robot key as the ledger and the page show it: enough to tell robots apart."""
+    return f"{key[:4]}…" if len(key) > 4 else "…"

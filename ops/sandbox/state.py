@@ -1,0 +1,751 @@
+"""WeCom's behaviour, without HTTP: tokens, validation, limits, faults and the ledger.
+
+Every public method takes the lock, so the HTTP handler threads may call them at once.
+Each endpoint method returns a ``Reply`` that the handler writes, delays or loses.
+
+Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig``):
+
+* ``gettoken`` answers the same token while it is valid, with the seconds it has left
+  as ``expires_in``; a new one only after it expired or was expired by a fault switch.
+* The duplicate check compares the request body byte for byte, per recipient: a
+  re-send that is not byte-identical is a new message and is delivered again. A
+  suppressed duplicate answers errcode 0 with the msgid of the first delivery.
+* Over a per-member limit the whole request is refused with 45009 and nothing is
+  delivered (the documentation says such messages are dropped; answering 45009 is the
+  visible reading), and that member is blocked for the window's length.
+* Fault switches act on ``message/send`` and ``webhook/send`` only (and
+  ``gettoken_errcodes`` on ``gettoken``), in this order: HTTP errors, busy (-1),
+  queued errcodes; lost and slow replies then apply to whatever the reply was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from . import codes
+from .config import (
+    DEFAULT_DUPLICATE_CHECK_INTERVAL,
+    MARKDOWN_LIMIT,
+    MAX_DUPLICATE_CHECK_INTERVAL,
+    MAX_TOUSER,
+    RECALL_WINDOW,
+    ROBOT_MARKDOWN_LIMIT,
+    ROBOT_TEXT_LIMIT,
+    TEXT_LIMIT,
+    TEXTCARD_DESCRIPTION_LIMIT,
+    TEXTCARD_TITLE_LIMIT,
+    SandboxConfig,
+    mask,
+)
+from .ledger import DELIVERED, REJECTED, SUPPRESSED, Ledger, LedgerEntry
+from .limits import TokenBucket, Window, WindowLimit
+
+MESSAGE_SEND = "message/send"
+WEBHOOK_SEND = "webhook/send"
+MESSAGE_RECALL = "message/recall"
+GETTOKEN = "gettoken"
+
+APP_MSGTYPES = ("text", "markdown", "textcard")
+ROBOT_MSGTYPES = ("text", "markdown", "image", "news", "file", "template_card")
+OK_REPLY = {"errcode": codes.OK, "errmsg": "ok"}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the handler sends back: a JSON body, or nothing at all when ``lose``."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json; charset=utf-8"
+    lose: bool = False
+    delay: float = 0.0
+
+
+@dataclass
+class Faults:
+    """The switches; counts are "the next N sends", ``slow=None`` means every reply."""
+
+    busy: int = 0
+    http_errors: int = 0
+    http_status: int = 500
+    lost_replies: int = 0
+    errcodes: list[int] = field(default_factory=list)
+    gettoken_errcodes: list[int] = field(default_factory=list)
+    delay: float = 0.0
+    slow: int | None = None
+
+
+class Rejected(Exception):
+    """Raised inside request handling to answer with an errcode."""
+
+    def __init__(self, errcode: int, detail: str = "", **extra: Any) -> None:
+        super().__init__(errcode)
+        self.errcode = errcode
+        self.errmsg = codes.message(errcode, detail)
+        self.extra = extra
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def encode(data: dict[str, Any]) -> bytes:
+    return _ENCODER.encode(data).encode()
+
+
+def error_body(errcode: int, errmsg: str | None = None, **extra: Any) -> bytes:
+    return encode({"errcode": errcode, "errmsg": errmsg or codes.message(errcode), **extra})
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes without splitting a character."""
+    return text.encode()[:limit].decode(errors="ignore")
+
+
+def nbytes(text: str) -> int:
+    return len(text.encode())
+
+
+@dataclass(frozen=True)
+class Sent:
+    """Where an earlier delivery's duplicate check holds until, and its msgid."""
+
+    until: float
+    msgid: str
+    entry_id: int
+    at: float
+
+
+class SandboxState:
+    """The app, its robots and everything that happened to them since the last reset."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.initial = config
+        self.lock = threading.Lock()
+        self._reset(config)
+
+    # Clock ---------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The sandbox clock: monotonic, moved forward by ``advance``."""
+        return time.monotonic() + self.offset
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+    # Endpoints -----------------------------------------------------------------------
+
+    def gettoken(self, query: dict[str, str]) -> Reply:
+        with self.lock:
+            self.stats[f"{GETTOKEN} calls"] += 1
+            try:
+                if self.faults.gettoken_errcodes:
+                    raise Rejected(self.faults.gettoken_errcodes.pop(0))
+                token, expires_in = self._gettoken(query)
+            except Rejected as exc:
+                self.stats[f"{GETTOKEN} errcode {exc.errcode}"] += 1
+                return Reply(error_body(exc.errcode, exc.errmsg))
+            return Reply(
+                encode(
+                    {
+                        "errcode": 0,
+                        "errmsg": "ok",
+                        "access_token": token,
+                        "expires_in": expires_in,
+                    }
+                )
+            )
+
+    def message_send(self, query: dict[str, str], raw: bytes) -> Reply:
+        return self._send(MESSAGE_SEND, query, raw)
+
+    def webhook_send(self, query: dict[str, str], raw: bytes) -> Reply:
+        return self._send(WEBHOOK_SEND, query, raw)
+
+    def message_recall(self, query: dict[str, str], raw: bytes) -> Reply:
+        with self.lock:
+            self.stats[f"{MESSAGE_RECALL} calls"] += 1
+            try:
+                self._check_token(query.get("access_token"))
+                body = self._parse(raw)
+                msgid = body.get("msgid")
+                sent = self.msgids.get(msgid) if isinstance(msgid, str) else None
+                if sent is None or self.now() - sent.at > RECALL_WINDOW:
+                    raise Rejected(codes.INVALID_PARAMETER, "invalid msgid")
+            except Rejected as exc:
+                self.stats[f"{MESSAGE_RECALL} errcode {exc.errcode}"] += 1
+                return Reply(error_body(exc.errcode, exc.errmsg))
+            self.ledger.replace(sent.entry_id, recalled=True)
+            return Reply(error_body(codes.OK))
+
+    def not_post(self) -> Reply:
+        return Reply(error_body(codes.REQUIRE_POST))
+
+    # Control -------------------------------------------------------------------------
+
+    def control(self, switches: dict[str, Any]) -> dict[str, Any]:
+        """Apply fault switches and run-time settings; raises ValueError on a bad one."""
+        unknown = set(switches) - set(CONTROLS)
+        if unknown:
+            raise ValueError(f"unknown switches: {', '.join(sorted(unknown))}")
+        with self.lock:
+            for name, value in switches.items():
+                CONTROLS[name](self, value)
+            return self._describe()
+
+    def describe(self) -> dict[str, Any]:
+        with self.lock:
+            return self._describe()
+
+    def reset(self) -> None:
+        with self.lock:
+            self._reset(self.initial)
+
+    def entries(
+        self, since_id: int = 0, limit: int | None = None, status: str | None = None
+    ) -> list[LedgerEntry]:
+        with self.lock:
+            found = self.ledger.since(since_id, None if status else limit)
+        if status:
+            found = [e for e in found if e.status == status][:limit]
+        return found
+
+    def last_id(self) -> int:
+        with self.lock:
+            return self.ledger.next_id - 1
+
+    def counters(self) -> dict[str, int]:
+        with self.lock:
+            return dict(sorted(self.stats.items()))
+
+    # Internals: state ----------------------------------------------------------------
+
+    def _reset(self, config: SandboxConfig) -> None:
+        ledger = getattr(self, "ledger", None)
+        self.config = config
+        self.offset = 0.0
+        self.faults = Faults()
+        self.invalid_users = set(config.invalid_users)
+        self.tokens: dict[str, float] = {}
+        self.current_token = ""
+        self.bucket = self._bucket(config)
+        self.user_limits: dict[str, WindowLimit] = {}
+        self.robot_limits: dict[str, WindowLimit] = {}
+        self.sent: dict[tuple[str, bytes], Sent] = {}
+        self.msgids: dict[str, Sent] = {}
+        self.stats: Counter[str] = Counter()
+        # Unique across resets and sandboxes; a random prefix, then a cheap counter.
+        self.msgid_prefix = secrets.token_urlsafe(12)
+        self.msgid_counter = itertools.count(1)
+        # Ids go on from where they were, so that a poller's ``since_id`` stays valid.
+        next_id = ledger.next_id if ledger is not None else 1
+        self.ledger = Ledger(config.ledger_limit)
+        self.ledger.next_id = next_id
+
+    @staticmethod
+    def _bucket(config: SandboxConfig) -> TokenBucket | None:
+        if config.rate_limit is None:
+            return None
+        return TokenBucket(rate=config.rate_limit, burst=config.burst)
+
+    def _describe(self) -> dict[str, Any]:
+        config = self.config
+        return {
+            "corp_id": config.corp_id,
+            "agent_id": config.agent_id,
+            "robots": [mask(key) for key in config.robot_keys],
+            "token_ttl": config.token_ttl,
+            "rate_limit": config.rate_limit,
+            "rate_burst": config.burst if config.rate_limit else None,
+            "user_limits": [str(w) for w in config.user_limits],
+            "robot_limit": str(config.robot_limit) if config.robot_limit else None,
+            "overflow": config.overflow,
+            "invalid_users": sorted(self.invalid_users),
+            "clock_offset": self.offset,
+            "faults": asdict(self.faults),
+            "last_id": self.ledger.next_id - 1,
+        }
+
+    # Internals: tokens ---------------------------------------------------------------
+
+    def _gettoken(self, query: dict[str, str]) -> tuple[str, int]:
+        corp_id, secret = query.get("corpid"), query.get("corpsecret")
+        if not corp_id:
+            raise Rejected(codes.MISSING_CORPID)
+        if not secret:
+            raise Rejected(codes.MISSING_SECRET)
+        if not secrets.compare_digest(corp_id.encode(), self.config.corp_id.encode()):
+            raise Rejected(codes.INVALID_CORPID)
+        if not secrets.compare_digest(secret.encode(), self.config.corp_secret.encode()):
+            raise Rejected(codes.INVALID_SECRET)
+        now = self.now()
+        expires = self.tokens.get(self.current_token, 0.0)
+        if expires <= now:
+            self.current_token = secrets.token_urlsafe(96)
+            expires = self.tokens[self.current_token] = now + self.config.token_ttl
+            self.stats["tokens issued"] += 1
+        # Rounded first: (now + ttl) - now is not always exactly ttl in floating point.
+        return self.current_token, max(1, math.ceil(round(expires - now, 3)))
+
+    def _check_token(self, token: str | None) -> None:
+        if not token:
+            raise Rejected(codes.MISSING_TOKEN)
+        expires = self.tokens.get(token)
+        if expires is None:
+            raise Rejected(codes.INVALID_TOKEN)
+        if expires <= self.now():
+            raise Rejected(codes.TOKEN_EXPIRED)
+
+    # Internals: sends ----------------------------------------------------------------
+
+    def _send(self, endpoint: str, query: dict[str, str], raw: bytes) -> Reply:
+        with self.lock:
+            self.stats[f"{endpoint} calls"] += 1
+            reply, entry = self._injected(endpoint)
+            if reply is None:
+                try:
+                    if endpoint == MESSAGE_SEND:
+                        reply, entry = self._app_send(query, raw)
+                    else:
+                        reply, entry = self._robot_send(query, raw)
+                except Rejected as exc:
+                    reply = Reply(error_body(exc.errcode, exc.errmsg, **exc.extra))
+                    entry = self._reject(endpoint, exc.errcode, exc.errmsg, raw, **exc.extra)
+            return self._deliver_reply(reply, entry)
+
+    def _injected(self, endpoint: str) -> tuple[Reply | None, LedgerEntry | None]:
+        faults = self.faults
+        if faults.http_errors > 0:
+            faults.http_errors -= 1
+            status = faults.http_status
+            text = f"{status} injected by the sandbox"
+            reply = Reply(text.encode(), status=status, content_type="text/plain; charset=utf-8")
+            return reply, self._record(endpoint, REJECTED, None, text, http_status=status)
+        if faults.busy > 0:
+            faults.busy -= 1
+            return self._injected_errcode(endpoint, codes.BUSY)
+        if faults.errcodes:
+            return self._injected_errcode(endpoint, faults.errcodes.pop(0))
+        return None, None
+
+    def _injected_errcode(self, endpoint: str, errcode: int) -> tuple[Reply, LedgerEntry]:
+        errmsg = codes.message(errcode)
+        return Reply(error_body(errcode, errmsg)), self._record(endpoint, REJECTED, errcode, errmsg)
+
+    def _deliver_reply(self, reply: Reply, entry: LedgerEntry | None) -> Reply:
+        faults = self.faults
+        lose = faults.lost_replies > 0
+        if lose:
+            faults.lost_replies -= 1
+            self.stats["lost replies"] += 1
+        delay = 0.0
+        if faults.delay > 0 and (faults.slow is None or faults.slow > 0):
+            delay = faults.delay
+            if faults.slow is not None:
+                faults.slow -= 1
+        if entry is not None and (lose or delay):
+            self.ledger.replace(entry.id, reply_lost=lose, reply_delay=delay)
+        return replace(reply, lose=lose, delay=delay) if lose or delay else reply
+
+    def _app_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
+        self._check_token(query.get("access_token"))
+        body = self._parse(raw)
+        self._check_agent(body.get("agentid"))
+        msgtype = body.get("msgtype")
+        if msgtype not in APP_MSGTYPES:
+            raise Rejected(codes.INVALID_MSGTYPE)
+        content, truncated = self._app_content(msgtype, body.get(msgtype))
+        interval = self._duplicate_interval(body)
+        users, parties, tags = (_ids(body.get(name)) for name in ("touser", "toparty", "totag"))
+        if len(users) > MAX_TOUSER:
+            raise Rejected(codes.INVALID_PARAMETER, f"touser exceed max count {MAX_TOUSER}")
+        if not (users or parties or tags):
+            raise Rejected(codes.INVALID_PARAMETER, "touser, toparty and totag are all empty")
+        invalid = tuple(u for u in users if u in self.invalid_users)
+        valid = [u for u in users if u not in self.invalid_users]
+        valid += [f"party:{p}" for p in parties] + [f"tag:{t}" for t in tags]
+        if not valid:
+            raise Rejected(codes.ALL_RECIPIENTS_INVALID, invaliduser="|".join(invalid))
+        now = self.now()
+        if self.bucket is not None and not self.bucket.admit(now):
+            raise Rejected(codes.FREQUENCY_LIMIT, "sandbox rate limit")
+        digest = hashlib.sha256(raw).digest() if interval else b""
+        earlier = {u: s for u in valid if (s := self._earlier(u, digest, now)) is not None}
+        fresh = [u for u in valid if u not in earlier]
+        self._admit_members(fresh, now)
+        reply_extra = {
+            "invaliduser": "|".join(invalid),
+            "invalidparty": "",
+            "invalidtag": "",
+            "unlicenseduser": "",
+        }
+        common = {
+            "msgtype": msgtype,
+            "touser": tuple(users),
+            "invaliduser": invalid,
+            "content": content,
+            "truncated": truncated,
+            "request": body,
+        }
+        if not fresh:
+            first = next(iter(earlier.values()))
+            entry = self._record(
+                MESSAGE_SEND,
+                SUPPRESSED,
+                codes.OK,
+                "ok",
+                msgid=first.msgid,
+                suppressed_to=tuple(earlier),
+                duplicate_of=first.entry_id,
+                **common,
+            )
+            self.stats["suppressed duplicates"] += 1
+            return Reply(encode({**OK_REPLY, **reply_extra, "msgid": first.msgid})), entry
+        msgid = f"{self.msgid_prefix}{next(self.msgid_counter):x}"
+        entry = self._record(
+            MESSAGE_SEND,
+            DELIVERED,
+            codes.OK,
+            "ok",
+            msgid=msgid,
+            delivered_to=tuple(fresh),
+            suppressed_to=tuple(earlier),
+            duplicate_of=next(iter(earlier.values())).entry_id if earlier else None,
+            **common,
+        )
+        sent = Sent(until=now + interval, msgid=msgid, entry_id=entry.id, at=now)
+        self.msgids[msgid] = sent
+        if interval:
+            self._remember(fresh, digest, sent)
+        self.stats["delivered"] += 1
+        return Reply(encode({**OK_REPLY, **reply_extra, "msgid": msgid})), entry
+
+    def _robot_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
+        key = query.get("key", "")
+        if key not in self.config.robot_keys:
+            raise Rejected(codes.INVALID_WEBHOOK_KEY)
+        body = self._parse(raw)
+        msgtype = body.get("msgtype")
+        if msgtype not in ROBOT_MSGTYPES:
+            raise Rejected(codes.INVALID_MSGTYPE)
+        payload = body.get(msgtype)
+        if not isinstance(payload, dict) or not payload:
+            raise Rejected(codes.EMPTY_CONTENT)
+        content = f"[{msgtype}]"
+        mentioned: tuple[str, ...] = ()
+        if msgtype in ("text", "markdown"):
+            text = payload.get("content")
+            if not isinstance(text, str) or not text:
+                raise Rejected(codes.EMPTY_CONTENT)
+            content = text
+            limit = ROBOT_TEXT_LIMIT if msgtype == "text" else ROBOT_MARKDOWN_LIMIT
+            if nbytes(content) > limit:
+                raise Rejected(
+                    codes.INVALID_PARAMETER, f"{msgtype}.content exceed max length {limit}"
+                )
+        if msgtype == "text":
+            mentioned = tuple(str(m) for m in payload.get("mentioned_list") or ())
+            mentioned += tuple(str(m) for m in payload.get("mentioned_mobile_list") or ())
+        robot_limit = self.config.robot_limit
+        if robot_limit is not None:
+            limiter = self.robot_limits.setdefault(key, WindowLimit((robot_limit,)))
+            if not limiter.admit(self.now()):
+                raise Rejected(codes.FREQUENCY_LIMIT, "robot send limit")
+        entry = self._record(
+            WEBHOOK_SEND,
+            DELIVERED,
+            codes.OK,
+            "ok",
+            msgtype=msgtype,
+            robot=mask(key),
+            content=content,
+            mentioned_list=mentioned,
+            request=body,
+        )
+        self.stats["delivered"] += 1
+        return Reply(error_body(codes.OK)), entry
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise Rejected(codes.DATA_FORMAT_ERROR) from None
+        if not isinstance(body, dict):
+            raise Rejected(codes.DATA_FORMAT_ERROR)
+        return body
+
+    def _check_agent(self, agentid: Any) -> None:
+        if agentid is None or agentid == "":
+            raise Rejected(codes.MISSING_AGENTID)
+        # WeCom reads a numeric string as the number; anything else cannot match.
+        if isinstance(agentid, bool) or str(agentid) != str(self.config.agent_id):
+            raise Rejected(codes.INVALID_AGENTID)
+
+    def _app_content(self, msgtype: str, payload: Any) -> tuple[str, bool]:
+        if not isinstance(payload, dict):
+            raise Rejected(codes.EMPTY_CONTENT)
+        if msgtype == "textcard":
+            return self._textcard(payload)
+        content = payload.get("content")
+        if not isinstance(content, str) or not content:
+            raise Rejected(codes.EMPTY_CONTENT)
+        limit = TEXT_LIMIT if msgtype == "text" else MARKDOWN_LIMIT
+        if nbytes(content) <= limit:
+            return content, False
+        if msgtype == "text" and self.config.overflow == "truncate":
+            return cut(content, limit), True
+        raise Rejected(codes.CONTENT_TOO_LARGE, f"{msgtype}.content exceed max length {limit}")
+
+    def _textcard(self, payload: dict[str, Any]) -> tuple[str, bool]:
+        title, description, url = (payload.get(k) for k in ("title", "description", "url"))
+        if not (isinstance(title, str) and title and isinstance(description, str) and description):
+            raise Rejected(codes.EMPTY_CONTENT)
+        if not isinstance(url, str) or not url:
+            raise Rejected(codes.INVALID_PARAMETER, "textcard.url missing")
+        truncated = False
+        for name, limit in (
+            ("title", TEXTCARD_TITLE_LIMIT),
+            ("description", TEXTCARD_DESCRIPTION_LIMIT),
+        ):
+            value = title if name == "title" else description
+            if nbytes(value) <= limit:
+                continue
+            if self.config.overflow != "truncate":
+                raise Rejected(
+                    codes.CONTENT_TOO_LARGE, f"textcard.{name} exceed max length {limit}"
+                )
+            truncated = True
+            if name == "title":
+                title = cut(title, limit)
+            else:
+                description = cut(description, limit)
+        return f"{title}\n\n{description}", truncated
+
+    def _duplicate_interval(self, body: dict[str, Any]) -> int:
+        """Seconds the duplicate check holds for this request; 0 when it is off."""
+        if body.get("enable_duplicate_check") not in (1, "1", True):
+            return 0
+        interval = body.get("duplicate_check_interval", DEFAULT_DUPLICATE_CHECK_INTERVAL)
+        if isinstance(interval, bool) or not isinstance(interval, int):
+            raise Rejected(codes.INVALID_PARAMETER, "duplicate_check_interval must be an integer")
+        if not 0 < interval <= MAX_DUPLICATE_CHECK_INTERVAL:
+            raise Rejected(
+                codes.INVALID_PARAMETER,
+                f"duplicate_check_interval must be within 1..{MAX_DUPLICATE_CHECK_INTERVAL}",
+            )
+        return interval
+
+    def _earlier(self, user: str, digest: bytes, now: float) -> Sent | None:
+        if not digest:
+            return None
+        sent = self.sent.get((user, digest))
+        return sent if sent is not None and sent.until > now else None
+
+    def _remember(self, users: list[str], digest: bytes, sent: Sent) -> None:
+        for user in users:
+            self.sent[(user, digest)] = sent
+        if len(self.sent) > 50_000:
+            now = self.now()
+            self.sent = {k: s for k, s in self.sent.items() if s.until > now}
+
+    def _admit_members(self, users: list[str], now: float) -> None:
+        """All of ``users`` within their limits, counted; or 45009 and none counted."""
+        windows = self.config.user_limits
+        if not windows:
+            return
+        limiters = [self.user_limits.setdefault(u, WindowLimit(windows)) for u in users]
+        for user, limiter in zip(users, limiters, strict=True):
+            if not limiter.allows(now):
+                raise Rejected(codes.FREQUENCY_LIMIT, f"member {user} over its send limit")
+        for limiter in limiters:
+            limiter.count(now)
+
+    def _reject(
+        self, endpoint: str, errcode: int, errmsg: str, raw: bytes, **extra: Any
+    ) -> LedgerEntry:
+        try:
+            request = json.loads(raw) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            request = None
+        if not isinstance(request, dict):
+            request = None
+        values: dict[str, Any] = {"request": request}
+        if request is not None:
+            values["msgtype"] = str(request.get("msgtype") or "")
+            values["touser"] = tuple(_ids(request.get("touser")))
+        if extra.get("invaliduser"):
+            values["invaliduser"] = tuple(str(extra["invaliduser"]).split("|"))
+        self.stats[f"{endpoint} errcode {errcode}"] += 1
+        return self._record(endpoint, REJECTED, errcode, errmsg, **values)
+
+    def _record(
+        self, endpoint: str, status: str, errcode: int | None, errmsg: str, **values: Any
+    ) -> LedgerEntry:
+        return self.ledger.add(
+            at=self.wall(),
+            endpoint=endpoint,
+            status=status,
+            errcode=errcode,
+            errmsg=errmsg,
+            **values,
+        )
+
+
+def _ids(value: Any) -> list[str]:
+    """``"a|b"`` (or a list, which WeCom does not take but a careless caller might) as ids."""
+    if isinstance(value, str):
+        return [part for part in value.split("|") if part]
+    return []
+
+
+# Control switches -----------------------------------------------------------------------
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a count (an integer >= 0), got {value!r}")
+    return value
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"expected seconds (a number >= 0), got {value!r}")
+    return float(value)
+
+
+def _errcodes(value: Any) -> list[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ValueError(f"expected a list of errcodes, got {value!r}")
+    return list(value)
+
+
+def _user_ids(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = value.split("|")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of user ids, got {value!r}")
+    return [v for v in value if v]
+
+
+def _set_fault(name: str, parse: Any) -> Any:
+    def apply(state: SandboxState, value: Any) -> None:
+        setattr(state.faults, name, parse(value))
+
+    return apply
+
+
+def _http_status(state: SandboxState, value: Any) -> None:
+    if not isinstance(value, int) or not 500 <= value <= 599:
+        raise ValueError(f"http_status must be a 5xx status, got {value!r}")
+    state.faults.http_status = value
+
+
+def _slow(state: SandboxState, value: Any) -> None:
+    state.faults.slow = None if value is None else _count(value)
+
+
+def _config_error(state: SandboxState, value: Any) -> None:
+    state.faults.errcodes = [codes.IP_NOT_ALLOWED] * _count(value)
+
+
+def _expire_tokens(state: SandboxState, value: Any) -> None:
+    if value:
+        now = state.now()
+        state.tokens = {token: min(expires, now) for token, expires in state.tokens.items()}
+
+
+def _invalidate_tokens(state: SandboxState, value: Any) -> None:
+    if value:
+        state.tokens.clear()
+        state.current_token = ""
+
+
+def _invalid_users(state: SandboxState, value: Any) -> None:
+    state.invalid_users.update(_user_ids(value))
+
+
+def _valid_users(state: SandboxState, value: Any) -> None:
+    state.invalid_users.difference_update(_user_ids(value))
+
+
+def _config_switch(name: str, parse: Any) -> Any:
+    def apply(state: SandboxState, value: Any) -> None:
+        state.config = replace(state.config, **{name: parse(value)})
+        if name in ("rate_limit", "rate_burst"):
+            state.bucket = state._bucket(state.config)
+        if name == "user_limits":
+            state.user_limits.clear()
+        if name == "robot_limit":
+            state.robot_limits.clear()
+
+    return apply
+
+
+def _optional_rate(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"expected a positive number or null, got {value!r}")
+    return float(value)
+
+
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"expected a positive number, got {value!r}")
+    return float(value)
+
+
+def _windows(value: Any) -> tuple[Window, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list such as ['30/60', '1000/3600'], got {value!r}")
+    return tuple(Window.parse(str(v)) for v in value)
+
+
+def _window(value: Any) -> Window | None:
+    return None if value is None else Window.parse(str(value))
+
+
+def _overflow(value: Any) -> str:
+    if value not in ("truncate", "reject"):
+        raise ValueError(f"overflow must be 'truncate' or 'reject', got {value!r}")
+    return str(value)
+
+
+def _advance(state: SandboxState, value: Any) -> None:
+    state.offset += _seconds(value)
+
+
+CONTROLS: dict[str, Any] = {
+    "busy": _set_fault("busy", _count),
+    "http_errors": _set_fault("http_errors", _count),
+    "http_status": _http_status,
+    "lost_replies": _set_fault("lost_replies", _count),
+    "errcodes": _set_fault("errcodes", _errcodes),
+    "gettoken_errcodes": _set_fault("gettoken_errcodes", _errcodes),
+    "config_error": _config_error,
+    "delay": _set_fault("delay", _seconds),
+    "slow": _slow,
+    "expire_tokens": _expire_tokens,
+    "invalidate_tokens": _invalidate_tokens,
+    "invalid_users": _invalid_users,
+    "valid_users": _valid_users,
+    "rate_limit": _config_switch("rate_limit", _optional_rate),
+    "rate_burst": _config_switch("rate_burst", _optional_rate),
+    "token_ttl": _config_switch("token_ttl", _positive),
+    "user_limits": _config_switch("user_limits", _windows),
+    "robot_limit": _config_switch("robot_limit", _window),
+    "overflow": _config_switch("overflow", _overflow),
+    "advance": _advance,
+}
