@@ -1,0 +1,383 @@
+"""WeCom app messages through the server API (``gettoken``, ``message/send``).
+
+::
+
+    "wecom": {
+        "BACKEND": "reminders.senders.wecom.WeComSender",
+        "OPTIONS": {"oversize": "reject"},  # credentials default to the WECOM_* settings
+    }
+
+Every message is sent with WeCom's duplicate check on and rendered to the same bytes
+every time, so a re-send after a lost reply is dropped by WeCom instead of reaching the
+employee twice. That check compares content, not our idempotency key: two different
+reminders with identical text to the same user inside the interval are merged too, so
+kinds should render something that tells occurrences apart.
+
+Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from django.conf import settings as django_settings
+
+from ..exceptions import (
+    ConfigurationSendError,
+    PayloadSendError,
+    RecipientSendError,
+    SendError,
+    ThrottledSendError,
+    TransientSendError,
+)
+from .base import BaseSender, Message, SendResult
+from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
+from .tokens import SharedToken, token_name
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://qyapi.weixin.qq.com"
+
+# -- what WeCom's errcodes mean (WECOM.md) -----------------------------------------------
+TOKEN_CODES = frozenset({40014, 42001, 41001})
+PASSING_CODES = frozenset({-1, 6000})
+# 45009 blocks the caller for a minute (an hour for the hourly limit, which we stay far
+# under); 45033 is too many concurrent calls and clears as soon as calls finish.
+THROTTLE_PAUSES: dict[int, float] = {45009: 60.0, 45033: 5.0}
+# 41002 and 41004 (corpid, corpsecret missing) come from gettoken with empty settings.
+CONFIGURATION_CODES = frozenset(
+    {40001, 40013, 40091, 40056, 41011, 50003, 48002, 301002, 60020, 41002, 41004}
+)
+RECIPIENT_CODES = frozenset({81013, 82001, 40003, 40031, 40032, 60011, 50002})
+# 47001 (data format error): the same bytes are malformed the next time too.
+PAYLOAD_CODES = frozenset({40008, 40035, 40058, 44004, 45002, 40033, 47001})
+
+# -- what WeCom accepts ------------------------------------------------------------------
+CONTENT_LIMIT = 2048  # bytes of text or markdown content
+FIELD_LIMITS: dict[str, dict[str, int]] = {"textcard": {"title": 128, "description": 512}}
+MAX_DUPLICATE_CHECK_SECONDS = 4 * 3600
+MAX_PARTS = 10
+PART_MARKER_BYTES = 16  # room for "(10/10) " with margin
+
+
+def classify(errcode: int, errmsg: str, what: str) -> SendError:
+    """The error a non-zero ``errcode`` means; ``errmsg`` is only quoted."""
+    text = f"{what}: WeCom errcode {errcode}" + (f" ({errmsg})." if errmsg else ".")
+    code = str(errcode)
+    if errcode in THROTTLE_PAUSES:
+        return ThrottledSendError(text, code=code, pause_seconds=THROTTLE_PAUSES[errcode])
+    if errcode in CONFIGURATION_CODES:
+        return ConfigurationSendError(text, code=code)
+    if errcode in RECIPIENT_CODES:
+        return RecipientSendError(text, code=code)
+    if errcode in PAYLOAD_CODES:
+        return PayloadSendError(text, code=code)
+    if errcode not in PASSING_CODES and errcode not in TOKEN_CODES:
+        # A code we do not know yet. Failing at once would lose a message to what may be
+        # a passing state (WeCom adds codes); retrying costs at most the engine's few
+        # attempts, and the duplicate check makes a retry of a delivered body harmless.
+        logger.warning("%s: unknown WeCom errcode %s, treated as passing", what, errcode)
+    return TransientSendError(text, code=code)
+
+
+def split_content(content: str, limit: int = CONTENT_LIMIT) -> list[str]:
+    """``content`` cut into numbered parts of at most ``limit`` UTF-8 bytes each.
+
+    Cuts fall between lines where possible and never inside a character; the parts
+    without their ``(i/n)`` markers join back to ``content``. The markers also keep two
+    equal parts from looking like duplicates to WeCom.
+    """
+    budget = limit - PART_MARKER_BYTES
+    chunks: list[str] = []
+    current = ""
+    for line in content.splitlines(keepends=True):
+        while _size(line) > budget:
+            if current:
+                chunks.append(current)
+                current = ""
+            head = line.encode()[:budget].decode(errors="ignore")
+            chunks.append(head)
+            line = line[len(head) :]
+        if current and _size(current) + _size(line) > budget:
+            chunks.append(current)
+            current = ""
+        current += line
+    if current:
+        chunks.append(current)
+    return [f"({index}/{len(chunks)}) {chunk}" for index, chunk in enumerate(chunks, 1)]
+
+
+def _size(text: str) -> int:
+    return len(text.encode())
+
+
+class WeComSender(BaseSender):
+    """App messages (``text``, ``markdown``, ``textcard``) to WeCom users.
+
+    OPTIONS (each defaults to its ``WECOM_*`` setting, read when the sender is built):
+    ``api_base``, ``corp_id``, ``corp_secret``, ``agent_id``, ``timeout`` (connect and
+    read, seconds) and ``connect_timeout``; ``duplicate_check_interval`` (seconds, at
+    most 4 hours, which is the default: it must cover the engine's whole retry window);
+    ``oversize``: ``"reject"`` (default) or ``"split"`` for content over 2,048 bytes;
+    ``safe``: 1 to send confidential messages.
+    """
+
+    supports_duplicate_check: ClassVar[bool] = True
+    duplicate_check_seconds: ClassVar[int] = MAX_DUPLICATE_CHECK_SECONDS
+    # WeCom's per-member limits, for the engine's shared limiter to honour.
+    recipient_rate_limits: ClassVar[list[tuple[int, int]]] = [(30, 60), (1000, 3600)]
+
+    def __init__(
+        self,
+        alias: str,
+        *,
+        api_base: str | None = None,
+        corp_id: str | None = None,
+        corp_secret: str | None = None,
+        agent_id: str | int | None = None,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
+        duplicate_check_interval: int = MAX_DUPLICATE_CHECK_SECONDS,
+        oversize: str = "reject",
+        safe: int = 0,
+        **options: Any,
+    ) -> None:
+        # The secret is kept off ``self.options``, which anything may print.
+        super().__init__(alias, **options)
+        self.api_base = str(api_base or _setting("WECOM_API_BASE", DEFAULT_API_BASE)).rstrip("/")
+        self.corp_id = str(corp_id if corp_id is not None else _setting("WECOM_CORP_ID", ""))
+        self._secret = str(
+            corp_secret if corp_secret is not None else _setting("WECOM_CORP_SECRET", "")
+        )
+        raw_agent = agent_id if agent_id is not None else _setting("WECOM_AGENT_ID", "")
+        self.agent_id = str(raw_agent).strip()
+        if oversize not in {"reject", "split"}:
+            raise ConfigurationSendError(
+                f"Channel {alias!r}: oversize must be 'reject' or 'split', not {oversize!r}.",
+                code="options",
+            )
+        self.oversize = oversize
+        interval = int(duplicate_check_interval)
+        if not 0 < interval <= MAX_DUPLICATE_CHECK_SECONDS:
+            raise ConfigurationSendError(
+                f"Channel {alias!r}: duplicate_check_interval must be 1 to "
+                f"{MAX_DUPLICATE_CHECK_SECONDS} seconds, not {interval}.",
+                code="options",
+            )
+        self.duplicate_check_seconds = interval  # type: ignore[misc]
+        self.safe = int(safe)
+        self.client = JsonClient(
+            timeout=float(timeout or timeout_setting()),
+            connect_timeout=connect_timeout,
+            secrets=self._secrets,
+        )
+        self.token = SharedToken(
+            token_name(
+                "wecom",
+                urlsplit(self.api_base).netloc + urlsplit(self.api_base).path,
+                self.corp_id,
+                self.agent_id,
+                secret=self._secret,
+            ),
+            self._fetch_token,
+            lease_seconds=2 * sum(self.client.timeout) + 5,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.alias!r} {self.api_base} "
+            f"corp={self.corp_id} agent={self.agent_id}>"
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _secrets(self) -> list[str]:
+        return [self._secret, self.token.local_value]
+
+    # -- the access token -------------------------------------------------------------
+
+    def _require_credentials(self) -> int:
+        missing = [
+            name
+            for name, value in (
+                ("WECOM_CORP_ID", self.corp_id),
+                ("WECOM_CORP_SECRET", self._secret),
+                ("WECOM_AGENT_ID", self.agent_id),
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigurationSendError(
+                f"Channel {self.alias!r}: {', '.join(missing)} not set.", code="credentials"
+            )
+        try:
+            return int(self.agent_id)
+        except ValueError:
+            raise ConfigurationSendError(
+                f"Channel {self.alias!r}: WECOM_AGENT_ID must be an integer, "
+                f"not {self.agent_id!r}.",
+                code="credentials",
+            ) from None
+
+    def _fetch_token(self) -> tuple[str, float]:
+        what = "WeCom gettoken"
+        reply = self.client.call(
+            "GET",
+            f"{self.api_base}/cgi-bin/gettoken",
+            what=what,
+            params={"corpid": self.corp_id, "corpsecret": self._secret},
+        )
+        data = self._errcode_reply(reply, what)
+        errcode = data["errcode"]
+        if errcode != 0:
+            if errcode in TOKEN_CODES:
+                # Not a token problem when asking for a token: our request is wrong.
+                raise ConfigurationSendError(f"{what}: WeCom errcode {errcode}.", code=str(errcode))
+            raise classify(errcode, self.client.redact(str(data.get("errmsg", ""))), what)
+        token = data.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise TransientSendError(f"{what}: the reply has no access_token.", code="bad-reply")
+        expires_in = data.get("expires_in")
+        lifetime = float(expires_in) if isinstance(expires_in, int | float) else 7200.0
+        return token, max(lifetime, 1.0)
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send(self, message: Message) -> SendResult:
+        agent_id = self._require_credentials()
+        if not message.recipient:
+            raise RecipientSendError("WeCom message/send: no recipient.", code="recipient")
+        bodies = [self._payload(message, agent_id, part) for part in self._parts(message)]
+        replies: list[dict[str, Any]] = []
+        for index, body in enumerate(bodies, 1):
+            what = "WeCom message/send"
+            if len(bodies) > 1:
+                what += f" (part {index}/{len(bodies)}, {index - 1} delivered before it)"
+            reply = self._send_body(body, what)
+            self._check_recipients(message.recipient, reply, what)
+            replies.append(reply)
+        return self._result(replies)
+
+    def _parts(self, message: Message) -> list[dict[str, Any]]:
+        """The message's body, or its parts when it is too long and splitting is on."""
+        body = message.body
+        what = f"WeCom {message.msgtype} message"
+        for name, limit in FIELD_LIMITS.get(message.msgtype, {}).items():
+            size = _size(str(body.get(name, "")))
+            if size > limit:
+                raise PayloadSendError(
+                    f"{what}: {name} is {size} bytes, over WeCom's limit of {limit}.",
+                    code="too-large",
+                )
+        if message.msgtype not in {"text", "markdown"}:
+            return [body]
+        content = body.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise PayloadSendError(f"{what}: the content is empty.", code="empty")
+        size = _size(content)
+        if size <= CONTENT_LIMIT:
+            return [body]
+        if self.oversize != "split":
+            raise PayloadSendError(
+                f"{what}: the content is {size} bytes, over WeCom's limit of "
+                f"{CONTENT_LIMIT} (the channel rejects oversize content rather than cut it).",
+                code="too-large",
+            )
+        parts = split_content(content)
+        if len(parts) > MAX_PARTS:
+            raise PayloadSendError(
+                f"{what}: the content is {size} bytes, {len(parts)} parts; at most "
+                f"{MAX_PARTS} are sent.",
+                code="too-large",
+            )
+        return [{**body, "content": part} for part in parts]
+
+    def _payload(self, message: Message, agent_id: int, body: dict[str, Any]) -> bytes:
+        payload: dict[str, Any] = {
+            "touser": message.recipient,
+            "msgtype": message.msgtype,
+            message.msgtype: body,
+            "agentid": agent_id,
+            "enable_duplicate_check": 1,
+            "duplicate_check_interval": self.duplicate_check_seconds,
+        }
+        if self.safe:
+            payload["safe"] = self.safe
+        return canonical_json(payload)
+
+    def _send_body(self, body: bytes, what: str) -> dict[str, Any]:
+        token = self.token.get()
+        data = self._post(token, body, what)
+        if data["errcode"] in TOKEN_CODES:
+            # Expired or revoked early: one fresh token, one more try of the same bytes.
+            token = self.token.get(stale=token)
+            data = self._post(token, body, what)
+            if data["errcode"] in TOKEN_CODES:
+                raise TransientSendError(
+                    f"{what}: WeCom rejected a freshly fetched token too "
+                    f"(errcode {data['errcode']}).",
+                    code=str(data["errcode"]),
+                )
+        if data["errcode"] != 0:
+            raise classify(data["errcode"], self.client.redact(str(data.get("errmsg", ""))), what)
+        return data
+
+    def _post(self, token: str, body: bytes, what: str) -> dict[str, Any]:
+        reply = self.client.call(
+            "POST",
+            f"{self.api_base}/cgi-bin/message/send",
+            what=what,
+            params={"access_token": token},
+            body=body,
+        )
+        return self._errcode_reply(reply, what)
+
+    def _errcode_reply(self, reply: Reply, what: str) -> dict[str, Any]:
+        self.client.check_status(reply, what)
+        data = reply.object
+        if not isinstance(data.get("errcode"), int):
+            # WeCom always answers JSON with an errcode; anything else is a proxy or a
+            # load balancer in the way, which passes.
+            raise TransientSendError(
+                f"{what}: the reply from {bare_url(self.api_base)} is not WeCom's JSON.",
+                code="bad-reply",
+            )
+        return data
+
+    def _check_recipients(self, recipient: str, reply: dict[str, Any], what: str) -> None:
+        """errcode 0 with every one of our users listed invalid means nobody got it."""
+        if recipient == "@all":
+            return
+        refused = {
+            user.lower()
+            for name in ("invaliduser", "unlicenseduser")
+            for user in str(reply.get(name) or "").split("|")
+            if user
+        }
+        ours = {user.lower() for user in recipient.split("|") if user}
+        if ours and ours <= refused:
+            raise RecipientSendError(
+                f"{what}: WeCom did not deliver to {recipient} "
+                f"(invaliduser={reply.get('invaliduser') or ''!s}, "
+                f"unlicenseduser={reply.get('unlicenseduser') or ''!s}).",
+                code="invaliduser",
+            )
+
+    def _result(self, replies: list[dict[str, Any]]) -> SendResult:
+        msgids = [str(reply.get("msgid") or "") for reply in replies]
+        detail: dict[str, Any] = {"errcode": 0, "msgid": msgids[0]}
+        if len(msgids) > 1:
+            detail["parts"] = len(msgids)
+            detail["msgids"] = msgids
+        for name in ("invaliduser", "invalidparty", "invalidtag", "unlicenseduser"):
+            values = sorted({str(r[name]) for r in replies if r.get(name)})
+            if values:
+                detail[name] = "|".join(values)
+        return SendResult(message_id=msgids[0], code="0", detail=detail)
+
+
+def _setting(name: str, default: Any) -> Any:
+    return getattr(django_settings, name, default)

@@ -1,0 +1,116 @@
+"""WeComRobotSender over real HTTP against the stub server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from reminders.exceptions import (
+    ConfigurationSendError,
+    PayloadSendError,
+    ThrottledSendError,
+    TransientSendError,
+)
+from reminders.senders.base import Message
+from reminders.senders.robot import WeComRobotSender
+
+from .stub_server import Canned, StubServer, error, ok
+
+WEBHOOK = "/cgi-bin/webhook/send"
+KEY = "693a91f6-7xxx-4bc4-97a0-0ec2sifa5aaa"
+
+
+@pytest.fixture
+def robot(stub: StubServer) -> Iterator[WeComRobotSender]:
+    stub.on(WEBHOOK, ok())
+    sender = WeComRobotSender("ops", key=KEY, api_base=stub.url, timeout=1.0)
+    yield sender
+    sender.close()
+
+
+def test_send__text_with_mentions_from_the_body(robot: WeComRobotSender, stub: StubServer) -> None:
+    body = {"content": "2 runs failed today", "mentioned_list": ["wangqing", "@all"]}
+
+    result = robot.send(Message("ops", "text", body, "alert-1"))
+
+    [request] = stub.calls(WEBHOOK)
+    assert request.query == {"key": KEY}
+    assert request.json == {"msgtype": "text", "text": body}
+    assert result.code == "0"
+
+
+def test_send__mention_recipient_adds_it_once(stub: StubServer) -> None:
+    stub.on(WEBHOOK, ok())
+    robot = WeComRobotSender("g", key=KEY, api_base=stub.url, mention_recipient=True)
+    try:
+        robot.send(Message("lisi", "text", {"content": "hi", "mentioned_list": ["lisi"]}, "a"))
+        robot.send(Message("lisi", "text", {"content": "hi again"}, "b"))
+    finally:
+        robot.close()
+
+    assert [r.json["text"]["mentioned_list"] for r in stub.calls(WEBHOOK)] == [["lisi"], ["lisi"]]
+
+
+def test_send__markdown_up_to_4096_bytes(robot: WeComRobotSender, stub: StubServer) -> None:
+    robot.send(Message("ops", "markdown", {"content": "#" * 4096}, "a"))
+
+    with pytest.raises(PayloadSendError, match=r"4097 bytes.*4096"):
+        robot.send(Message("ops", "markdown", {"content": "#" * 4097}, "b"))
+
+    assert len(stub.calls(WEBHOOK)) == 1
+
+
+def test_send__invalid_key_is_configuration_and_the_key_stays_secret(
+    robot: WeComRobotSender, stub: StubServer
+) -> None:
+    stub.on(WEBHOOK, error(93000, f"invalid webhook url, key {KEY}"))
+
+    with pytest.raises(ConfigurationSendError) as caught:
+        robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+
+    assert caught.value.code == "93000"
+    assert KEY not in str(caught.value)
+    assert KEY not in repr(robot)
+
+
+def test_send__frequency_limit_is_throttled_for_a_minute(
+    robot: WeComRobotSender, stub: StubServer
+) -> None:
+    stub.on(WEBHOOK, error(45009, "api freq out of limit"))
+
+    with pytest.raises(ThrottledSendError) as caught:
+        robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+
+    assert caught.value.pause_seconds >= 60
+
+
+def test_send__network_failure_is_passing_without_the_key(
+    robot: WeComRobotSender, stub: StubServer
+) -> None:
+    stub.on(WEBHOOK, Canned(drop=True))
+
+    with pytest.raises(TransientSendError) as caught:
+        robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+
+    assert KEY not in str(caught.value)
+
+
+def test_rate_limits__twenty_a_minute_per_robot_not_per_alias(stub: StubServer) -> None:
+    one = WeComRobotSender("a", key=KEY, api_base=stub.url)
+    same_robot = WeComRobotSender("b", key=KEY, api_base=stub.url)
+    other = WeComRobotSender("c", key="another-key", api_base=stub.url)
+
+    assert one.rate_limits == [(20, 60)]
+    assert one.rate_limit_key == same_robot.rate_limit_key != other.rate_limit_key
+    assert KEY not in one.rate_limit_key
+    assert one.supports_duplicate_check is False
+
+
+def test_send__without_a_key_is_configuration(stub: StubServer) -> None:
+    robot = WeComRobotSender("ops", api_base=stub.url)
+
+    with pytest.raises(ConfigurationSendError, match="no robot key"):
+        robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+
+    assert stub.requests == []

@@ -1,0 +1,282 @@
+"""End to end over real HTTP: the engine and the WeCom senders against the WeCom sandbox."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import TestCase
+
+from ops.sandbox import WeComSandbox
+from reminders import dispatch, signals
+from reminders.exceptions import (
+    ConfigurationSendError,
+    RecipientSendError,
+    SendError,
+    ThrottledSendError,
+    TransientSendError,
+)
+from reminders.models import SendLog, TaskRun
+from reminders.senders import get_sender
+from reminders.senders.base import Message
+from reminders.senders.robot import WeComRobotSender
+from reminders.senders.wecom import WeComSender
+from tests.support.jobs import run_queued
+
+pytestmark = pytest.mark.django_db
+
+CORP_ID = "ww-e2e"
+SECRET = "e2e-corp-secret-value"  # noqa: S105 - a test value
+AGENT_ID = 1000007
+ROBOT_KEY = "e2e-robot-key-0001"
+
+
+@pytest.fixture
+def sandbox() -> Iterator[WeComSandbox]:
+    box = WeComSandbox(
+        corp_id=CORP_ID,
+        corp_secret=SECRET,
+        agent_id=AGENT_ID,
+        robot_keys=[ROBOT_KEY],
+        invalid_users=["ghost"],
+        overflow="reject",
+    )
+    box.start()
+    yield box
+    box.stop()
+
+
+@pytest.fixture
+def channels(sandbox: WeComSandbox, settings: Any) -> None:
+    """``wecom`` and ``robot`` channels pointed at the sandbox, as ``make run`` would."""
+    common = {"api_base": sandbox.base_url, "timeout": 1.0}
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {
+                **common,
+                "corp_id": CORP_ID,
+                "corp_secret": SECRET,
+                "agent_id": AGENT_ID,
+                "oversize": "split",
+            },
+        },
+        "robot": {
+            "BACKEND": "reminders.senders.robot.WeComRobotSender",
+            "OPTIONS": {**common, "key": ROBOT_KEY},
+        },
+    }
+
+
+@pytest.fixture
+def failures() -> Iterator[list[SendError]]:
+    """The errors ``run_failed`` reported, in order."""
+    seen: list[SendError] = []
+
+    def handler(sender: Any, run: TaskRun, error: SendError, **kwargs: Any) -> None:
+        seen.append(error)
+
+    signals.run_failed.connect(handler, weak=False)
+    yield seen
+    signals.run_failed.disconnect(handler)
+
+
+def tick(now: Any = None) -> int:
+    """One scheduler tick and one pass of the workers; returns messages sent."""
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("sandbox-test", 1000, now=now)
+        return run_queued()
+
+
+def statuses() -> list[tuple[str, int, str]]:
+    return list(TaskRun.objects.order_by("pk").values_list("status", "attempts", "error_code"))
+
+
+# -- through the engine -------------------------------------------------------------------
+
+
+def test_e2e__token_expiry_mid_run_refreshes_without_a_failed_message(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    for n in range(3):
+        make_task(recipient=f"sales{n}", channel="wecom", payload={"content": f"first {n}"})
+    assert tick() == 3
+    sandbox.control(expire_tokens=True)  # WeCom ends the token while we still trust it
+    for n in range(3):
+        make_task(recipient=f"sales{n}", channel="wecom", payload={"content": f"second {n}"})
+
+    assert tick() == 3
+
+    assert statuses() == [("sent", 1, "")] * 6
+    assert len(sandbox.delivered()) == 6
+    stats = sandbox.stats()
+    assert stats["tokens issued"] == 2
+    assert stats["message/send errcode 42001"] == 1  # one rejected send, then the refresh
+
+
+def test_e2e__invalid_recipient_fails_at_once_without_retry(
+    make_task: Any, channels: None, sandbox: WeComSandbox, failures: list[SendError]
+) -> None:
+    make_task(recipient="ghost", channel="wecom")
+
+    tick()
+
+    run = TaskRun.objects.get()
+    assert (run.status, run.attempts, run.error_code, run.next_attempt_at) == (
+        "failed",
+        1,
+        "81013",
+        None,
+    )
+    assert [type(error) for error in failures] == [RecipientSendError]
+    assert sandbox.delivered() == []
+    assert sandbox.stats()["message/send calls"] == 1
+
+
+def test_e2e__ip_not_trusted_is_a_configuration_failure(
+    make_task: Any, channels: None, sandbox: WeComSandbox, failures: list[SendError]
+) -> None:
+    sandbox.control(config_error=1)
+    make_task(channel="wecom")
+
+    tick()
+
+    run = TaskRun.objects.get()
+    assert (run.status, run.attempts, run.error_code) == ("failed", 1, "60020")
+    assert [error.category for error in failures] == ["configuration"]
+
+
+def test_e2e__a_reply_lost_after_delivery_is_resent_and_received_once(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    make_task(recipient="wangwu", channel="wecom", payload={"content": "Inquiry #88 waits"})
+    sandbox.control(lost_replies=1)
+
+    tick()
+    run = TaskRun.objects.get()
+    assert (run.status, run.error_code) == ("retrying", "network")
+    tick(now=run.next_attempt_at + timedelta(seconds=1))
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts) == ("sent", 2)
+    assert [entry.content for entry in sandbox.delivered(to="wangwu")] == ["Inquiry #88 waits"]
+    assert [entry.status for entry in sandbox.ledger()] == ["delivered", "suppressed"]
+    first = sandbox.ledger()[0]
+    assert SendLog.objects.get().provider_message_id == first.msgid
+
+
+@pytest.mark.parametrize("fault", [{"busy": 1}, {"http_errors": 1, "http_status": 502}])
+def test_e2e__busy_and_5xx_are_retried_and_delivered_once(
+    make_task: Any, channels: None, sandbox: WeComSandbox, fault: dict[str, int]
+) -> None:
+    make_task(recipient="zhaoliu", channel="wecom")
+    sandbox.control(**fault)
+
+    tick()
+    run = TaskRun.objects.get()
+    assert run.status == "retrying"
+    tick(now=run.next_attempt_at + timedelta(seconds=1))
+
+    run.refresh_from_db()
+    assert (run.status, run.attempts) == ("sent", 2)
+    assert len(sandbox.delivered(to="zhaoliu")) == 1
+
+
+# -- the senders alone --------------------------------------------------------------------
+
+
+def test_sandbox__two_processes_share_one_gettoken(channels: None, sandbox: WeComSandbox) -> None:
+    senders = [get_sender("wecom"), WeComSender("wecom", **_options(sandbox))]
+    try:
+        for n, sender in enumerate(senders):
+            sender.send(Message(f"u{n}", "text", {"content": "hello"}, f"k{n}"))
+    finally:
+        senders[1].close()
+
+    assert sandbox.stats()["gettoken calls"] == 1
+
+
+def test_sandbox__member_limit_is_throttling(channels: None, sandbox: WeComSandbox) -> None:
+    sandbox.control(user_limits=["2/60"])
+    sender = get_sender("wecom")
+    for n in range(2):
+        sender.send(Message("busy-bee", "text", {"content": f"m{n}"}, f"k{n}"))
+
+    with pytest.raises(ThrottledSendError) as caught:
+        sender.send(Message("busy-bee", "text", {"content": "m3"}, "k3"))
+
+    assert caught.value.code == "45009"
+    assert caught.value.pause_seconds >= 60
+
+
+def test_sandbox__split_parts_arrive_whole_and_once_after_a_lost_reply(
+    channels: None, sandbox: WeComSandbox
+) -> None:
+    content = "".join(f"{n:03d} 客户跟进记录\n" for n in range(400))  # about 9 KB
+    message = Message("qianqi", "text", {"content": content}, "k")
+    sender = get_sender("wecom")
+    sandbox.control(lost_replies=1)  # the first part arrives, its reply does not
+
+    with pytest.raises(TransientSendError):
+        sender.send(message)
+    result = sender.send(message)  # the engine's retry: every part again, same bytes
+
+    delivered = sandbox.delivered(to="qianqi")
+    assert len(delivered) == result.detail["parts"] > 1
+    assert [e.content.split(" ", 1)[0] for e in delivered] == [
+        f"({n}/{len(delivered)})" for n in range(1, len(delivered) + 1)
+    ]
+    assert "".join(e.content.split(" ", 1)[1] for e in delivered) == content
+    assert [e.status for e in sandbox.ledger()].count("suppressed") == 1
+
+
+def test_sandbox__robot_text_mentions_and_markdown(channels: None, sandbox: WeComSandbox) -> None:
+    robot = get_sender("robot")
+    robot.send(
+        Message("ops", "text", {"content": "3 runs failed", "mentioned_list": ["@all"]}, "a")
+    )
+    robot.send(Message("ops", "markdown", {"content": "**daily** 120 sent"}, "b"))
+
+    text, markdown = sandbox.delivered()
+    assert (text.msgtype, text.content, text.mentioned_list) == ("text", "3 runs failed", ("@all",))
+    assert (markdown.msgtype, markdown.content) == ("markdown", "**daily** 120 sent")
+
+
+def test_sandbox__robot_invalid_key_is_configuration(sandbox: WeComSandbox) -> None:
+    robot = WeComRobotSender("robot", key="not-a-key", api_base=sandbox.base_url)
+    try:
+        with pytest.raises(ConfigurationSendError) as caught:
+            robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+    finally:
+        robot.close()
+
+    assert caught.value.code == "93000"
+    assert "not-a-key" not in caught.value.message
+
+
+def test_sandbox__robot_over_twenty_a_minute_is_throttled(
+    channels: None, sandbox: WeComSandbox
+) -> None:
+    robot = get_sender("robot")
+    for n in range(WeComRobotSender.rate_limits[0][0]):
+        robot.send(Message("ops", "text", {"content": f"alert {n}"}, f"k{n}"))
+
+    with pytest.raises(ThrottledSendError) as caught:
+        robot.send(Message("ops", "text", {"content": "one too many"}, "k21"))
+
+    assert caught.value.code == "45009"
+    assert caught.value.pause_seconds >= 60
+
+
+def _options(sandbox: WeComSandbox) -> dict[str, Any]:
+    return {
+        "api_base": sandbox.base_url,
+        "corp_id": CORP_ID,
+        "corp_secret": SECRET,
+        "agent_id": AGENT_ID,
+        "timeout": 1.0,
+    }

@@ -1,0 +1,698 @@
+"""WeComSender over real HTTP against the stub server: bodies, tokens, classification."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from reminders.exceptions import (
+    ConfigurationSendError,
+    PayloadSendError,
+    RecipientSendError,
+    SendError,
+    ThrottledSendError,
+    TransientSendError,
+)
+from reminders.models import ProviderToken
+from reminders.senders.base import Message
+from reminders.senders.wecom import (
+    CONFIGURATION_CODES,
+    CONTENT_LIMIT,
+    PASSING_CODES,
+    PAYLOAD_CODES,
+    RECIPIENT_CODES,
+    WeComSender,
+    split_content,
+)
+
+from .conftest import SECRET
+from .stub_server import Canned, StubServer, error, ok
+
+pytestmark = pytest.mark.django_db
+
+SEND = "/cgi-bin/message/send"
+GETTOKEN = "/cgi-bin/gettoken"
+Make = Callable[..., WeComSender]
+
+
+def text(content: str = "Please submit your daily report.", to: str = "zhangsan") -> Message:
+    return Message(to, "text", {"content": content}, "task-1:2026-12-02")
+
+
+def canonical(body: bytes) -> bytes:
+    data = json.loads(body)
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+# -- bodies -------------------------------------------------------------------------------
+
+
+def test_send__posts_text_to_the_user_with_duplicate_check(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    result = make_wecom().send(text())
+
+    [request] = wecom_stub.calls(SEND)
+    assert request.method == "POST"
+    assert request.json == {
+        "touser": "zhangsan",
+        "msgtype": "text",
+        "text": {"content": "Please submit your daily report."},
+        "agentid": 1000002,
+        "enable_duplicate_check": 1,
+        "duplicate_check_interval": 14400,
+    }
+    assert result.message_id == "msg-1"
+    assert result.code == "0"
+    assert result.detail == {"errcode": 0, "msgid": "msg-1"}
+
+
+def test_send__same_message_is_byte_identical_from_any_sender(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    message = text("日报提醒 请提交今天的日报")
+    make_wecom().send(message)
+    make_wecom().send(Message.from_rendered("zhangsan", message.rendered, "other-key"))
+
+    first, second = (request.body for request in wecom_stub.calls(SEND))
+    assert first == second
+    assert first == canonical(first)  # sorted keys, no spaces, UTF-8 not escaped
+    assert "日报".encode() in first
+
+
+@pytest.mark.parametrize(
+    ("msgtype", "body"),
+    [
+        ("markdown", {"content": "**Daily report** due at <font color='warning'>18:00</font>"}),
+        (
+            "textcard",
+            {
+                "title": "Follow-up due",
+                "description": "Customer ACME waits for your call.",
+                "url": "https://crm.example/customers/7",
+                "btntxt": "Open",
+            },
+        ),
+    ],
+)
+def test_send__markdown_and_textcard_bodies_are_sent_as_given(
+    make_wecom: Make, wecom_stub: StubServer, msgtype: str, body: dict[str, str]
+) -> None:
+    make_wecom().send(Message("lisi", msgtype, body, "k"))
+
+    [request] = wecom_stub.calls(SEND)
+    assert request.json["msgtype"] == msgtype
+    assert request.json[msgtype] == body
+    assert request.json["touser"] == "lisi"
+
+
+def test_duplicate_check__interval_option_sets_body_and_capability(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom(duplicate_check_interval=3600)
+    sender.send(text())
+
+    assert wecom_stub.calls(SEND)[0].json["duplicate_check_interval"] == 3600
+    assert sender.supports_duplicate_check is True
+    assert sender.duplicate_check_seconds == 3600
+
+
+@pytest.mark.parametrize("interval", [0, 14401])
+def test_duplicate_check__interval_outside_wecoms_range_is_configuration(
+    make_wecom: Make, interval: int
+) -> None:
+    with pytest.raises(ConfigurationSendError, match="duplicate_check_interval"):
+        make_wecom(duplicate_check_interval=interval)
+
+
+# -- the access token ---------------------------------------------------------------------
+
+
+def test_token__fetched_once_then_used_without_a_database_read(
+    make_wecom: Make, wecom_stub: StubServer, django_assert_num_queries: Callable
+) -> None:
+    sender = make_wecom()
+    sender.send(text())
+    with django_assert_num_queries(0):
+        sender.send(text("second"))
+
+    assert len(wecom_stub.calls(GETTOKEN)) == 1
+    tokens = {request.query["access_token"] for request in wecom_stub.calls(SEND)}
+    assert len(tokens) == 1
+
+
+def test_token__two_processes_share_one_gettoken(make_wecom: Make, wecom_stub: StubServer) -> None:
+    # Two sender instances hold separate in-process copies, like two processes.
+    make_wecom().send(text())
+    make_wecom().send(text("from the other process"))
+
+    assert len(wecom_stub.calls(GETTOKEN)) == 1
+    [row] = ProviderToken.objects.filter(name__startswith="wecom:", value__startswith="TOKEN-")
+    assert SECRET not in row.name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_token__concurrent_processes_do_not_stampede_gettoken(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.gettoken_delay = 0.3  # a slow gettoken widens the race
+    senders = [make_wecom() for _ in range(6)]
+    barrier = threading.Barrier(len(senders))
+    failures: list[BaseException] = []
+
+    def run(sender: WeComSender) -> None:
+        try:
+            barrier.wait()
+            sender.send(text())
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(sender,)) for sender in senders]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert failures == []
+    assert wecom_stub.tokens_issued == 1
+    assert len(wecom_stub.calls(SEND)) == len(senders)
+
+
+def test_token__refreshed_before_it_expires(make_wecom: Make, wecom_stub: StubServer) -> None:
+    wecom_stub.token_lifetime = 1  # used until 0.9 s, a tenth before WeCom's expiry
+    sender = make_wecom()
+    sender.send(text())
+    time.sleep(1.0)
+    sender.send(text("later"))
+
+    assert len(wecom_stub.calls(GETTOKEN)) == 2
+    assert [r.query["access_token"][:10] for r in wecom_stub.calls(SEND)] == [
+        "TOKEN-0001",
+        "TOKEN-0002",
+    ]
+
+
+def test_token__expired_mid_run_is_refreshed_and_the_same_bytes_resent(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    sender.send(text("before"))
+    wecom_stub.expire_tokens()  # WeCom invalidates the token early
+
+    result = sender.send(text("after"))
+
+    assert result.code == "0"
+    assert len(wecom_stub.calls(GETTOKEN)) == 2
+    rejected, accepted = wecom_stub.calls(SEND)[1:]
+    assert rejected.body == accepted.body
+    assert rejected.query["access_token"] != accepted.query["access_token"]
+
+
+@pytest.mark.parametrize("errcode", [40014, 42001, 41001])
+def test_token__each_token_code_refreshes_and_retries_once(
+    make_wecom: Make, wecom_stub: StubServer, errcode: int
+) -> None:
+    sender = make_wecom()
+    sender.send(text())
+    wecom_stub.on(SEND, error(errcode), ok(msgid="after-refresh"))
+
+    result = sender.send(text("again"))
+
+    assert result.message_id == "after-refresh"
+    assert len(wecom_stub.calls(GETTOKEN)) == 2
+
+
+def test_token__rejected_again_after_refresh_is_passing(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.on(SEND, error(42001))
+
+    with pytest.raises(TransientSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.code == "42001"
+    assert len(wecom_stub.calls(SEND)) == 2  # one retry, not a loop
+    assert len(wecom_stub.calls(GETTOKEN)) == 2
+
+
+def test_token__another_process_refresh_is_reused_not_fetched_again(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    first, second = make_wecom(), make_wecom()
+    first.send(text())
+    second.send(text())
+    wecom_stub.expire_tokens()
+
+    first.send(text("first refreshes"))
+    second.send(text("second finds the new token in the database"))
+
+    assert len(wecom_stub.calls(GETTOKEN)) == 2
+    assert first.token.local_value == second.token.local_value
+
+
+@pytest.mark.parametrize("errcode", [40001, 40013, 40091])
+def test_gettoken__credential_errors_are_configuration(
+    make_wecom: Make, wecom_stub: StubServer, errcode: int
+) -> None:
+    wecom_stub.on(GETTOKEN, error(errcode, f"invalid credential, corpsecret {SECRET}"))
+
+    with pytest.raises(ConfigurationSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.code == str(errcode)
+    assert caught.value.category == "configuration"
+    assert SECRET not in str(caught.value)
+    assert wecom_stub.calls(SEND) == []
+
+
+def test_gettoken__throttled_is_throttled(make_wecom: Make, wecom_stub: StubServer) -> None:
+    wecom_stub.on(GETTOKEN, error(45009, "api freq out of limit"))
+
+    with pytest.raises(ThrottledSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.pause_seconds >= 60
+
+
+# -- classification -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("codes", "error_class", "category"),
+    [
+        (sorted(PASSING_CODES), TransientSendError, "passing"),
+        (sorted(CONFIGURATION_CODES), ConfigurationSendError, "configuration"),
+        (sorted(RECIPIENT_CODES), RecipientSendError, "recipient"),
+        (sorted(PAYLOAD_CODES), PayloadSendError, "payload"),
+    ],
+)
+def test_send__errcodes_are_classified_as_wecom_md_says(
+    make_wecom: Make,
+    wecom_stub: StubServer,
+    codes: list[int],
+    error_class: type[SendError],
+    category: str,
+) -> None:
+    sender = make_wecom()
+    for errcode in codes:
+        wecom_stub.on(SEND, error(errcode, "some message"))
+        with pytest.raises(SendError) as caught:
+            sender.send(text())
+        assert type(caught.value) is error_class, errcode
+        assert caught.value.code == str(errcode)
+        assert caught.value.category == category
+        assert f"errcode {errcode}" in caught.value.message
+
+
+@pytest.mark.parametrize(("errcode", "low", "high"), [(45009, 60, 3600), (45033, 1, 59)])
+def test_send__throttling_codes_pause_the_channel(
+    make_wecom: Make, wecom_stub: StubServer, errcode: int, low: float, high: float
+) -> None:
+    wecom_stub.on(SEND, error(errcode, "api freq out of limit"))
+
+    with pytest.raises(ThrottledSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.code == str(errcode)
+    assert caught.value.category == "throttled"
+    assert caught.value.retryable
+    assert low <= caught.value.pause_seconds <= high
+
+
+def test_send__unknown_errcode_is_passing(make_wecom: Make, wecom_stub: StubServer) -> None:
+    wecom_stub.on(SEND, error(99999, "something new"))
+
+    with pytest.raises(TransientSendError) as caught:
+        make_wecom().send(text())
+
+    assert type(caught.value) is TransientSendError
+    assert caught.value.code == "99999"
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504])
+def test_send__http_5xx_is_passing(make_wecom: Make, wecom_stub: StubServer, status: int) -> None:
+    wecom_stub.on(SEND, Canned(raw=b"<html>Bad gateway</html>", status=status))
+
+    with pytest.raises(TransientSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.code == f"http-{status}"
+
+
+def test_send__a_reply_that_is_not_wecom_json_is_passing(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.on(SEND, Canned(raw=b"<html>captive portal</html>"))
+
+    with pytest.raises(TransientSendError) as caught:
+        make_wecom().send(text())
+
+    assert caught.value.code == "bad-reply"
+
+
+def test_send__slow_reply_times_out_as_passing(make_wecom: Make, wecom_stub: StubServer) -> None:
+    sender = make_wecom(timeout=0.3)
+    sender.send(text())  # token fetched and connection open
+    wecom_stub.on(SEND, Canned({"errcode": 0}, delay=2.0))
+
+    started = time.monotonic()
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text("slow"))
+
+    assert time.monotonic() - started < 1.5
+    assert caught.value.code == "timeout"
+    assert "read timeout after 0.3 s" in caught.value.message
+
+
+def test_send__connection_lost_before_the_reply_is_passing(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    sender.send(text())
+    wecom_stub.on(SEND, Canned(drop=True))
+
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text("lost"))
+
+    assert caught.value.code == "network"
+
+
+def test_send__server_down_is_passing(make_wecom: Make) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    sender = make_wecom(api_base=f"http://127.0.0.1:{port}")
+
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text())
+
+    assert caught.value.code == "network"
+    assert SECRET not in caught.value.message
+    assert "corpsecret=***" in caught.value.message
+
+
+def test_send__every_recipient_invalid_with_errcode_0_is_a_recipient_failure(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.on(SEND, ok(invaliduser="ZhangSan", msgid="m1"))
+
+    with pytest.raises(RecipientSendError) as caught:
+        make_wecom().send(text(to="zhangsan"))
+
+    assert caught.value.code == "invaliduser"
+    assert "zhangsan" in caught.value.message
+
+
+def test_send__unlicensed_recipient_is_a_recipient_failure(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.on(SEND, ok(unlicenseduser="zhangsan", msgid="m1"))
+
+    with pytest.raises(RecipientSendError):
+        make_wecom().send(text(to="zhangsan"))
+
+
+def test_send__partly_invalid_recipients_are_sent_and_recorded(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    wecom_stub.on(SEND, ok(invaliduser="ghost", msgid="m7"))
+
+    result = make_wecom().send(text(to="zhangsan|ghost"))
+
+    assert result.message_id == "m7"
+    assert result.detail == {"errcode": 0, "msgid": "m7", "invaliduser": "ghost"}
+
+
+# -- secrets never leak -------------------------------------------------------------------
+
+
+def _leaks(sender: WeComSender, *texts: str) -> list[str]:
+    secrets = [SECRET, sender.token.local_value]
+    return [t for t in texts for secret in secrets if secret and secret in t]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda req: Canned(delay=2.0), id="timeout"),
+        pytest.param(lambda req: Canned(drop=True), id="connection-lost"),
+        pytest.param(
+            lambda req: Canned({"echo": req.query["access_token"]}, status=500), id="5xx-echo"
+        ),
+        pytest.param(
+            lambda req: error(81013, f"user invalid, token {req.query['access_token']}"),
+            id="errmsg-echo",
+        ),
+        pytest.param(
+            lambda req: Canned({"echo": req.query["access_token"]}, status=302), id="redirect"
+        ),
+    ],
+)
+def test_secrets__never_in_errors_logs_or_repr(
+    make_wecom: Make,
+    wecom_stub: StubServer,
+    caplog: pytest.LogCaptureFixture,
+    answer: Callable,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    sender = make_wecom(timeout=0.3)
+    sender.send(text())
+    token = sender.token.local_value
+    assert token
+    wecom_stub.on(SEND, answer)
+
+    with pytest.raises(SendError) as caught:
+        sender.send(text("fails"))
+
+    exc = caught.value
+    rendered = "".join(traceback.format_exception(exc))
+    assert _leaks(sender, str(exc), repr(exc), exc.message, rendered, caplog.text) == []
+    assert _leaks(sender, repr(sender), str(sender.options), repr(sender.token)) == []
+    assert exc.__cause__ is None
+
+
+def test_secrets__not_in_the_send_result(make_wecom: Make, wecom_stub: StubServer) -> None:
+    sender = make_wecom()
+    result = sender.send(text())
+
+    assert _leaks(sender, repr(result), json.dumps(result.detail)) == []
+
+
+# -- content limits -----------------------------------------------------------------------
+
+
+def test_oversize__rejected_by_default_with_size_and_limit(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    content = "报" * 683  # 2,049 bytes in UTF-8: one over
+
+    with pytest.raises(PayloadSendError) as caught:
+        make_wecom().send(text(content))
+
+    assert "2049 bytes" in caught.value.message
+    assert str(CONTENT_LIMIT) in caught.value.message
+    assert wecom_stub.requests == []  # not even a token: nothing was sent, nothing cut
+
+
+def test_oversize__content_of_exactly_the_limit_is_sent_whole(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    content = "a" * 2 + "报" * 682  # 2,048 bytes
+    make_wecom().send(text(content))
+
+    assert wecom_stub.calls(SEND)[0].json["text"]["content"] == content
+
+
+def test_oversize__split_sends_numbered_parts_within_the_limit(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    content = "".join(f"第{i}行 客户跟进记录 内容较长\n" for i in range(200))
+    sender = make_wecom(oversize="split")
+
+    result = sender.send(text(content))
+
+    sent = [request.json["text"]["content"] for request in wecom_stub.calls(SEND)]
+    assert len(sent) == result.detail["parts"] > 1
+    assert all(len(part.encode()) <= CONTENT_LIMIT for part in sent)
+    assert [part.split(" ", 1)[0] for part in sent] == [
+        f"({i}/{len(sent)})" for i in range(1, len(sent) + 1)
+    ]
+    assert "".join(part.split(" ", 1)[1] for part in sent) == content
+    assert result.detail["msgids"] == [f"msg-{i}" for i in range(1, len(sent) + 1)]
+
+
+def test_oversize__split_failure_names_the_part_and_a_retry_resends_identical_parts(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    content = "x" * 5000
+    sender = make_wecom(oversize="split")
+    sender.send(text("warm up the token"))
+    wecom_stub.on(SEND, ok(msgid="p1"), error(-1, "system busy"), ok(msgid="again"))
+
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text(content))
+    sender.send(text(content))  # the engine's retry: the same message again
+
+    assert "part 2/3, 1 delivered before it" in caught.value.message
+    first_try, second_try = wecom_stub.calls(SEND)[1:3], wecom_stub.calls(SEND)[3:5]
+    assert [r.body for r in first_try] == [r.body for r in second_try]
+
+
+def test_oversize__split_parts_never_look_alike(make_wecom: Make, wecom_stub: StubServer) -> None:
+    content = ("同样的一行内容重复出现。" * 20 + "\n") * 20
+
+    make_wecom(oversize="split").send(text(content))
+
+    bodies = [request.body for request in wecom_stub.calls(SEND)]
+    assert len(bodies) == len(set(bodies)) > 1
+
+
+def test_split_content__never_cuts_inside_a_character() -> None:
+    content = "€" * 3000  # 3 bytes each, no line breaks at all
+
+    parts = split_content(content)
+
+    assert all(len(part.encode()) <= CONTENT_LIMIT for part in parts)
+    assert "".join(part.split(" ", 1)[1] for part in parts) == content
+
+
+@pytest.mark.parametrize(("field", "size"), [("title", 129), ("description", 513)])
+def test_oversize__textcard_fields_over_their_limits_are_rejected(
+    make_wecom: Make, wecom_stub: StubServer, field: str, size: int
+) -> None:
+    body = {"title": "t", "description": "d", "url": "https://crm.example/", field: "a" * size}
+
+    with pytest.raises(PayloadSendError, match=f"{field} is {size} bytes"):
+        make_wecom(oversize="split").send(Message("lisi", "textcard", body, "k"))
+
+    assert wecom_stub.requests == []
+
+
+def test_send__empty_content_is_a_payload_error(make_wecom: Make, wecom_stub: StubServer) -> None:
+    with pytest.raises(PayloadSendError):
+        make_wecom().send(text("   "))
+
+    assert wecom_stub.requests == []
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_config__missing_credentials_name_the_settings_and_send_nothing(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    with pytest.raises(ConfigurationSendError) as caught:
+        make_wecom(corp_secret="", agent_id="").send(text())
+
+    assert "WECOM_CORP_SECRET" in caught.value.message
+    assert "WECOM_AGENT_ID" in caught.value.message
+    assert wecom_stub.requests == []
+
+
+def test_config__agent_id_must_be_an_integer(make_wecom: Make) -> None:
+    with pytest.raises(ConfigurationSendError, match="integer"):
+        make_wecom(agent_id="app-one").send(text())
+
+
+def test_config__unknown_oversize_policy_is_refused(make_wecom: Make) -> None:
+    with pytest.raises(ConfigurationSendError, match="oversize"):
+        make_wecom(oversize="truncate")
+
+
+def test_config__defaults_come_from_the_wecom_settings(wecom_stub: StubServer) -> None:
+    with override_settings(
+        WECOM_API_BASE=wecom_stub.url + "/",
+        WECOM_CORP_ID="ww-from-settings",
+        WECOM_CORP_SECRET=SECRET,
+        WECOM_AGENT_ID="42",
+        WECOM_TIMEOUT=3,
+    ):
+        sender = WeComSender("wecom")
+    try:
+        sender.send(text())
+    finally:
+        sender.close()
+
+    assert wecom_stub.calls(GETTOKEN)[0].query["corpid"] == "ww-from-settings"
+    assert wecom_stub.calls(SEND)[0].json["agentid"] == 42
+    assert sender.client.timeout == (3.0, 3.0)
+
+
+# -- connections --------------------------------------------------------------------------
+
+
+def test_session__one_kept_alive_connection_for_many_messages(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    for n in range(5):
+        sender.send(text(f"message {n}"))
+
+    assert len({request.client_port for request in wecom_stub.requests}) == 1
+
+
+def test_session__closed_by_close_and_reopened_on_the_next_send(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    sender.send(text())
+    sender.close()
+    sender.send(text("after close"))
+
+    first, second = wecom_stub.calls(SEND)
+    assert first.client_port != second.client_port
+
+
+def test_session__a_forked_child_opens_its_own_and_leaves_the_parents_alone(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    sender.send(text("parent"))
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about fork() with threads (the stub's); the child only
+        # sends one request and leaves with os._exit.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: its token copy is valid, so it needs no database
+        code = 1
+        try:
+            sender.send(text("child"))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    sender.send(text("parent again"))
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent, child, parent_again = wecom_stub.calls(SEND)
+    assert child.json["text"]["content"] == "child"
+    assert child.client_port != parent.client_port
+    assert parent_again.client_port == parent.client_port
+
+
+def test_session__proxy_settings_from_the_environment_are_honoured(
+    make_wecom: Make, wecom_stub: StubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, wecom_stub.url)
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    # An address nobody resolves: only the proxy (the stub) can answer.
+    make_wecom(api_base="http://wecom.invalid").send(text())
+
+    assert [request.path for request in wecom_stub.requests] == [GETTOKEN, SEND]
+    assert wecom_stub.requests[1].headers["Host"] == "wecom.invalid"
