@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import TestCase
 
 from ops.sandbox import WeComSandbox
@@ -18,55 +23,46 @@ from reminders.exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from reminders.models import SendLog, TaskRun
+from reminders.models import ProviderToken, SendLog, TaskRun
 from reminders.senders import get_sender
 from reminders.senders.base import Message
 from reminders.senders.robot import WeComRobotSender
 from reminders.senders.wecom import WeComSender
 from tests.support.jobs import run_queued
+from tests.support.processes import REPO, database_url
+from tests.support.sandbox import (
+    CORP_SECRET,
+    ROBOT_KEY,
+    running_sandbox,
+    sandbox_process,
+    wecom_settings,
+)
 
 pytestmark = pytest.mark.django_db
-
-CORP_ID = "ww-e2e"
-SECRET = "e2e-corp-secret-value"  # noqa: S105 - a test value
-AGENT_ID = 1000007
-ROBOT_KEY = "e2e-robot-key-0001"
 
 
 @pytest.fixture
 def sandbox() -> Iterator[WeComSandbox]:
-    box = WeComSandbox(
-        corp_id=CORP_ID,
-        corp_secret=SECRET,
-        agent_id=AGENT_ID,
-        robot_keys=[ROBOT_KEY],
-        invalid_users=["ghost"],
-        overflow="reject",
-    )
-    box.start()
-    yield box
-    box.stop()
+    with running_sandbox(invalid_users=["ghost"], overflow="reject") as box:
+        yield box
 
 
 @pytest.fixture
 def channels(sandbox: WeComSandbox, settings: Any) -> None:
-    """``wecom`` and ``robot`` channels pointed at the sandbox, as ``make run`` would."""
-    common = {"api_base": sandbox.base_url, "timeout": 1.0}
+    """``wecom`` and ``robot`` channels on the sandbox, configured as ``make run`` would:
+    the app sender from the ``WECOM_*`` settings alone."""
+    for name, value in wecom_settings(sandbox.base_url).items():
+        setattr(settings, name, value)
+    settings.WECOM_TIMEOUT = 1.0
     settings.REMINDERS_CHANNELS = {
         **settings.REMINDERS_CHANNELS,
         "wecom": {
             "BACKEND": "reminders.senders.wecom.WeComSender",
-            "OPTIONS": {
-                **common,
-                "corp_id": CORP_ID,
-                "corp_secret": SECRET,
-                "agent_id": AGENT_ID,
-                "oversize": "split",
-            },
+            "OPTIONS": {"oversize": "split"},
         },
         "robot": {
             "BACKEND": "reminders.senders.robot.WeComRobotSender",
-            "OPTIONS": {**common, "key": ROBOT_KEY},
+            "OPTIONS": {"key": ROBOT_KEY},
         },
     }
 
@@ -90,6 +86,18 @@ def tick(now: Any = None) -> int:
         dispatch.materialize(now=now)
         dispatch.claim("sandbox-test", 1000, now=now)
         return run_queued()
+
+
+def assert_no_secrets() -> None:
+    """Neither the secret nor a token in any run or ledger row (what the admin shows)."""
+    secrets = [
+        CORP_SECRET,
+        *ProviderToken.objects.exclude(value="").values_list("value", flat=True),
+    ]
+    rows = [*TaskRun.objects.values(), *SendLog.objects.values()]
+    assert rows
+    leaks = [(row, s) for row in rows for s in secrets if s in repr(row)]
+    assert leaks == []
 
 
 def statuses() -> list[tuple[str, int, str]]:
@@ -148,6 +156,7 @@ def test_e2e__ip_not_trusted_is_a_configuration_failure(
     run = TaskRun.objects.get()
     assert (run.status, run.attempts, run.error_code) == ("failed", 1, "60020")
     assert [error.category for error in failures] == ["configuration"]
+    assert_no_secrets()
 
 
 def test_e2e__a_reply_lost_after_delivery_is_resent_and_received_once(
@@ -167,6 +176,7 @@ def test_e2e__a_reply_lost_after_delivery_is_resent_and_received_once(
     assert [entry.status for entry in sandbox.ledger()] == ["delivered", "suppressed"]
     first = sandbox.ledger()[0]
     assert SendLog.objects.get().provider_message_id == first.msgid
+    assert_no_secrets()
 
 
 @pytest.mark.parametrize("fault", [{"busy": 1}, {"http_errors": 1, "http_status": 502}])
@@ -189,8 +199,8 @@ def test_e2e__busy_and_5xx_are_retried_and_delivered_once(
 # -- the senders alone --------------------------------------------------------------------
 
 
-def test_sandbox__two_processes_share_one_gettoken(channels: None, sandbox: WeComSandbox) -> None:
-    senders = [get_sender("wecom"), WeComSender("wecom", **_options(sandbox))]
+def test_sandbox__two_senders_share_one_gettoken(channels: None, sandbox: WeComSandbox) -> None:
+    senders = [get_sender("wecom"), WeComSender("wecom")]
     try:
         for n, sender in enumerate(senders):
             sender.send(Message(f"u{n}", "text", {"content": "hello"}, f"k{n}"))
@@ -198,6 +208,58 @@ def test_sandbox__two_processes_share_one_gettoken(channels: None, sandbox: WeCo
         senders[1].close()
 
     assert sandbox.stats()["gettoken calls"] == 1
+
+
+CHILD = textwrap.dedent(
+    """
+    import django, sys
+    django.setup()
+    from reminders.senders.base import Message
+    from reminders.senders.wecom import WeComSender
+    sys.stdin.readline()  # every child starts sending at the same moment
+    sender = WeComSender("wecom")
+    for n in range(5):
+        sender.send(Message(f"{sys.argv[1]}-{n}", "text", {"content": "hi"}, f"k{n}"))
+    """
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sandbox__real_processes_fetch_one_token_between_them() -> None:
+    with sandbox_process() as box:
+        env = {
+            **wecom_settings(box.base_url),
+            "DATABASE_URL": database_url(connection.settings_dict),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": str(REPO),
+        }
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, f"proc{n}"],
+                cwd=REPO,
+                env={**os.environ, **env},
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(3)
+        ]
+        try:
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            errors = [child.communicate(timeout=60)[1] for child in children]
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.communicate()
+
+        assert [child.returncode for child in children] == [0, 0, 0], errors
+        stats = box.client.stats()
+        assert stats["gettoken calls"] == 1
+        assert len(box.client.delivered()) == 15
 
 
 def test_sandbox__member_limit_is_throttling(channels: None, sandbox: WeComSandbox) -> None:
@@ -270,13 +332,3 @@ def test_sandbox__robot_over_twenty_a_minute_is_throttled(
 
     assert caught.value.code == "45009"
     assert caught.value.pause_seconds >= 60
-
-
-def _options(sandbox: WeComSandbox) -> dict[str, Any]:
-    return {
-        "api_base": sandbox.base_url,
-        "corp_id": CORP_ID,
-        "corp_secret": SECRET,
-        "agent_id": AGENT_ID,
-        "timeout": 1.0,
-    }
