@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from django.conf import settings as django_settings
 
 from ..exceptions import ConfigurationSendError, PayloadSendError, TransientSendError
-from .base import BaseSender, Message, SendResult
+from .base import BaseSender, Message, Rate, SendResult
 from .http import JsonClient, canonical_json, timeout_setting
 from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
 
@@ -35,9 +35,8 @@ class WeComRobotSender(BaseSender):
     ``WECOM_API_BASE``), ``timeout``, ``connect_timeout``, ``mention_recipient``.
     """
 
-    # At most 20 messages a minute per robot: (messages, seconds) pairs for the engine's
-    # shared limiter, which keys them by ``rate_limit_key`` (the robot, not the alias).
-    rate_limits: ClassVar[list[tuple[int, int]]] = [(20, 60)]
+    # At most 20 messages a minute per robot, whatever the recipients.
+    robot_rate: ClassVar[Rate] = Rate.at_most(20, 60)
 
     def __init__(
         self,
@@ -65,9 +64,12 @@ class WeComRobotSender(BaseSender):
         return f"<{type(self).__name__} {self.alias!r} {self.api_base}>"
 
     @property
-    def rate_limit_key(self) -> str:
+    def rate_scope(self) -> str:
         """Names the robot, so two aliases of one key share its 20 a minute."""
         return "wecom-robot:" + hashlib.sha256(self._key.encode()).hexdigest()[:16]
+
+    def channel_rate(self) -> Rate | None:
+        return super().channel_rate() or self.robot_rate
 
     def close(self) -> None:
         self.client.close()

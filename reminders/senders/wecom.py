@@ -32,7 +32,7 @@ from ..exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from .base import BaseSender, Message, SendResult
+from .base import BaseSender, Message, Rate, SendResult
 from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .tokens import SharedToken, token_name
 
@@ -126,8 +126,8 @@ class WeComSender(BaseSender):
 
     supports_duplicate_check: ClassVar[bool] = True
     duplicate_check_seconds: ClassVar[int] = MAX_DUPLICATE_CHECK_SECONDS
-    # WeCom's per-member limits, for the engine's shared limiter to honour.
-    recipient_rate_limits: ClassVar[list[tuple[int, int]]] = [(30, 60), (1000, 3600)]
+    # WeCom's per-member limit of 30 a minute and 1,000 an hour, for the shared limiter.
+    recipient_rate: ClassVar[Rate | None] = Rate.at_most(30, 60)
 
     def __init__(
         self,
@@ -184,6 +184,19 @@ class WeComSender(BaseSender):
             self._fetch_token,
             lease_seconds=2 * sum(self.client.timeout) + 5,
         )
+
+    @property
+    def rate_scope(self) -> str:
+        """WeCom counts limits per app: every alias of one app shares its buckets."""
+        return str(self.options.get("rate_scope") or f"wecom:{self.corp_id}:{self.agent_id}")
+
+    def channel_rate(self) -> Rate | None:
+        """OPTIONS ``rate_limit``, else ``WECOM_RATE_LIMIT`` messages a second."""
+        if not self.options.get("rate_limit"):
+            per_second = _setting("WECOM_RATE_LIMIT", 0)
+            if per_second:
+                self.options["rate_limit"] = float(per_second)
+        return super().channel_rate()
 
     def __repr__(self) -> str:
         return (

@@ -29,7 +29,7 @@ from ops.sandbox import SandboxClient, WeComSandbox
 REPO = Path(__file__).resolve().parents[2]
 
 CORP_ID = "ww-test-corp"
-CORP_SECRET = "test-secret-7d1f0c"  # noqa: S105 - a test value
+CORP_SECRET = "test-secret-7d1f0c"
 AGENT_ID = 1000017
 ROBOT_KEY = "test-robot-5b2e"
 

@@ -9,7 +9,7 @@ from reminders.senders.wecom import WeComSender
 
 from .stub_server import StubServer
 
-SECRET = "s3cr3t-corp-secret"  # noqa: S105 - a test value
+SECRET = "s3cr3t-corp-secret"
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from .stub_server import Canned, Request, StubServer
 SEND = "/api/send"
 LOGIN = "/api/login"
 API_KEY = "gw-api-key-7f3a9c"
-PASSWORD = "gw-password-42xyz"  # noqa: S105 - a test value
+PASSWORD = "gw-password-42xyz"
 
 Make = Callable[..., HttpSender]
 

@@ -12,7 +12,7 @@ from reminders.exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from reminders.senders.base import Message
+from reminders.senders.base import Message, Rate
 from reminders.senders.robot import WeComRobotSender
 
 from .stub_server import Canned, StubServer, error, ok
@@ -101,9 +101,11 @@ def test_rate_limits__twenty_a_minute_per_robot_not_per_alias(stub: StubServer) 
     same_robot = WeComRobotSender("b", key=KEY, api_base=stub.url)
     other = WeComRobotSender("c", key="another-key", api_base=stub.url)
 
-    assert one.rate_limits == [(20, 60)]
-    assert one.rate_limit_key == same_robot.rate_limit_key != other.rate_limit_key
-    assert KEY not in one.rate_limit_key
+    message = Message("ops", "text", {"content": "x"}, "k")
+    [limit] = one.limits(message)
+    assert limit.rate == Rate.at_most(20, 60)
+    assert limit.name == same_robot.limits(message)[0].name != other.limits(message)[0].name
+    assert KEY not in limit.name
     assert one.supports_duplicate_check is False
 
 

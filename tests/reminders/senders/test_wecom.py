@@ -696,3 +696,18 @@ def test_session__proxy_settings_from_the_environment_are_honoured(
 
     assert [request.path for request in wecom_stub.requests] == [GETTOKEN, SEND]
     assert wecom_stub.requests[1].headers["Host"] == "wecom.invalid"
+
+
+def test_limits__per_app_channel_rate_and_per_member_rate(settings) -> None:
+    from reminders.senders.base import Message, Rate
+
+    settings.WECOM_RATE_LIMIT = 40
+    one = WeComSender("a", api_base="http://127.0.0.1:9", corp_id="c", corp_secret="s", agent_id=1)
+    same_app = WeComSender(
+        "b", api_base="http://127.0.0.1:9", corp_id="c", corp_secret="s", agent_id=1
+    )
+    channel, member = one.limits(Message("alice", "text", {"content": "x"}, "k"))
+    assert channel.rate == Rate(40.0, 4)
+    assert member.rate == Rate.at_most(30, 60)
+    assert member.name == "wecom:c:1:to:alice"
+    assert channel.name == same_app.limits(Message("bob", "text", {}, "k"))[0].name
