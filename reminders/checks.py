@@ -10,6 +10,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .conf import settings as conf
+from .exceptions import ChannelNotConfigured, RemindersError
+from .senders import get_sender
 
 
 @register("reminders")
@@ -30,6 +32,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                     id="reminders.E002",
                 )
             )
+    errors.extend(_check_senders(channels))
     if conf.DEFAULT_CHANNEL not in channels:
         errors.append(
             Error(
@@ -45,6 +48,36 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(Error(str(exc), id="reminders.E004"))
     errors.extend(_check_cluster())
     return errors
+
+
+def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
+    """Build each sender once: missing credentials show here, not on the first send."""
+    messages: list[CheckMessage] = []
+    for alias in channels:
+        try:
+            sender = get_sender(alias)
+            sender.check()
+        except (RemindersError, ImproperlyConfigured) as exc:
+            if not isinstance(exc, ChannelNotConfigured):
+                messages.append(
+                    Error(f"Channel {alias!r} cannot be used: {exc}", id="reminders.E006")
+                )
+            continue
+        try:
+            window = sum(conf.RETRY_DELAYS) + conf.LEASE_SECONDS
+        except ImproperlyConfigured:
+            continue
+        if sender.supports_duplicate_check and window >= sender.duplicate_check_seconds:
+            messages.append(
+                Warning(
+                    f"Channel {alias!r} de-duplicates re-sends for "
+                    f"{sender.duplicate_check_seconds}s, but the last retry can come "
+                    f"{window}s after the first send (REMINDERS_RETRY_DELAYS plus "
+                    f"REMINDERS_LEASE_SECONDS): a re-send after a lost reply could arrive twice.",
+                    id="reminders.W002",
+                )
+            )
+    return messages
 
 
 def _check_cluster() -> list[CheckMessage]:

@@ -294,6 +294,7 @@ def _record_sent(run: TaskRun, result: SendResult) -> None:
             status=SendLog.Status.SENT,
             provider_message_id=result.message_id[:128],
             reply_code=result.code[:64],
+            reply_detail=result.detail,
             error_message="",
             sent_at=now,
             updated_at=now,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext_lazy as _
 
+from . import timing
 from .exceptions import UnknownKind
 
 if TYPE_CHECKING:
@@ -33,7 +34,11 @@ def _text(template: str) -> Callable[[ScheduledTask, TaskRun], Content]:
         payload = task.payload or {}
         if "content" in payload:
             return Content("text", {"content": str(payload["content"])})
-        return Content("text", {"content": template.format(date=run.run_date.isoformat())})
+        # The occurrence's own date and time keep two reminders to one person apart: a
+        # provider's duplicate check would merge identical bodies.
+        local = run.occurrence.astimezone(timing.zone(task.timezone))
+        text = template.format(date=run.run_date.isoformat(), time=local.strftime("%H:%M"))
+        return Content("text", {"content": text})
 
     return render
 
@@ -89,7 +94,7 @@ register(
     Kind(
         "birthday",
         _("Birthday greeting"),
-        _text("Happy birthday! Best wishes from all of us."),
+        _text("Happy birthday! Best wishes from all of us. ({date})"),
         priority="high",
     )
 )
@@ -97,14 +102,14 @@ register(
     Kind(
         "follow_up",
         _("Follow-up reminder"),
-        _text("You have a customer follow-up due now."),
+        _text("You have a customer follow-up due at {time} ({date})."),
     )
 )
 register(
     Kind(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
-        _text("A customer inquiry has been waiting too long for your reply."),
+        _text("A customer inquiry has been waiting too long for your reply ({date} {time})."),
         priority="high",
     )
 )

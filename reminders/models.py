@@ -437,6 +437,12 @@ class SendLog(models.Model):
     body = models.TextField(_("body"), help_text=_("The exact rendered message."))
     provider_message_id = models.CharField(_("provider message id"), max_length=128, blank=True)
     reply_code = models.CharField(_("reply code"), max_length=64, blank=True)
+    reply_detail = models.JSONField(
+        _("reply detail"),
+        default=dict,
+        blank=True,
+        help_text=_("What else the provider said, such as recipients it did not reach."),
+    )
     error_message = models.TextField(_("error"), blank=True)
     attempts = models.PositiveSmallIntegerField(_("send attempts"), default=0)
     created_at = models.DateTimeField(_("reserved"), auto_now_add=True)

@@ -132,5 +132,9 @@ class BaseSender(ABC):
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...
 
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``ConfigurationSendError`` when the channel cannot work as configured;
+        run by the system checks, so that this shows at start-up, not on the first send."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most senders hold nothing
         """Release connections; called when the settings change."""

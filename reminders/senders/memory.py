@@ -1,7 +1,8 @@
 """Keeps messages in a list, like Django's locmem e-mail backend: for tests.
 
 ``MemorySender.outbox`` holds what was sent in this process. ``MemorySender.script``
-takes exceptions (or ``None`` for success) that the next sends raise, in order.
+scripts the next sends, in order: an exception is raised, a ``SendResult`` is returned
+(the message counts as sent), ``None`` is a plain success.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from .base import BaseSender, Message, SendResult
 
 class MemorySender(BaseSender):
     outbox: ClassVar[list[Message]] = []
-    script: ClassVar[list[Exception | None]] = []
+    script: ClassVar[list[Exception | SendResult | None]] = []
     _ids = itertools.count(1)
 
     @classmethod
@@ -23,9 +24,8 @@ class MemorySender(BaseSender):
         cls.script.clear()
 
     def send(self, message: Message) -> SendResult:
-        if self.script:
-            outcome = self.script.pop(0)
-            if outcome is not None:
-                raise outcome
+        outcome = self.script.pop(0) if self.script else None
+        if isinstance(outcome, Exception):
+            raise outcome
         self.outbox.append(message)
-        return SendResult(message_id=f"memory-{next(self._ids)}")
+        return outcome or SendResult(message_id=f"memory-{next(self._ids)}")

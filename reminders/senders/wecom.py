@@ -212,6 +212,9 @@ class WeComSender(BaseSender):
 
     # -- the access token -------------------------------------------------------------
 
+    def check(self) -> None:
+        self._require_credentials()
+
     def _require_credentials(self) -> int:
         missing = [
             name

@@ -52,3 +52,34 @@ def test_conf__lease_seconds_must_be_positive(settings, value):
     settings.REMINDERS_LEASE_SECONDS = value
     with pytest.raises(ImproperlyConfigured, match="REMINDERS_LEASE_SECONDS"):
         _ = conf.LEASE_SECONDS
+
+
+def test_checks__a_channel_missing_its_credentials_is_an_error(settings):
+    settings.WECOM_CORP_ID = ""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
+    }
+    [message] = check_settings()
+    assert message.id == "reminders.E006"
+    assert "WECOM_CORP_ID" in message.msg
+
+
+def test_checks__retries_must_end_inside_the_providers_duplicate_window(settings):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {
+                "corp_id": "c",
+                "corp_secret": "s",
+                "agent_id": 1,
+                "duplicate_check_interval": 1800,
+            },
+        },
+    }
+    settings.REMINDERS_RETRY_DELAYS = [60, 300, 900]
+    settings.REMINDERS_LEASE_SECONDS = 300
+    assert ids(check_settings()) == []  # 1,560 s < 1,800 s
+    settings.REMINDERS_LEASE_SECONDS = 600
+    assert ids(check_settings()) == ["reminders.W002"]

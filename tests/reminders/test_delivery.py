@@ -225,3 +225,13 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
 
 def _is_transaction_control(sql: str) -> bool:
     return sql.split()[0].upper() in {"BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK"}
+
+
+def test_deliver__keeps_what_else_the_provider_said_in_the_ledger(make_task, outbox):
+    from reminders.senders.base import SendResult
+
+    make_task()
+    MemorySender.script[:] = [SendResult("m-1", "0", {"invaliduser": "ghost"})]
+    tick()
+    log = SendLog.objects.get()
+    assert (log.provider_message_id, log.reply_detail) == ("m-1", {"invaliduser": "ghost"})
