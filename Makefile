@@ -16,8 +16,6 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: $(STAMP)
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py reminders_demo
 	bash bin/run-dev
 
 test: lint typecheck migrations-check test-sqlite test-postgres

@@ -101,12 +101,26 @@ WECOM_AGENT_ID = env.str("WECOM_AGENT_ID", default="")
 WECOM_API_BASE = env.str("WECOM_API_BASE", default="https://qyapi.weixin.qq.com")
 WECOM_TIMEOUT = env.float("WECOM_TIMEOUT", default=10.0)
 WECOM_RATE_LIMIT = env.float("WECOM_RATE_LIMIT", default=50.0)
+WECOM_ROBOT_KEY = env.str("WECOM_ROBOT_KEY", default="")
 
 # --- reminders -----------------------------------------------------------------------
-REMINDERS_DEFAULT_CHANNEL = env.str("REMINDERS_DEFAULT_CHANNEL", default="console")
-REMINDERS_CHANNELS = {
+# Channels appear when their credentials are set; the WeCom senders read WECOM_* lazily.
+REMINDERS_CHANNELS: dict[str, dict[str, object]] = {
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
 }
+if WECOM_CORP_ID:
+    REMINDERS_CHANNELS["wecom"] = {
+        "BACKEND": "reminders.senders.wecom.WeComSender",
+        "OPTIONS": {"oversize": env.str("WECOM_OVERSIZE", default="reject")},
+    }
+if WECOM_ROBOT_KEY:
+    REMINDERS_CHANNELS["wecom_robot"] = {
+        "BACKEND": "reminders.senders.robot.WeComRobotSender",
+        "OPTIONS": {"key": WECOM_ROBOT_KEY},
+    }
+REMINDERS_DEFAULT_CHANNEL = env.str(
+    "REMINDERS_DEFAULT_CHANNEL", default="wecom" if WECOM_CORP_ID else "console"
+)
 REMINDERS_LEASE_SECONDS = env.int("REMINDERS_LEASE_SECONDS", default=300)
 REMINDERS_RETRY_DELAYS = env.list("REMINDERS_RETRY_DELAYS", cast=int, default=[60, 300, 900])
 REMINDERS_TICK_SECONDS = env.float("REMINDERS_TICK_SECONDS", default=1.0)
