@@ -1,0 +1,784 @@
+"""End-to-end throughput: the reminders engine against bare django-q2, on this machine.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/reminders \\
+        .venv/bin/python benchmarks/throughput.py [--tasks 3000] [--sweep 1,50]
+
+Only the server, user and password of ``DATABASE_URL`` are used: every scenario gets a
+fresh database ``bench_reminders_<pid>_<n>_<scenario>``, cloned from one migrated
+template; each is dropped when its scenario ends, the template at the end. Every process
+started is stopped by pid (SIGTERM, then SIGKILL), also on failure or interruption.
+
+* engine: N one-shot tasks due now; ``--processes`` real ``manage.py run_reminders``
+  (scheduler loop + django-q2 cluster each). Timed from the first process start to the
+  last run's ``finished_at``; lateness is ``finished_at - due_at`` of every run.
+* bare django-q2: N ``async_task`` calls of the same instant send, enqueued before the
+  clock starts; then ``--processes`` ``manage.py qcluster`` with the same ``Q_CLUSTER``.
+  Timed from the first process start to the last send.
+
+The send only appends a line to a file (``benchmarks/senders.py``), so both sides are
+counted the same way from outside, and a duplicate would show; the engine is also
+counted in its ``SendLog`` (all ``sent``), bare django-q2 by its ORM queue being empty
+(``save_limit=-1`` keeps no ``Success`` rows). The interleaved pair runs ``--repeat``
+times and the best run of each is shown: on a shared machine the best is the least
+disturbed. ``REMINDERS_CLAIM_BATCH`` and ``REMINDERS_MAX_IN_FLIGHT`` in the environment
+reach the engine processes (``benchmarks/settings.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from importlib.metadata import version
+from pathlib import Path
+from types import FrameType
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+SETTINGS = "benchmarks.settings"
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/reminders"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# Databases -------------------------------------------------------------------------------
+
+
+class Databases:
+    """Creates ``bench_reminders_*`` databases on the server of ``DATABASE_URL``; drops them."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
+            sys.exit(f"benchmarks need a PostgreSQL DATABASE_URL, got {parts.scheme!r}")
+        self._parts = parts
+        self.prefix = f"bench_reminders_{os.getpid()}"
+        self.created: list[str] = []
+        self.admin = psycopg.connect(self.url("postgres"), autocommit=True)
+
+    def url(self, name: str) -> str:
+        return self._parts._replace(path=f"/{name}").geturl()
+
+    def create(self, label: str, template: str | None = None) -> str:
+        name = f"{self.prefix}_{label}"
+        clause = f" TEMPLATE {template}" if template else ""
+        self.admin.execute(f"CREATE DATABASE {name}{clause}")
+        self.created.append(name)
+        return name
+
+    def connect(self, name: str) -> psycopg.Connection:
+        return psycopg.connect(self.url(name), autocommit=True)
+
+    def server_version(self) -> str:
+        row = self.admin.execute("SHOW server_version").fetchone()
+        return str(row[0]).split()[0] if row else "?"
+
+    def drop(self, name: str) -> None:
+        try:
+            self.admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            self.created.remove(name)
+        except psycopg.Error as exc:
+            log(f"could not drop {name}: {exc}")
+
+    def drop_all(self) -> None:
+        for name in reversed(self.created):
+            self.drop(name)
+        self.admin.close()
+
+
+# Processes -------------------------------------------------------------------------------
+
+
+class Processes:
+    """The processes one scenario starts; stopped by pid, with their descendants."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.started: list[subprocess.Popen[bytes]] = []
+        self.known: dict[int, psutil.Process] = {}
+
+    def start(self, label: str, args: list[str], env: dict[str, str]) -> None:
+        out = (self.logs / f"{label}.log").open("wb")
+        proc = subprocess.Popen(
+            [PYTHON, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C reaches only us; we stop them in order
+        )
+        out.close()
+        self.started.append(proc)
+        self.watch()
+
+    def watch(self) -> None:
+        """Remember every descendant seen, so that none outlives the benchmark."""
+        for proc in self.started:
+            try:
+                parent = psutil.Process(proc.pid)
+                self.known.setdefault(proc.pid, parent)
+                for child in parent.children(recursive=True):
+                    self.known.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                continue
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in self.known.values():
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def crashed(self) -> list[int]:
+        return [proc.pid for proc in self.started if proc.poll() not in (None, 0)]
+
+    def stop(self, grace: float = 20.0) -> None:
+        self.watch()
+        for proc in self.started:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.started:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                log(f"pid {proc.pid} ignored SIGTERM for {grace}s; killing it")
+                proc.kill()
+                proc.wait(5)
+        leftovers = [p for p in self.known.values() if _alive(p)]
+        for proc in leftovers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.terminate()
+        _, still = psutil.wait_procs(leftovers, timeout=5)
+        for proc in still:
+            log(f"pid {proc.pid} outlived its parent; killing it")
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        self.started.clear()
+        self.known.clear()
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# Counting --------------------------------------------------------------------------------
+
+
+@dataclass
+class Sends:
+    """What the counting sender wrote: one line per message."""
+
+    times: list[float] = field(default_factory=list)
+    keys: set[str] = field(default_factory=set)
+    duplicates: int = 0
+
+    @classmethod
+    def read(cls, path: Path) -> Sends:
+        sends = cls()
+        if not path.exists():
+            return sends
+        for line in path.read_text().splitlines():
+            stamp, key, _pid = line.split()
+            sends.times.append(float(stamp))
+            if key in sends.keys:
+                sends.duplicates += 1
+            sends.keys.add(key)
+        return sends
+
+
+@dataclass
+class Result:
+    label: str
+    n: int
+    elapsed: float  # first process start to the last send
+    first_send: float  # first process start to the first send
+    last_send: float
+    cpu: float  # user+system seconds of our processes
+    pg_cpu: float  # of the PostgreSQL backends serving the scenario's database
+    busy: float  # share of all cores busy (anyone's) while the scenario ran
+    xacts: int  # PostgreSQL transactions in the scenario's database
+    rows: int  # rows inserted, updated or deleted there
+    setup: float  # seconds spent filling the database before the clock started
+    lateness: tuple[float, float, float] | None = None  # p50, p95, max
+    jobs: int | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.elapsed
+
+    @property
+    def steady_rate(self) -> float:
+        span = self.last_send - self.first_send
+        return (self.n - 1) / span if span > 0 else float("nan")
+
+
+class Failed(Exception):
+    pass
+
+
+def db_stats(conn: psycopg.Connection) -> tuple[int, int]:
+    """Transactions (autocommit reads count too) and rows written, in this database."""
+    with contextlib.suppress(psycopg.errors.UndefinedFunction):  # before PostgreSQL 15
+        conn.execute("SELECT pg_stat_force_next_flush()")  # our own statements so far count
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted"
+        " FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def backend_cpu(conn: psycopg.Connection) -> float:
+    """CPU seconds of the server processes connected to this database (read, not touched)."""
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
+    total = 0.0
+    for (pid,) in rows:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def busy_share(before: Any, after: Any) -> float:
+    idle = (after.idle + getattr(after, "iowait", 0)) - (before.idle + getattr(before, "iowait", 0))
+    total = sum(after) - sum(before)
+    return 1 - idle / total if total > 0 else float("nan")
+
+
+class Run:
+    """One timed scenario: processes started, waited for, measured, stopped."""
+
+    def __init__(self, conn: psycopg.Connection, procs: Processes) -> None:
+        self.conn = conn
+        self.procs = procs
+        self.stats = db_stats(conn)
+        self.cpu_before = psutil.cpu_times()
+        self.started = time.time()
+
+    def wait(
+        self,
+        sends: Path,
+        n: int,
+        settled: Callable[[], bool],
+        timeout: float,
+        what: str,
+        check: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Until ``n`` sends are counted and ``settled()``; ``check()`` every 2 s.
+
+        Progress is read from the count file, not the database, so that watching adds
+        next to nothing to the database work being measured.
+        """
+        deadline = time.monotonic() + timeout
+        checked = time.monotonic()
+        while _lines(sends) < n or not settled():
+            self.procs.watch()
+            if crashed := self.procs.crashed():
+                raise Failed(f"{what}: process(es) {crashed} exited early")
+            if time.monotonic() > deadline:
+                raise Failed(f"{what}: not done after {timeout:.0f}s")
+            if time.monotonic() - checked > 2:
+                check()
+                checked = time.monotonic()
+            while _lines(sends) < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+                if self.procs.crashed():
+                    break
+        self.busy = busy_share(self.cpu_before, psutil.cpu_times())
+        self.procs.watch()
+        self.cpu = self.procs.cpu_seconds()
+        self.pg_cpu = backend_cpu(self.conn)
+        self.procs.stop()
+        # Backends flush their statistics when they exit.
+        time.sleep(0.5)
+        after = db_stats(self.conn)
+        self.xacts, self.rows = (a - b for a, b in zip(after, self.stats, strict=True))
+
+    def result(self, label: str, n: int, sends: Sends, end: float, **extra: Any) -> Result:
+        return Result(
+            label=label,
+            n=n,
+            elapsed=end - self.started,
+            first_send=min(sends.times) - self.started,
+            last_send=max(sends.times) - self.started,
+            cpu=self.cpu,
+            pg_cpu=self.pg_cpu,
+            busy=self.busy,
+            xacts=self.xacts,
+            rows=self.rows,
+            **extra,
+        )
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+# Scenarios -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    dbs: Databases
+    template: str
+    work: Path
+    n: int
+    processes: int
+    workers: int
+    timeout: float
+    profile: int
+    profiles: list[str] = field(default_factory=list)
+    spies: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    count: int = 0
+
+    def env(self, db: str, count_file: Path, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE=SETTINGS,
+            DATABASE_URL=self.dbs.url(db),
+            BENCH_COUNT_FILE=str(count_file),
+            Q_WORKERS=str(self.workers),
+            LOG_LEVEL="WARNING",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
+        env.update(extra)
+        return env
+
+    def fixture(self, env: dict[str, str], what: str) -> float:
+        out = subprocess.run(
+            [PYTHON, "-m", "benchmarks.fixtures", what, str(self.n)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if out.returncode:
+            raise Failed(f"fixtures {what} failed:\n{out.stdout}{out.stderr}")
+        return float(out.stdout.split()[-1])
+
+    @contextlib.contextmanager
+    def scenario(
+        self, label: str, async_commit: bool = False
+    ) -> Iterator[tuple[str, Path, Processes]]:
+        log(label)
+        self.count += 1
+        slug = f"{self.count:02d}_{_slug(label)}"
+        db = self.dbs.create(slug, template=self.template)
+        if async_commit:
+            self.dbs.admin.execute(f"ALTER DATABASE {db} SET synchronous_commit = off")
+        logs = self.work / slug
+        logs.mkdir()
+        procs = Processes(logs)
+        try:
+            yield db, logs / "sends.txt", procs
+        except BaseException:
+            for path in sorted(logs.glob("*.log")):
+                tail = path.read_text(errors="replace").splitlines()[-15:]
+                log(f"--- last lines of {path.name} ---\n" + "\n".join(tail))
+            raise
+        finally:
+            procs.stop()
+            self.dbs.drop(db)
+
+    def maybe_profile(self, procs: Processes, label: str) -> None:
+        """Sample the first process and its descendants with py-spy, if asked."""
+        if not self.profile:
+            return
+        spy = shutil.which("py-spy") or str(Path(PYTHON).with_name("py-spy"))
+        if not Path(spy).exists():
+            log("profile: py-spy is not installed (pip install py-spy into the venv)")
+            return
+        time.sleep(1.0)  # py-spy needs the interpreter up in the process it attaches to
+        out = self.work / f"{self.count:02d}_{_slug(label)}.collapsed.txt"
+        cmd = [spy, "record", "--pid", str(procs.started[0].pid), "--subprocesses"]
+        cmd += ["--duration", str(self.profile), "--rate", "50", "--nonblocking"]
+        cmd += ["--format", "raw", "--output", str(out)]
+        with out.with_suffix(".log").open("wb") as spy_log:
+            self.spies.append(subprocess.Popen(cmd, stdout=spy_log, stderr=subprocess.STDOUT))
+        self.profiles.append(str(out))
+
+    def stop_spies(self) -> None:
+        for spy in self.spies:
+            try:
+                spy.wait(10)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+                spy.wait(5)
+        self.spies.clear()
+
+    def engine(self, label: str, async_commit: bool = False, **knobs: str) -> Result:
+        with self.scenario(label, async_commit) as (db, count_file, procs):
+            env = self.env(db, count_file, **knobs)
+            seed = self.fixture(env, "tasks")
+            with self.dbs.connect(db) as conn:
+                # Due from this moment: lateness counts startup, as a deploy would see it.
+                conn.execute("UPDATE reminders_scheduledtask SET run_at = now(), next_run = now()")
+                run = Run(conn, procs)
+                for i in range(self.processes):
+                    procs.start(f"run_reminders-{i}", ["run_reminders"], env)
+                self.maybe_profile(procs, label)
+
+                def settled() -> bool:
+                    row = conn.execute(
+                        "SELECT count(*) FROM reminders_taskrun WHERE status = 'sent'"
+                    ).fetchone()
+                    return row is not None and row[0] == self.n
+
+                def check() -> None:
+                    row = conn.execute(
+                        "SELECT count(*) FROM reminders_taskrun"
+                        " WHERE status IN ('failed', 'skipped', 'unknown')"
+                    ).fetchone()
+                    if row and row[0]:
+                        raise Failed(f"{label}: {row[0]} runs ended other than sent")
+
+                run.wait(count_file, self.n, settled, self.timeout, label, check)
+                row = conn.execute(
+                    "SELECT extract(epoch FROM max(finished_at)),"
+                    " percentile_cont(0.5) WITHIN GROUP (ORDER BY"
+                    "   extract(epoch FROM finished_at - due_at)),"
+                    " percentile_cont(0.95) WITHIN GROUP (ORDER BY"
+                    "   extract(epoch FROM finished_at - due_at)),"
+                    " extract(epoch FROM max(finished_at - due_at)),"
+                    " (SELECT count(*) FROM reminders_sendlog WHERE status = 'sent')"
+                    " FROM reminders_taskrun"
+                ).fetchone()
+                assert row is not None
+                last_finished, p50, p95, worst, ledger_sent = row
+                if ledger_sent != self.n:
+                    raise Failed(f"{label}: SendLog has {ledger_sent} sent, expected {self.n}")
+            sends = Sends.read(count_file)
+            self.check(label, sends)
+            return run.result(
+                label,
+                self.n,
+                sends,
+                float(last_finished),
+                setup=seed,
+                lateness=(float(p50), float(p95), float(worst)),
+                jobs=-(-self.n // int(knobs.get("REMINDERS_RUNS_PER_JOB", "20"))),
+            )
+
+    def bare(self, label: str, async_commit: bool = False) -> Result:
+        with self.scenario(label, async_commit) as (db, count_file, procs):
+            env = self.env(db, count_file)
+            enqueue = self.fixture(env, "jobs")
+            with self.dbs.connect(db) as conn:
+                run = Run(conn, procs)
+                for i in range(self.processes):
+                    procs.start(f"qcluster-{i}", ["qcluster"], env)
+                self.maybe_profile(procs, label)
+
+                def settled() -> bool:
+                    # The monitor deletes a job's OrmQ row after its worker returned.
+                    row = conn.execute("SELECT count(*) FROM django_q_ormq").fetchone()
+                    return row is not None and row[0] == 0
+
+                run.wait(count_file, self.n, settled, self.timeout, label)
+            sends = Sends.read(count_file)
+            self.check(label, sends)
+            return run.result(
+                label,
+                self.n,
+                sends,
+                max(sends.times),
+                jobs=self.n,
+                setup=enqueue,
+            )
+
+    def check(self, label: str, sends: Sends) -> None:
+        if len(sends.times) != self.n or sends.duplicates:
+            raise Failed(
+                f"{label}: {len(sends.times)} sends, {len(sends.keys)} distinct, "
+                f"expected {self.n} once each"
+            )
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+# Report ----------------------------------------------------------------------------------
+
+
+def environment(dbs: Databases, workers: int, processes: int) -> list[tuple[str, str]]:
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        ("CPU cores (logical/physical)", f"{os.cpu_count()}/{psutil.cpu_count(logical=False)}"),
+        ("Memory", f"{psutil.virtual_memory().total / 2**30:.1f} GiB"),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("Python", platform.python_version()),
+        ("Django", version("django")),
+        ("django-q2", version("django-q2")),
+        ("psycopg", version("psycopg")),
+        ("PostgreSQL", dbs.server_version()),
+        ("Processes x django-q2 workers", f"{processes} x {workers}"),
+        ("Code", code_version()),
+        (
+            "Engine knobs from the environment",
+            ", ".join(
+                f"{name}={os.environ[name]}"
+                for name in ("REMINDERS_CLAIM_BATCH", "REMINDERS_MAX_IN_FLIGHT")
+                if name in os.environ
+            )
+            or "none (CLAIM_BATCH 500, MAX_IN_FLIGHT 1000, TICK_SECONDS 1)",
+        ),
+        ("Load average at start (1/5/15 min)", load),
+    ]
+
+
+def code_version() -> str:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "?"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "reminders", "config")
+    return commit + (" + uncommitted engine changes" if dirty else "")
+
+
+def fmt_lateness(result: Result) -> str:
+    if result.lateness is None:
+        return "-"
+    p50, p95, worst = result.lateness
+    return f"{p50:.2f} / {p95:.2f} / {worst:.2f}"
+
+
+def report(runs: dict[str, list[Result]], env: list[tuple[str, str]], command: str, n: int) -> str:
+    cores = os.cpu_count() or 1
+    rounds = max(len(results) for results in runs.values())
+    best = {label: max(results, key=lambda r: r.rate) for label, results in runs.items()}
+    lines = [
+        f"### Throughput: {n} messages, instant sender, same machine, same run",
+        "",
+        "| scenario | django-q2 jobs | total s | msgs/s | steady msgs/s | first send s "
+        "| lateness p50 / p95 / max s | CPU ms / msg: ours + PG | our share of the CPUs "
+        "| CPUs busy (anyone) | PG xacts / msg | rows written / msg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, r in best.items():
+        rate = f"{r.rate:.0f}"
+        if len(runs[label]) > 1:
+            rate += " (" + ", ".join(f"{x.rate:.0f}" for x in runs[label]) + ")"
+        share = (r.cpu + r.pg_cpu) / (r.elapsed * cores)
+        lines.append(
+            f"| {label} | {r.jobs} | {r.elapsed:.2f} | {rate} | {r.steady_rate:.0f} "
+            f"| {r.first_send:.2f} | {fmt_lateness(r)} "
+            f"| {r.cpu / r.n * 1000:.1f} + {r.pg_cpu / r.n * 1000:.1f} | {share:.0%} "
+            f"| {r.busy:.0%} | {r.xacts / r.n:.2f} | {r.rows / r.n:.1f} |"
+        )
+    lines.append("")
+    labels = list(best)
+    if len(labels) >= 2 and labels[1].startswith("bare"):
+        engine, bare = best[labels[0]], best[labels[1]]
+        cpu_ratio = (engine.cpu + engine.pg_cpu) / (bare.cpu + bare.pg_cpu)
+        lines.append(
+            f"**{labels[0]} vs bare django-q2 (best of {len(runs[labels[0]])} interleaved "
+            f"runs each): {_versus(engine.rate / bare.rate)} end to end, "
+            f"{_versus(engine.steady_rate / bare.steady_rate)} between first and last "
+            f"message, {cpu_ratio:.2f}x the CPU per message.**"
+        )
+        lines.append("")
+    lines += [
+        "- Each row is the scenario's best run"
+        + (
+            f"; *msgs/s* lists every run in brackets ({rounds} rounds, interleaved)."
+            if rounds > 1
+            else "."
+        ),
+        "- *total*: first process start to the last message; *msgs/s* = messages / total.",
+        "- *steady*: first to last message, i.e. without process start-up.",
+        "- *lateness*: `finished_at - due_at` of each run; the tasks fall due at the "
+        "moment the processes are started, so start-up counts.",
+        "- *CPU*: user+system time of the benchmark's processes, and of the PostgreSQL "
+        "backends serving the scenario's database. *our share*: that CPU over wall time x "
+        "cores; *CPUs busy*: all use during the scenario, anyone's. When the CPUs are busy "
+        "and our share is well under 100%, other work on the machine slowed the run.",
+        "- *PG xacts / msg*: transactions in the scenario's database per message (in "
+        "autocommit every statement, reads included, is one); *rows written*: inserted, "
+        "updated or deleted rows per message.",
+        "- Not timed: inserting the engine's tasks "
+        f"({_spread(runs, 'engine')}) and enqueueing the bare jobs ({_spread(runs, 'bare')}),"
+        " both before the processes start. The engine's claiming and enqueueing is timed.",
+    ]
+    lines += ["", "| environment | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in env]
+    lines += ["", "Reproduce:", "", "```", command, "```"]
+    return "\n".join(lines)
+
+
+def _spread(runs: dict[str, list[Result]], prefix: str) -> str:
+    setups = [r.setup for label, rs in runs.items() if label.startswith(prefix) for r in rs]
+    if not setups:
+        return "-"
+    low, high = f"{min(setups):.1f}", f"{max(setups):.1f}"
+    return f"{low}s" if low == high else f"{low}-{high}s"
+
+
+def _versus(ratio: float) -> str:
+    if ratio >= 1:
+        return f"{ratio:.2f}x the throughput ({(ratio - 1) * 100:.0f}% faster)"
+    return f"{ratio:.2f}x the throughput ({(1 - ratio) * 100:.0f}% slower)"
+
+
+# Main ------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=3000, help="messages per scenario")
+    parser.add_argument(
+        "--processes", type=int, default=2, help="run_reminders / qcluster processes"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("Q_WORKERS", "2")),
+        help="django-q2 workers per process (Q_WORKERS)",
+    )
+    parser.add_argument(
+        "--sweep",
+        default="1,50",
+        help="extra engine runs at these REMINDERS_RUNS_PER_JOB values ('' for none)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="rounds of the engine / bare django-q2 pair, interleaved; the best is shown",
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="per scenario, seconds")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        help="sample the first process tree of each scenario with py-spy for this many seconds",
+    )
+    parser.add_argument(
+        "--async-commit",
+        action="store_true",
+        help="also run both with synchronous_commit=off: how much of the time is WAL flushes",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    url = os.environ.get("DATABASE_URL", DEFAULT_URL)
+    command = "make bench   # or: DATABASE_URL=" + shlex.quote(url) + " .venv/bin/python "
+    command += " ".join(["benchmarks/throughput.py", *(shlex.quote(a) for a in argv)])
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    work = Path(tempfile.mkdtemp(prefix="bench-reminders-"))
+    dbs = Databases(url)
+    bench: Bench | None = None
+    runs: dict[str, list[Result]] = {}
+    env_rows: list[tuple[str, str]] = []
+    keep_work = False
+    try:
+        env_rows = environment(dbs, args.workers, args.processes)
+        template = dbs.create("template")
+        log(f"migrating {template}")
+        migrate = subprocess.run(
+            [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": SETTINGS,
+                "DATABASE_URL": dbs.url(template),
+            },
+            check=False,
+        )
+        if migrate.returncode:
+            raise Failed("migrate failed")
+        bench = Bench(
+            dbs,
+            template,
+            work,
+            args.tasks,
+            args.processes,
+            args.workers,
+            args.timeout,
+            args.profile,
+        )
+        # The pair that is compared runs interleaved, so that both see the same weather
+        # on a shared machine; the sweep runs once.
+        repeated: list[tuple[str, Callable[[str], Result]]] = [
+            ("engine, 20 runs/job (default)", partial(bench.engine, REMINDERS_RUNS_PER_JOB="20")),
+            ("bare django-q2", bench.bare),
+        ]
+        if args.async_commit:
+            repeated += [
+                (
+                    "engine, synchronous_commit=off",
+                    partial(bench.engine, async_commit=True, REMINDERS_RUNS_PER_JOB="20"),
+                ),
+                ("bare django-q2, synchronous_commit=off", partial(bench.bare, async_commit=True)),
+            ]
+        once = [
+            (f"engine, {value} runs/job", partial(bench.engine, REMINDERS_RUNS_PER_JOB=value))
+            for value in (v.strip() for v in args.sweep.split(","))
+            if value
+        ]
+        plan = [item for _ in range(args.repeat) for item in repeated] + once
+        for label, scenario in plan:
+            runs.setdefault(label, []).append(scenario(label))
+        print(report(runs, env_rows, command, args.tasks))
+        if bench.profiles:
+            keep_work = True
+            log("py-spy profiles (collapsed stacks): " + ", ".join(bench.profiles))
+        return 0
+    except KeyboardInterrupt:
+        log("interrupted; stopping what was started and dropping the databases")
+        return 130
+    except Failed as exc:
+        keep_work = True
+        log(f"FAILED: {exc} (logs in {work})")
+        if runs:
+            print(report(runs, env_rows, command, args.tasks))
+        return 1
+    finally:
+        if bench is not None:
+            bench.stop_spies()
+        dbs.drop_all()
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
