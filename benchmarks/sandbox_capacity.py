@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import http.client
+import json
 import os
 import platform
 import secrets
@@ -24,9 +26,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import requests
@@ -46,6 +50,7 @@ class Capacity:
     seconds: float
     latencies: list[float]
     server_cpu: float
+    client_cpu: float
 
     @property
     def per_second(self) -> float:
@@ -107,13 +112,28 @@ def token(session: requests.Session, base_url: str) -> str:
     return str(reply["access_token"])
 
 
-def measure(base_url: str, messages: int, process: psutil.Process | None = None) -> Capacity:
-    """Send ``messages`` app messages over one kept-alive connection; all must pass."""
+def measure(
+    base_url: str,
+    messages: int,
+    process: psutil.Process | None = None,
+    client: str = "requests",
+    trust_env: bool = False,
+) -> Capacity:
+    """Send ``messages`` app messages over one kept-alive connection; all must pass.
+
+    ``client="http.client"`` sends through the standard library's much cheaper client
+    instead of ``requests``, to show what the sandbox takes when the client costs less.
+    ``trust_env=True`` lets ``requests`` look for proxy settings in the environment on
+    every request, which here costs more than the whole round trip.
+    """
     with requests.Session() as session:
-        url = f"{base_url}/cgi-bin/message/send?access_token={token(session, base_url)}"
+        session.trust_env = trust_env
+        path = f"/cgi-bin/message/send?access_token={token(session, base_url)}"
+        post = _poster(base_url, path, session, client)
         # New bodies every run: the duplicate check would suppress a repeat of an earlier one.
         run = secrets.token_hex(4)
         cpu_before = _cpu(process)
+        client_before = time.process_time()
         latencies = []
         started = time.perf_counter()
         for i in range(messages):
@@ -126,12 +146,31 @@ def measure(base_url: str, messages: int, process: psutil.Process | None = None)
                 "duplicate_check_interval": 1800,
             }
             sent = time.perf_counter()
-            reply = session.post(url, json=body, timeout=10).json()
+            reply = post(body)
             latencies.append(time.perf_counter() - sent)
             if reply["errcode"] != 0:
                 raise RuntimeError(f"send {i} answered errcode {reply['errcode']}")
         seconds = time.perf_counter() - started
-        return Capacity(messages, seconds, latencies, _cpu(process) - cpu_before)
+        server_cpu = _cpu(process) - cpu_before
+        return Capacity(
+            messages, seconds, latencies, server_cpu, time.process_time() - client_before
+        )
+
+
+def _poster(
+    base_url: str, path: str, session: requests.Session, client: str
+) -> Callable[[dict[str, Any]], Any]:
+    if client == "requests":
+        return lambda body: session.post(base_url + path, json=body, timeout=10).json()
+    parts = urlsplit(base_url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    headers = {"Content-Type": "application/json"}
+
+    def post(body: dict[str, Any]) -> Any:
+        connection.request("POST", path, json.dumps(body).encode(), headers)
+        return json.loads(connection.getresponse().read())
+
+    return post
 
 
 def _cpu(process: psutil.Process | None) -> float:
@@ -151,15 +190,29 @@ def main() -> None:
         "--messages", type=int, default=5000, help="sends per round (default: %(default)s)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default: %(default)s)")
+    parser.add_argument(
+        "--client",
+        choices=("requests", "http.client"),
+        default="requests",
+        help="the client library; http.client costs less and shows more of the sandbox's "
+        "own capacity (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--trust-env",
+        action="store_true",
+        help="let requests read proxy settings from the environment on every send "
+        "(its default; off here, as for a sender with a fixed API base)",
+    )
     options = parser.parse_args()
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the start"
     )
     with sandbox_process("--verbosity", "0") as (process, base_url):
         measure(base_url, 200, process)  # warm-up: imports, first connection
         results = []
         for round_number in range(1, options.rounds + 1):
-            result = measure(base_url, options.messages, process)
+            result = measure(base_url, options.messages, process, options.client, options.trust_env)
             results.append(result)
             print(
                 f"round {round_number}: {result.messages} sends in {result.seconds:.2f} s = "
@@ -167,7 +220,8 @@ def main() -> None:
                 f"{result.percentile(0.5) * 1e3:.2f} ms, p99 "
                 f"{result.percentile(0.99) * 1e3:.2f} ms; sandbox CPU "
                 f"{result.server_cpu / result.messages * 1e6:.0f} us/send "
-                f"(~{result.server_limit:,.0f} sends/s if the client were free)"
+                f"(~{result.server_limit:,.0f} sends/s if the client were free), client CPU "
+                f"{result.client_cpu / result.messages * 1e6:.0f} us/send"
             )
         expected = 200 + options.messages * options.rounds
         count = delivered(base_url)
@@ -176,7 +230,8 @@ def main() -> None:
     best = max(r.per_second for r in results)
     worst = min(r.per_second for r in results)
     print(
-        "sandbox capacity, one client process, one kept-alive connection: "
+        f"sandbox capacity, one {options.client} client process "
+        f"(trust_env={options.trust_env}), one kept-alive connection: "
         f"{worst:,.0f}-{best:,.0f} sends/s"
     )
 

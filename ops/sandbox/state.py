@@ -124,6 +124,20 @@ class Sent:
     at: float
 
 
+@dataclass(frozen=True)
+class AppRequest:
+    """A ``message/send`` body that passed validation."""
+
+    body: dict[str, Any]
+    msgtype: str
+    content: str
+    truncated: bool
+    interval: int
+    users: tuple[str, ...]
+    invalid: tuple[str, ...]
+    valid: list[str]
+
+
 class SandboxState:
     """The app, its robots and everything that happened to them since the last reset."""
 
@@ -240,6 +254,7 @@ class SandboxState:
         self.user_limits: dict[str, WindowLimit] = {}
         self.robot_limits: dict[str, WindowLimit] = {}
         self.sent: dict[tuple[str, bytes], Sent] = {}
+        self.sent_sweep_at = 50_000
         self.msgids: dict[str, Sent] = {}
         self.stats: Counter[str] = Counter()
         # Unique across resets and sandboxes; a random prefix, then a cheap counter.
@@ -357,6 +372,58 @@ class SandboxState:
 
     def _app_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
         self._check_token(query.get("access_token"))
+        request = self._app_request(raw)
+        now = self.now()
+        if self.bucket is not None and not self.bucket.admit(now):
+            raise Rejected(codes.FREQUENCY_LIMIT, "sandbox rate limit")
+        digest = hashlib.sha256(raw).digest() if request.interval else b""
+        earlier = {}
+        for user in request.valid:
+            sent = self._earlier(user, digest, now)
+            if sent is not None:
+                earlier[user] = sent
+        fresh = [u for u in request.valid if u not in earlier]
+        self._admit_members(fresh, now)
+        common = {
+            "msgtype": request.msgtype,
+            "touser": request.users,
+            "invaliduser": request.invalid,
+            "content": request.content,
+            "truncated": request.truncated,
+            "request": request.body,
+            "suppressed_to": tuple(earlier),
+            "duplicate_of": next(iter(earlier.values())).entry_id if earlier else None,
+        }
+        if fresh:
+            msgid = f"{self.msgid_prefix}{next(self.msgid_counter):x}"
+            entry = self._record(
+                MESSAGE_SEND,
+                DELIVERED,
+                codes.OK,
+                "ok",
+                msgid=msgid,
+                delivered_to=tuple(fresh),
+                **common,
+            )
+            sent = Sent(until=now + request.interval, msgid=msgid, entry_id=entry.id, at=now)
+            self._remember(fresh, digest, sent)
+            self.stats["delivered"] += 1
+        else:
+            msgid = next(iter(earlier.values())).msgid
+            entry = self._record(MESSAGE_SEND, SUPPRESSED, codes.OK, "ok", msgid=msgid, **common)
+            self.stats["suppressed duplicates"] += 1
+        reply = {
+            **OK_REPLY,
+            "invaliduser": "|".join(request.invalid),
+            "invalidparty": "",
+            "invalidtag": "",
+            "unlicenseduser": "",
+            "msgid": msgid,
+        }
+        return Reply(encode(reply)), entry
+
+    def _app_request(self, raw: bytes) -> AppRequest:
+        """The request body checked as WeCom checks it, in WeCom's order of errcodes."""
         body = self._parse(raw)
         self._check_agent(body.get("agentid"))
         msgtype = body.get("msgtype")
@@ -364,7 +431,8 @@ class SandboxState:
             raise Rejected(codes.INVALID_MSGTYPE)
         content, truncated = self._app_content(msgtype, body.get(msgtype))
         interval = self._duplicate_interval(body)
-        users, parties, tags = (_ids(body.get(name)) for name in ("touser", "toparty", "totag"))
+        users = _ids(body.get("touser"))
+        parties, tags = _ids(body.get("toparty")), _ids(body.get("totag"))
         if len(users) > MAX_TOUSER:
             raise Rejected(codes.INVALID_PARAMETER, f"touser exceed max count {MAX_TOUSER}")
         if not (users or parties or tags):
@@ -374,59 +442,7 @@ class SandboxState:
         valid += [f"party:{p}" for p in parties] + [f"tag:{t}" for t in tags]
         if not valid:
             raise Rejected(codes.ALL_RECIPIENTS_INVALID, invaliduser="|".join(invalid))
-        now = self.now()
-        if self.bucket is not None and not self.bucket.admit(now):
-            raise Rejected(codes.FREQUENCY_LIMIT, "sandbox rate limit")
-        digest = hashlib.sha256(raw).digest() if interval else b""
-        earlier = {u: s for u in valid if (s := self._earlier(u, digest, now)) is not None}
-        fresh = [u for u in valid if u not in earlier]
-        self._admit_members(fresh, now)
-        reply_extra = {
-            "invaliduser": "|".join(invalid),
-            "invalidparty": "",
-            "invalidtag": "",
-            "unlicenseduser": "",
-        }
-        common = {
-            "msgtype": msgtype,
-            "touser": tuple(users),
-            "invaliduser": invalid,
-            "content": content,
-            "truncated": truncated,
-            "request": body,
-        }
-        if not fresh:
-            first = next(iter(earlier.values()))
-            entry = self._record(
-                MESSAGE_SEND,
-                SUPPRESSED,
-                codes.OK,
-                "ok",
-                msgid=first.msgid,
-                suppressed_to=tuple(earlier),
-                duplicate_of=first.entry_id,
-                **common,
-            )
-            self.stats["suppressed duplicates"] += 1
-            return Reply(encode({**OK_REPLY, **reply_extra, "msgid": first.msgid})), entry
-        msgid = f"{self.msgid_prefix}{next(self.msgid_counter):x}"
-        entry = self._record(
-            MESSAGE_SEND,
-            DELIVERED,
-            codes.OK,
-            "ok",
-            msgid=msgid,
-            delivered_to=tuple(fresh),
-            suppressed_to=tuple(earlier),
-            duplicate_of=next(iter(earlier.values())).entry_id if earlier else None,
-            **common,
-        )
-        sent = Sent(until=now + interval, msgid=msgid, entry_id=entry.id, at=now)
-        self.msgids[msgid] = sent
-        if interval:
-            self._remember(fresh, digest, sent)
-        self.stats["delivered"] += 1
-        return Reply(encode({**OK_REPLY, **reply_extra, "msgid": msgid})), entry
+        return AppRequest(body, msgtype, content, truncated, interval, tuple(users), invalid, valid)
 
     def _robot_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
         key = query.get("key", "")
@@ -550,11 +566,20 @@ class SandboxState:
         return sent if sent is not None and sent.until > now else None
 
     def _remember(self, users: list[str], digest: bytes, sent: Sent) -> None:
+        self.msgids[sent.msgid] = sent
+        if len(self.msgids) > 2 * self.config.ledger_limit:
+            # Only what the ledger still holds can be recalled.
+            oldest = self.ledger.entries[0].id
+            self.msgids = {m: s for m, s in self.msgids.items() if s.entry_id >= oldest}
+        if not digest:
+            return
         for user in users:
             self.sent[(user, digest)] = sent
-        if len(self.sent) > 50_000:
+        if len(self.sent) > self.sent_sweep_at:
             now = self.now()
             self.sent = {k: s for k, s in self.sent.items() if s.until > now}
+            # Sweep again when it doubles, not at every send once many checks are live.
+            self.sent_sweep_at = max(50_000, 2 * len(self.sent))
 
     def _admit_members(self, users: list[str], now: float) -> None:
         """All of ``users`` within their limits, counted; or 45009 and none counted."""
