@@ -1,7 +1,7 @@
 """End-to-end throughput: the reminders engine against bare django-q2, on this machine.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/reminders \\
-        .venv/bin/python benchmarks/throughput.py [--tasks 3000] [--sweep 1,50]
+        .venv/bin/python benchmarks/throughput.py [--tasks 3000] [--sweep 1,50] [--async-commit]
 
 Only the server, user and password of ``DATABASE_URL`` are used: every scenario gets a
 fresh database ``bench_reminders_<pid>_<n>_<scenario>``, cloned from one migrated
@@ -657,7 +657,9 @@ def _versus(ratio: float) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--tasks", type=int, default=3000, help="messages per scenario")
     parser.add_argument(
         "--processes", type=int, default=2, help="run_reminders / qcluster processes"
@@ -670,8 +672,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sweep",
-        default="1,50",
-        help="extra engine runs at these REMINDERS_RUNS_PER_JOB values ('' for none)",
+        default="50",
+        help="extra engine runs, once each, at these REMINDERS_RUNS_PER_JOB values, comma "
+        "separated ('' for none; 1 takes about as long as the rest together)",
     )
     parser.add_argument(
         "--repeat",
