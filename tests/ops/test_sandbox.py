@@ -6,6 +6,8 @@ import json
 import logging
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,11 +16,20 @@ from typing import Any
 import pytest
 import requests
 
-from ops.sandbox import LedgerEntry, SandboxClient, WeComSandbox
+from ops.sandbox import (
+    DEV_AGENT_ID,
+    DEV_CORP_ID,
+    DEV_CORP_SECRET,
+    DEV_ROBOT_KEY,
+    LedgerEntry,
+    SandboxClient,
+    WeComSandbox,
+)
 from tests.support.sandbox import (
     AGENT_ID,
     CORP_ID,
     CORP_SECRET,
+    REPO,
     ROBOT_KEY,
     running_sandbox,
     sandbox_process,
@@ -714,6 +725,16 @@ def test_control__rejects_a_bad_switch_with_400(api: Api, switches: Any) -> None
     assert reply.json()["error"]
 
 
+def test_control__with_one_bad_switch_changes_nothing(api: Api, sandbox: WeComSandbox) -> None:
+    token = api.token
+
+    reply = api.post("/sandbox/control", {"busy": 1, "invalidate_tokens": True, "http_status": 404})
+
+    assert reply.status_code == 400
+    assert api.send(text(), token=token)["errcode"] == 0
+    assert sandbox.control()["faults"]["busy"] == 0
+
+
 def test_reset__clears_ledger_tokens_faults_and_limits(api: Api, sandbox: WeComSandbox) -> None:
     token = api.token
     api.send(text())
@@ -832,7 +853,8 @@ def test_stop__ends_kept_alive_connections_and_frees_the_port() -> None:
         sandbox.stop()
 
 
-def test_command__serves_as_a_process_and_stops_cleanly_on_sigterm() -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_command__serves_as_a_process_and_stops_cleanly_on_a_signal(signum: int) -> None:
     with sandbox_process("--rate-limit", "2", "--token-ttl", "60") as process:
         api = Api(process.base_url)
         try:
@@ -841,7 +863,7 @@ def test_command__serves_as_a_process_and_stops_cleanly_on_sigterm() -> None:
         finally:
             api.close()
         delivered = process.client.delivered()
-        process.popen.send_signal(signal.SIGTERM)
+        process.popen.send_signal(signum)
         assert process.popen.wait(10) == 0
         output = process.popen.stdout.read() if process.popen.stdout else ""
 
@@ -852,18 +874,56 @@ def test_command__serves_as_a_process_and_stops_cleanly_on_sigterm() -> None:
     assert CORP_SECRET not in output
 
 
-def test_command__takes_credentials_from_settings() -> None:
-    env = {
-        "WECOM_CORP_ID": "ww-from-settings",
-        "WECOM_CORP_SECRET": "secret-from-settings",
-        "WECOM_AGENT_ID": "4242",
-    }
+@pytest.mark.parametrize(
+    ("env", "credentials"),
+    [
+        (
+            {
+                "WECOM_CORP_ID": "ww-from-settings",
+                "WECOM_CORP_SECRET": "secret-from-settings",
+                "WECOM_AGENT_ID": "4242",
+                "WECOM_ROBOT_KEY": "",
+            },
+            ("ww-from-settings", "secret-from-settings", 4242),
+        ),
+        (
+            {
+                "WECOM_CORP_ID": "",
+                "WECOM_CORP_SECRET": "",
+                "WECOM_AGENT_ID": "",
+                "WECOM_ROBOT_KEY": "",
+            },
+            (DEV_CORP_ID, DEV_CORP_SECRET, DEV_AGENT_ID),
+        ),
+    ],
+    ids=["settings", "development-defaults"],
+)
+def test_command__takes_credentials_from_settings_else_development_values(
+    env: dict[str, str], credentials: tuple[str, str, int]
+) -> None:
+    corp_id, secret, agent_id = credentials
     with sandbox_process(env=env, credentials=False) as process:
         api = Api(process.base_url)
         try:
-            token = api.gettoken("ww-from-settings", "secret-from-settings")["access_token"]
-            reply = api.send(text(agentid=4242), token=token)
+            token = api.gettoken(corp_id, secret)["access_token"]
+            reply = api.send(text(agentid=agent_id), token=token)
+            robot = api.robot({"msgtype": "text", "text": {"content": "x"}}, key=DEV_ROBOT_KEY)
         finally:
             api.close()
 
     assert reply["errcode"] == 0
+    assert robot["errcode"] == 0
+
+
+def test_command__port_in_use_is_a_clear_error(sandbox: WeComSandbox) -> None:
+    port = sandbox.base_url.rsplit(":", 1)[1]
+    result = subprocess.run(
+        [sys.executable, "manage.py", "wecom_sandbox", "--port", port],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 1
+    assert "cannot run the WeCom sandbox" in result.stderr
