@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from reminders.models import Priority, ScheduledTask
+from tests.support.processes import (
+    ReminderProcess,
+    alive,
+    database_url,
+    kill_tree,
+    start_reminders,
+)
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def record_file(tmp_path: Path) -> Path:
+    return tmp_path / "records.jsonl"
+
+
+@pytest.fixture
+def spawn(
+    transactional_db: None, tmp_path: Path, record_file: Path
+) -> Iterator[Callable[..., ReminderProcess]]:
+    """Factory: a ``run_reminders`` process on the test database; ``KNOB="value"`` sets
+    its environment. Whatever a test leaves running is killed, tree and all, before the
+    database is flushed."""
+    started: list[ReminderProcess] = []
+    base = {
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "RECORD_FILE": str(record_file),
+        "REMINDERS_TICK_SECONDS": "0.2",
+        "Q_WORKERS": "2",
+    }
+
+    def spawn(name: str, **env: str) -> ReminderProcess:
+        process = start_reminders(name, workdir=tmp_path, env={**base, **env})
+        started.append(process)
+        return process
+
+    yield spawn
+    for process in started:
+        if process.popen.poll() is None or alive(process.descendants_seen()):
+            kill_tree(process)
+
+
+@pytest.fixture
+def due_tasks(transactional_db: None) -> Callable[[int, str], list[ScheduledTask]]:
+    """Factory: ``count`` one-shot tasks due now on ``channel``, created in one burst."""
+
+    def make(count: int, channel: str) -> list[ScheduledTask]:
+        now = timezone.now()
+        tasks = []
+        for number in range(count):
+            task = ScheduledTask(
+                kind="follow_up",
+                recipient=f"user{number}",
+                run_at=now,
+                timezone=settings.TIME_ZONE,
+                channel=channel,
+                priority=Priority.NORMAL,
+            )
+            task.plan_first_run(now)
+            tasks.append(task)
+        return ScheduledTask.objects.bulk_create(tasks, batch_size=500)
+
+    return make
