@@ -6,8 +6,9 @@ ORM broker is at-least-once) and after any crash:
 * A run is started only by the holder of the claim's token, and starting it swaps that
   token for a fresh one, so a redelivered job, or a stale one from an earlier claim,
   finds nothing to start.
-* The ledger key is reserved (``sending``) and committed before the sender is called;
-  ``sent`` and the run's completion are committed together afterwards.
+* Each message's ledger key is reserved (``sending``) and committed just before its own
+  send, so a crash leaves at most the message in hand in doubt; ``sent`` and the run's
+  completion are committed together afterwards.
 * A ``sending`` row found when a run starts means an earlier attempt died between the
   two. The body is re-sent only where the sender's provider drops identical bodies
   (``supports_duplicate_check``) and the row is still inside its window; otherwise the
@@ -24,6 +25,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 from django.db import IntegrityError, transaction
 from django.db.models import Case, F, Value, When
@@ -47,12 +49,23 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Job:
-    """One started run and the message it is to send."""
+    """One started run, the message it is to send, and its ledger row.
+
+    ``ledger`` is unsaved for a key never tried; otherwise it is the row as read, whose
+    status (``failed``, or ``sending`` for a safe re-send) the reservation expects.
+    """
 
     run: TaskRun
-    message: Message
-    channel: str
+    ledger: SendLog
     scope: str = ""  # the sender's rate scope, once paced
+
+    @property
+    def channel(self) -> str:
+        return self.ledger.channel
+
+    @cached_property
+    def message(self) -> Message:
+        return Message.from_rendered(self.ledger.recipient, self.ledger.body, self.ledger.key)
 
 
 def worker_id() -> str:
@@ -74,6 +87,8 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
             deferred.append((job, paused.get(job.scope, slot.at)))
             continue
         time.sleep(max(0.0, slot.at - time.time()))
+        if not reserve(job):
+            continue
         outcome = send(job)
         if isinstance(outcome, ThrottledSendError):
             until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
@@ -108,32 +123,25 @@ def _defer(items: list[tuple[Job, float]]) -> None:
     if not items:
         return
     until = datetime.fromtimestamp(min(at for _, at in items), tz=UTC)
-    keys = [job.run.ledger_key for job, _ in items]
-    with transaction.atomic():
-        SendLog.objects.filter(key__in=keys, status=SendLog.Status.SENDING).update(
-            status=SendLog.Status.FAILED,
-            reply_code="deferred",
-            error_message="Not sent: waiting for the rate limit.",
-            attempts=F("attempts") - 1,
-        )
-        TaskRun.objects.filter(pk__in=[job.run.pk for job, _ in items]).update(
-            status=Case(
-                When(attempts__lte=1, then=Value(TaskRun.Status.SCHEDULED)),
-                default=Value(TaskRun.Status.RETRYING),
-            ),
-            attempts=F("attempts") - 1,
-            next_attempt_at=until,
-            error_code="rate_limited",
-            error_message="Waiting for the channel's rate limit.",
-            lease_owner="",
-            lease_token="",
-            lease_expires_at=None,
-        )
+    TaskRun.objects.filter(pk__in=[job.run.pk for job, _ in items]).update(
+        status=Case(
+            When(attempts__lte=1, then=Value(TaskRun.Status.SCHEDULED)),
+            default=Value(TaskRun.Status.RETRYING),
+        ),
+        attempts=F("attempts") - 1,
+        next_attempt_at=until,
+        error_code="rate_limited",
+        error_message="Waiting for the channel's rate limit.",
+        lease_owner="",
+        lease_token="",
+        lease_expires_at=None,
+    )
     logger.info("deferred %d runs until %s (rate limit)", len(items), until.isoformat())
 
 
 def start(token: str, run_ids: Sequence[int]) -> list[Job]:
-    """Take the claimed runs that are still ours, and reserve their ledger keys."""
+    """Take the claimed runs that are still ours and decide, from the ledger, which may
+    be sent; finish the others (already sent, or in doubt)."""
     now = timezone.now()
     execution = uuid.uuid4().hex
     with transaction.atomic():
@@ -149,28 +157,12 @@ def start(token: str, run_ids: Sequence[int]) -> list[Job]:
             finished_at=None,
         )
         runs = list(TaskRun.objects.filter(lease_token=execution).select_related("task"))
-        if not runs:
-            return []
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
-        jobs: list[Job] = []
-        fresh: list[SendLog] = []
-        for run in runs:
-            job = _prepare(run, ledger.get(run.ledger_key), fresh, now)
-            if job is not None:
-                jobs.append(job)
-        try:
-            with transaction.atomic():
-                SendLog.objects.bulk_create(fresh)
-        except IntegrityError:
-            # Another run with the same key (a schedule moved within its day) reserved
-            # it meanwhile: leave these runs to their lease, the next start sees the row.
-            logger.warning("ledger key taken concurrently; %d runs wait", len(fresh))
-            keys = {row.key for row in fresh}
-            jobs = [job for job in jobs if job.run.ledger_key not in keys]
-    return jobs
+        prepared = (_prepare(run, ledger.get(run.ledger_key), now) for run in runs)
+        return [job for job in prepared if job is not None]
 
 
-def _prepare(run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datetime) -> Job | None:
+def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
     """Decide, from the run's ledger row, whether it may be sent; finish it if not."""
     task = run.task
     max_attempts = len(conf.RETRY_DELAYS) + 1
@@ -184,28 +176,19 @@ def _prepare(run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datet
         except RemindersError as exc:
             _finish(run, TaskRun.Status.FAILED, "kind", str(exc))
             return None
-        body = render_body(content.msgtype, content.body)
-        fresh.append(
-            SendLog(
-                key=run.ledger_key,
-                task=task,
-                run=run,
-                recipient=task.recipient,
-                channel=task.channel,
-                body=body,
-                attempts=1,
-            )
+        fresh = SendLog(
+            key=run.ledger_key,
+            task=task,
+            run=run,
+            recipient=task.recipient,
+            channel=task.channel,
+            body=render_body(content.msgtype, content.body),
         )
-        return Job(run, Message.from_rendered(task.recipient, body, run.ledger_key), task.channel)
+        return Job(run, fresh)
 
     if row.status == SendLog.Status.SENT or row.run_id != run.pk:
         # Someone already sent, or is sending, this key: never a second message.
-        _finish(
-            run,
-            TaskRun.Status.SENT if row.run_id == run.pk else TaskRun.Status.SKIPPED,
-            "" if row.run_id == run.pk else "duplicate",
-            "" if row.run_id == run.pk else f"Key {row.key} belongs to run {row.run_id}.",
-        )
+        _finish_duplicate(run, row)
         return None
     if row.status == SendLog.Status.UNKNOWN:
         _finish(run, TaskRun.Status.UNKNOWN, "unknown", "An earlier attempt may have sent it.")
@@ -221,10 +204,36 @@ def _prepare(run: TaskRun, row: SendLog | None, fresh: list[SendLog], now: datet
         transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
         return None
     # A failed attempt, or a re-send the provider will de-duplicate: the same bytes again.
-    SendLog.objects.filter(pk=row.pk).update(
-        status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=now
+    return Job(run, row)
+
+
+def _finish_duplicate(run: TaskRun, row: SendLog) -> None:
+    if row.run_id == run.pk:
+        _finish(run, TaskRun.Status.SENT, "", "")
+    else:
+        message = f"Key {row.key} belongs to run {row.run_id}."
+        _finish(run, TaskRun.Status.SKIPPED, "duplicate", message)
+
+
+def reserve(job: Job) -> bool:
+    """Mark the job's key ``sending`` and commit, right before its send."""
+    row = job.ledger
+    if row.pk is None:
+        row.attempts = 1
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:
+            # Another run with the same key (a schedule moved within its day) took it.
+            _finish_duplicate(job.run, SendLog.objects.get(key=row.key))
+            return False
+        return True
+    reserved = SendLog.objects.filter(pk=row.pk, status=row.status).update(
+        status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=timezone.now()
     )
-    return Job(run, Message.from_rendered(row.recipient, row.body, row.key), row.channel)
+    # Zero only if the row changed since start(): the run waits for its lease to expire
+    # and is decided again from the ledger as it then is.
+    return bool(reserved)
 
 
 def _resend_is_safe(row: SendLog, now: datetime) -> bool:
@@ -270,6 +279,12 @@ def send(job: Job) -> SendError | None:
         sender: BaseSender = get_sender(job.channel)
         result = sender.send(job.message)
     except ThrottledSendError as exc:
+        SendLog.objects.filter(key=job.ledger.key).update(
+            status=SendLog.Status.FAILED,
+            reply_code=exc.code[:64],
+            error_message=exc.message,
+            updated_at=timezone.now(),
+        )
         return exc
     except SendError as exc:
         error = exc

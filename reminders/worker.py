@@ -5,8 +5,9 @@ Run any number of these, on any number of hosts, against one database. Each one:
 * every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs and claims due
   runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time;
 * starts the django-q2 cluster that executes them in a child process of its own
-  session, so that a signal sent to this process group (systemd's default) reaches
-  only this process, which then stops the cluster in order;
+  session, with stop signals blocked in all of its processes, so that a SIGTERM sent to
+  the process group or to every process (systemd's ``KillMode=control-group``) stops
+  the cluster in order instead of killing workers mid-send;
 * on SIGTERM or SIGINT stops claiming, hands back what no worker started, lets the
   workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``), and exits.
 """
@@ -29,18 +30,34 @@ from .conf import settings as conf
 logger = logging.getLogger(__name__)
 
 
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _run_cluster(parent_pid: int) -> None:
-    """Body of the cluster child: a django-q2 cluster that stops when asked or orphaned."""
+    """Body of the cluster child: a django-q2 cluster that stops in order when asked,
+    when the scheduler process is gone, and never in pieces.
+
+    SIGTERM and SIGINT are blocked before the cluster forks, so its sentinel, pusher and
+    workers inherit the mask: a signal sent to every process of the service (systemd's
+    default ``KillMode=control-group``) cannot kill a worker mid-send or the sentinel
+    mid-handshake. This process alone takes them, synchronously, and stops the cluster
+    the way django-q2 means it to (workers finish what they hold). Job timeouts are
+    unaffected: django-q2 enforces them with SIGALRM inside the worker.
+    """
     os.setsid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from django_q.cluster import Cluster
 
-    cluster = Cluster()  # its SIGTERM/SIGINT handlers stop the sentinel in order
+    cluster = Cluster()
     cluster.start()
     while cluster.sentinel is not None and cluster.sentinel.is_alive():
-        cluster.sentinel.join(0.5)
-        if os.getppid() != parent_pid and cluster.stop_event is not None:
-            logger.warning("scheduler process %s is gone; stopping the cluster", parent_pid)
+        received = signal.sigtimedwait(STOP_SIGNALS, 0.5)
+        orphaned = os.getppid() != parent_pid
+        if received is not None or orphaned:
+            if orphaned:
+                logger.warning("scheduler process %s is gone; stopping the cluster", parent_pid)
             cluster.stop()
+            break
 
 
 class ReminderWorker:

@@ -19,12 +19,6 @@ from tests.support.jobs import run_queued
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: delivery.start() reserves the ledger key of every run in the job "
-    "('sending') before the first send, so after a crash the runs that were never "
-    "attempted look in doubt too and end 'unknown' instead of being sent",
-)
 def test_crash_mid_job__runs_never_attempted_are_sent_by_the_next_worker(
     make_task, outbox, settings
 ):
@@ -34,8 +28,10 @@ def test_crash_mid_job__runs_never_attempted_are_sent_by_the_next_worker(
     claim = dispatch.claim("dead-scheduler", 10)
     jobs = delivery.start(claim.token, claim.run_ids)
     assert len(jobs) == 4
+    assert delivery.reserve(jobs[0])
     delivery.send(jobs[0])
     # The provider takes the second message, then the worker dies before recording it.
+    assert delivery.reserve(jobs[1])
     get_sender(jobs[1].channel).send(jobs[1].message)
     in_doubt = jobs[1].run.pk
     never_attempted = {job.run.pk for job in jobs[2:]}

@@ -174,20 +174,12 @@ def test_sigkill_of_the_whole_tree_mid_send__a_fresh_process_finishes_each_run_o
         )
 
 
-EVERY_PROCESS_BREAKS = pytest.mark.xfail(
-    strict=True,
-    reason="engine: workers die mid-send on their own SIGTERM (runs left 'running'), and "
-    "the cluster child can deadlock in django-q2's re-entered Cluster.sig_handler until "
-    "the grace runs out; systemd's default KillMode=control-group signals every process",
-)
-
-
 @pytest.mark.parametrize(
     "target",
     [
         "main process",
         "process group",
-        pytest.param("every process", marks=EVERY_PROCESS_BREAKS),
+        "every process",
     ],
 )
 def test_sigterm_mid_send__stops_in_grace_with_no_process_or_leased_run_left(

@@ -157,9 +157,10 @@ def crash_mid_send(task: ScheduledTask) -> TaskRun:
     """Leave ``task``'s run as a worker that died between reserve and record leaves it."""
     dispatch.materialize()
     claim = dispatch.claim("doomed", 10)
-    from reminders.delivery import start
+    from reminders.delivery import reserve, start
 
-    start(claim.token, claim.run_ids)  # reserved 'sending', then the process died
+    [job] = start(claim.token, claim.run_ids)
+    assert reserve(job)  # reserved 'sending', then the process died in the send
     run = task.runs.get()
     assert (run.status, SendLog.objects.get().status) == ("running", "sending")
     return run
@@ -213,10 +214,10 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     claim = dispatch.claim("test", 100)
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger, INSERT ledger), the rate
-    # limit (INSERT missing buckets, SELECT them, UPDATE them) and the closing UPDATE of
-    # the tasks; per message: UPDATE ledger + UPDATE run.
-    per_batch, per_message = 8, 2
+    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger), the rate limit (INSERT
+    # missing buckets, SELECT them, UPDATE them) and the closing UPDATE of the tasks; per
+    # message: INSERT the ledger row ('sending'), then UPDATE it and the run ('sent').
+    per_batch, per_message = 7, 3
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
     assert len(statements) == per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements

@@ -105,9 +105,8 @@ def test_deliver__runs_beyond_the_rate_wait_without_spending_an_attempt(
         ("scheduled", 0, "rate_limited")
     }
     assert all(r.next_attempt_at > timezone.now() - timedelta(seconds=1) for r in waiting)
-    assert set(SendLog.objects.exclude(status="sent").values_list("status", "attempts")) == {
-        ("failed", 0)
-    }
+    # Their keys were never reserved: nothing about them is in doubt.
+    assert not SendLog.objects.exclude(status="sent").exists()
     for _ in range(10):
         if not TaskRun.objects.exclude(status="sent").exists():
             break
