@@ -653,6 +653,17 @@ def _versus(ratio: float) -> str:
     return f"{ratio:.2f}x the throughput ({(1 - ratio) * 100:.0f}% slower)"
 
 
+def print_profiles(paths: list[Path]) -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.profile_summary import summarize
+
+    print("\n### py-spy, first process tree of each scenario\n\n```")
+    for path in paths:
+        print(summarize(path, top=20) if path.exists() else f"{path}: py-spy wrote nothing")
+    print("```")
+    log("collapsed stacks kept in " + str(paths[0].parent))
+
+
 # Main ------------------------------------------------------------------------------------
 
 
@@ -764,7 +775,8 @@ def main(argv: list[str]) -> int:
         print(report(runs, env_rows, command, args.tasks))
         if bench.profiles:
             keep_work = True
-            log("py-spy profiles (collapsed stacks): " + ", ".join(bench.profiles))
+            bench.stop_spies()  # each writes its file when its sampling ends
+            print_profiles([Path(p) for p in bench.profiles])
         return 0
     except KeyboardInterrupt:
         log("interrupted; stopping what was started and dropping the databases")
