@@ -711,8 +711,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     url = os.environ.get("DATABASE_URL", DEFAULT_URL)
-    command = "make bench   # or: DATABASE_URL=" + shlex.quote(url) + " .venv/bin/python "
-    command += " ".join(["benchmarks/throughput.py", *(shlex.quote(a) for a in argv)])
+    command = " ".join(
+        [f"DATABASE_URL={shlex.quote(url)}", ".venv/bin/python", "benchmarks/throughput.py"]
+        + [shlex.quote(a) for a in argv]
+    )
+    if not argv:
+        command = f"make bench   # runs: {command}"
 
     def interrupted(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
