@@ -22,12 +22,13 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
@@ -156,7 +157,9 @@ def start(token: str, run_ids: Sequence[int]) -> list[Job]:
             started_at=now,
             finished_at=None,
         )
-        runs = list(TaskRun.objects.filter(lease_token=execution).select_related("task"))
+        runs = list(
+            TaskRun.objects.filter(pk__in=run_ids, lease_token=execution).select_related("task")
+        )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         prepared = (_prepare(run, ledger.get(run.ledger_key), now) for run in runs)
         return [job for job in prepared if job is not None]
@@ -302,9 +305,25 @@ def send(job: Job) -> SendError | None:
     return error
 
 
+@contextmanager
+def _recording() -> Iterator[None]:
+    """The transaction that records an outcome.
+
+    On PostgreSQL it commits without waiting for the WAL flush: the reservation before
+    the send is durable, so a record lost in a server crash leaves the row ``sending``,
+    the same in-doubt state as a worker crash, handled the same way. It roughly halves
+    what a worker waits for per message.
+    """
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
 def _record_sent(run: TaskRun, result: SendResult) -> None:
     now = timezone.now()
-    with transaction.atomic():
+    with _recording():
         SendLog.objects.filter(key=run.ledger_key).update(
             status=SendLog.Status.SENT,
             provider_message_id=result.message_id[:128],
@@ -325,7 +344,7 @@ def _record_failure(run: TaskRun, error: SendError) -> None:
     now = timezone.now()
     delays = conf.RETRY_DELAYS
     will_retry = error.retryable and run.attempts <= len(delays)
-    with transaction.atomic():
+    with _recording():
         SendLog.objects.filter(key=run.ledger_key).update(
             status=SendLog.Status.FAILED,
             reply_code=error.code[:64],

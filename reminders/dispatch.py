@@ -53,7 +53,7 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
             runs.extend(_runs_owed(task, now))
         TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
         _revive_cancelled(runs)
-        ScheduledTask.objects.bulk_update(tasks, ["next_run", "status"])
+        _advance(tasks)
     if tasks:
         logger.debug("materialized %d runs for %d tasks", len(runs), len(tasks))
     return len(runs)
@@ -71,6 +71,16 @@ REPLANNED_FIELDS = [
     "finished_at",
     "is_compensation",
 ]
+
+
+def _advance(tasks: list[ScheduledTask]) -> None:
+    """Save each task's new ``next_run`` and status: one UPDATE per distinct pair, as a
+    burst of one-shots (all completed) or of one cron schedule shares a single one."""
+    groups: dict[tuple[datetime | None, str], list[int]] = {}
+    for task in tasks:
+        groups.setdefault((task.next_run, task.status), []).append(task.pk)
+    for (next_run, status), pks in groups.items():
+        ScheduledTask.objects.filter(pk__in=pks).update(next_run=next_run, status=status)
 
 
 def _runs_owed(task: ScheduledTask, now: datetime) -> list[TaskRun]:
@@ -126,7 +136,7 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
         )
         claimed = list(
-            TaskRun.objects.filter(lease_token=token)
+            TaskRun.objects.filter(pk__in=ids, lease_token=token)
             .order_by("priority", "next_attempt_at")
             .values_list("pk", flat=True)
         )

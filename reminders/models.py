@@ -363,7 +363,6 @@ class TaskRun(models.Model):
                 name="reminders_run_leased_idx",
                 condition=Q(status__in=["queued", "running"]),
             ),
-            models.Index(fields=["lease_token"], name="reminders_run_token_idx"),
             models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
         ]
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from math import inf
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -42,29 +43,30 @@ def reserve(
 
     A request that could not go within ``max_wait`` reserves nothing, and every later
     request on the bucket that held it back is refused too, so each bucket keeps its order.
+    Unlimited buckets only carry pauses: they are read, never locked or written.
     """
-    names = sorted({limit.name for limits in requests for limit in limits})
+    limits_by_name = {limit.name: limit for limits in requests for limit in limits}
+    paced = sorted(name for name, limit in limits_by_name.items() if limit.rate.per_second < inf)
     now = time.time() if now is None else now
-    if not names:
-        return [Slot(now, True) for _ in requests]
-    RateBucket.objects.bulk_create([RateBucket(name=name) for name in names], ignore_conflicts=True)
     with transaction.atomic():
-        rows = RateBucket.objects.filter(name__in=names).order_by("name")
-        if connection.features.has_select_for_update:
-            rows = rows.select_for_update()
-        buckets = {row.name: row for row in rows}
-        tat = {name: row.tat for name, row in buckets.items()}
-        held = {
-            name: row.paused_until.timestamp()
-            for name, row in buckets.items()
-            if row.paused_until is not None
-        }
+        tat: dict[str, float] = {}
+        buckets: dict[str, RateBucket] = {}
+        if paced:
+            RateBucket.objects.bulk_create(
+                [RateBucket(name=name) for name in paced], ignore_conflicts=True
+            )
+            rows = RateBucket.objects.filter(name__in=paced).order_by("name")
+            if connection.features.has_select_for_update:
+                rows = rows.select_for_update()
+            buckets = {row.name: row for row in rows}
+            tat = {name: row.tat for name, row in buckets.items()}
+        held = _pauses(limits_by_name, buckets)
         blocked: set[str] = set()
         slots: list[Slot] = []
         for limits in requests:
             ready = {
                 limit.name: max(
-                    tat[limit.name] - limit.rate.tolerance, held.get(limit.name, now), now
+                    tat.get(limit.name, now) - limit.rate.tolerance, held.get(limit.name, now), now
                 )
                 for limit in limits
             }
@@ -75,13 +77,24 @@ def reserve(
                 slots.append(Slot(at, False))
                 continue
             for limit in limits:
-                tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
+                if limit.name in tat:
+                    tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
             slots.append(Slot(at, True))
         changed = [row for name, row in buckets.items() if tat[name] != row.tat]
         for row in changed:
             row.tat = tat[row.name]
         RateBucket.objects.bulk_update(changed, ["tat"])
     return slots
+
+
+def _pauses(limits: dict[str, Limit], locked: dict[str, RateBucket]) -> dict[str, float]:
+    """Until when each bucket is paused: from the locked rows, and for the unlimited
+    ones a plain read (a pause is rare, so the read usually finds nothing)."""
+    rows = list(locked.values())
+    unlocked = [name for name in limits if name not in locked]
+    if unlocked:
+        rows += RateBucket.objects.filter(name__in=unlocked, paused_until__isnull=False)
+    return {row.name: row.paused_until.timestamp() for row in rows if row.paused_until}
 
 
 def pause(name: str, seconds: float, reason: str) -> datetime:
