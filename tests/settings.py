@@ -37,3 +37,10 @@ if "REMINDERS_MAX_IN_FLIGHT" in os.environ:
     REMINDERS_MAX_IN_FLIGHT = int(os.environ["REMINDERS_MAX_IN_FLIGHT"])
 if "REMINDERS_CLAIM_BATCH" in os.environ:
     REMINDERS_CLAIM_BATCH = int(os.environ["REMINDERS_CLAIM_BATCH"])
+
+# The run_reminders processes of tests/integration/test_rate_limits.py send to a WeCom
+# sandbox: they get its URL and credentials (and WECOM_RATE_LIMIT) in their environment,
+# which config/settings.py reads; the channel itself must be declared here because the
+# channels above replace the project's.
+if os.environ.get("WECOM_CORP_ID"):
+    REMINDERS_CHANNELS["wecom"] = {"BACKEND": "reminders.senders.wecom.WeComSender"}
