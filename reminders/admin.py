@@ -77,6 +77,18 @@ class ScheduledTaskForm(forms.ModelForm):
         return cleaned
 
 
+# Shown, never edited: status changes only through the actions.
+STATE_FIELDS = (
+    "status",
+    "next_run",
+    "last_run_at",
+    "retry_count",
+    "runs_link",
+    "created_at",
+    "updated_at",
+)
+
+
 @admin.register(ScheduledTask)
 class ScheduledTaskAdmin(admin.ModelAdmin):
     form = ScheduledTaskForm
@@ -95,15 +107,7 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     search_fields = ("recipient", "key")
     ordering = (F("next_run").asc(nulls_last=True), "pk")
     actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
-    readonly_fields = (
-        "status",
-        "next_run",
-        "last_run_at",
-        "retry_count",
-        "runs_link",
-        "created_at",
-        "updated_at",
-    )
+    readonly_fields = STATE_FIELDS
     fieldsets = (
         (None, {"fields": ("kind", "recipient", "channel", "priority", "payload", "key")}),
         (
@@ -117,20 +121,7 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
                 ),
             },
         ),
-        (
-            _("State"),
-            {
-                "fields": (
-                    "status",
-                    "next_run",
-                    "last_run_at",
-                    "retry_count",
-                    "runs_link",
-                    "created_at",
-                    "updated_at",
-                )
-            },
-        ),
+        (_("State"), {"fields": STATE_FIELDS}),
     )
 
     @admin.display(description=_("schedule"), ordering="cron")

@@ -171,13 +171,15 @@ def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
     max_attempts = len(conf.RETRY_DELAYS) + 1
     if run.attempts > max_attempts:
         # Only reachable when workers keep dying on this run.
-        _finish(run, TaskRun.Status.FAILED, "attempts", "Gave up: workers died mid-send.")
+        run.close_attempt(
+            TaskRun.Status.FAILED, code="attempts", message="Gave up: workers died mid-send."
+        )
         return None
     if row is None:
         try:
             content = kinds.get(task.kind).render(task, run)
         except RemindersError as exc:
-            _finish(run, TaskRun.Status.FAILED, "kind", str(exc))
+            run.close_attempt(TaskRun.Status.FAILED, code="kind", message=str(exc))
             return None
         fresh = SendLog(
             key=run.ledger_key,
@@ -194,15 +196,16 @@ def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
         _finish_duplicate(run, row)
         return None
     if row.status == SendLog.Status.UNKNOWN:
-        _finish(run, TaskRun.Status.UNKNOWN, "unknown", "An earlier attempt may have sent it.")
+        run.close_attempt(
+            TaskRun.Status.UNKNOWN, code="unknown", message="An earlier attempt may have sent it."
+        )
         return None
     if row.status == SendLog.Status.SENDING and not _resend_is_safe(row, now):
         SendLog.objects.filter(pk=row.pk).update(status=SendLog.Status.UNKNOWN, updated_at=now)
-        _finish(
-            run,
+        run.close_attempt(
             TaskRun.Status.UNKNOWN,
-            "unknown",
-            "The worker stopped while sending; the provider may or may not have it.",
+            code="unknown",
+            message="The worker stopped while sending; the provider may or may not have it.",
         )
         transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
         return None
@@ -212,10 +215,10 @@ def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
 
 def _finish_duplicate(run: TaskRun, row: SendLog) -> None:
     if row.run_id == run.pk:
-        _finish(run, TaskRun.Status.SENT, "", "")
+        run.close_attempt(TaskRun.Status.SENT)
     else:
         message = f"Key {row.key} belongs to run {row.run_id}."
-        _finish(run, TaskRun.Status.SKIPPED, "duplicate", message)
+        run.close_attempt(TaskRun.Status.SKIPPED, code="duplicate", message=message)
 
 
 def reserve(job: Job) -> bool:
@@ -246,30 +249,6 @@ def _resend_is_safe(row: SendLog, now: datetime) -> bool:
         return False
     window = timedelta(seconds=sender.duplicate_check_seconds)
     return sender.supports_duplicate_check and now - row.updated_at < window
-
-
-def _finish(run: TaskRun, status: str, code: str, message: str) -> None:
-    now = timezone.now()
-    run.status = status
-    run.error_code = code
-    run.error_message = message
-    run.finished_at = now
-    run.duration = now - run.started_at if run.started_at else None
-    run.next_attempt_at = None
-    run.lease_token = ""
-    run.lease_expires_at = None
-    run.save(
-        update_fields=[
-            "status",
-            "error_code",
-            "error_message",
-            "finished_at",
-            "duration",
-            "next_attempt_at",
-            "lease_token",
-            "lease_expires_at",
-        ]
-    )
 
 
 def send(job: Job) -> SendError | None:
@@ -333,10 +312,7 @@ def _record_sent(run: TaskRun, result: SendResult) -> None:
             sent_at=now,
             updated_at=now,
         )
-        run.status = TaskRun.Status.SENT
-        run.error_code = ""
-        run.error_message = ""
-        _close_attempt(run, now)
+        run.close_attempt(TaskRun.Status.SENT, now=now)
         transaction.on_commit(lambda: signals.run_sent.send(TaskRun, run=run, result=result))
 
 
@@ -351,15 +327,14 @@ def _record_failure(run: TaskRun, error: SendError) -> None:
             error_message=error.message,
             updated_at=now,
         )
-        run.error_code = error.code[:64]
-        run.error_message = error.message
+        retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None
+        status = TaskRun.Status.RETRYING if will_retry else TaskRun.Status.FAILED
+        run.close_attempt(
+            status, code=error.code, message=error.message, retry_at=retry_at, now=now
+        )
         if will_retry:
-            run.status = TaskRun.Status.RETRYING
-            _close_attempt(run, now, retry_at=now + timedelta(seconds=delays[run.attempts - 1]))
             ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
         else:
-            run.status = TaskRun.Status.FAILED
-            _close_attempt(run, now)
             transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
     logger.warning(
         "run %s attempt %d failed (%s): %s%s",
@@ -368,26 +343,4 @@ def _record_failure(run: TaskRun, error: SendError) -> None:
         error.code,
         error.message,
         "; will retry" if will_retry else "",
-    )
-
-
-def _close_attempt(run: TaskRun, now: datetime, retry_at: datetime | None = None) -> None:
-    run.finished_at = None if retry_at else now
-    run.duration = now - run.started_at if run.started_at else None
-    run.next_attempt_at = retry_at
-    run.lease_owner = ""
-    run.lease_token = ""
-    run.lease_expires_at = None
-    run.save(
-        update_fields=[
-            "status",
-            "error_code",
-            "error_message",
-            "finished_at",
-            "duration",
-            "next_attempt_at",
-            "lease_owner",
-            "lease_token",
-            "lease_expires_at",
-        ]
     )

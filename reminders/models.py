@@ -369,6 +369,41 @@ class TaskRun(models.Model):
     def __str__(self) -> str:
         return f"{self.task_id} @ {self.occurrence.isoformat()} [{self.status}]"
 
+    def close_attempt(
+        self,
+        status: str,
+        *,
+        code: str = "",
+        message: str = "",
+        retry_at: datetime | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """End the attempt in hand: finished in ``status``, or waiting until ``retry_at``;
+        the lease is released either way."""
+        now = now or timezone.now()
+        self.status = status
+        self.error_code = code[:64]
+        self.error_message = message
+        self.finished_at = None if retry_at else now
+        self.duration = now - self.started_at if self.started_at else None
+        self.next_attempt_at = retry_at
+        self.lease_owner = ""
+        self.lease_token = ""
+        self.lease_expires_at = None
+        self.save(
+            update_fields=[
+                "status",
+                "error_code",
+                "error_message",
+                "finished_at",
+                "duration",
+                "next_attempt_at",
+                "lease_owner",
+                "lease_token",
+                "lease_expires_at",
+            ]
+        )
+
     @property
     def lateness(self) -> timedelta | None:
         """How long after its due time the run finished."""
