@@ -8,8 +8,12 @@ RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/reminders
 MARIADB_URL ?= mysql://root@127.0.0.1:3306/reminders
 PYTEST_ARGS ?=
+# Django 6 needs Python 3.12 or newer: the first one found runs the suite under it.
+PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.1[23]*/bin/python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
+VENV6 := .venv-django6
 
-.PHONY: run test lint typecheck migrations-check test-sqlite test-postgres test-mariadb bench clean
+.PHONY: run test lint typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
 
 # Running needs the package alone; testing adds the tools and every database driver
 # (mysqlclient builds against MariaDB's client library, which bin/system-deps installs).
@@ -29,7 +33,7 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	bash bin/run-dev
 
-test: lint typecheck migrations-check test-sqlite test-postgres test-mariadb
+test: lint typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -62,9 +66,28 @@ test-server:
 		echo "$(NAME) at $(URL) is unreachable: its tests did NOT run"; \
 	fi
 
+# The suite on SQLite once more, under the newest Django 6.0 release.
+$(VENV6)/.installed-$(HASH): pyproject.toml
+	@test -n "$(PYTHON_DJANGO6)" || { echo "no Python 3.12+ found for Django 6 (set PYTHON_DJANGO6)"; exit 1; }
+	bash bin/system-deps
+	test -x $(VENV6)/bin/python || $(PYTHON_DJANGO6) -m venv $(VENV6)
+	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV6)/bin/python -m pip install --quiet -e '.[dev]' 'django>=6.0,<6.1'
+	rm -f $(VENV6)/.installed-*
+	touch $@
+
+test-django6:
+	@if [ -z "$(PYTHON_DJANGO6)" ] && [ "$$CI" != "true" ]; then \
+		echo "no Python 3.12+ found: the suite did NOT run under Django 6"; \
+	else \
+		$(MAKE) --no-print-directory $(VENV6)/.installed-$(HASH) && \
+		echo "== the suite under Django 6 ($$($(VENV6)/bin/python -m django --version), $$($(VENV6)/bin/python --version))" && \
+		DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 TEST_DB_SUFFIX=_django6 $(VENV6)/bin/python -m pytest $(PYTEST_ARGS); \
+	fi
+
 bench: $(STAMP)
 	@$(PY) bin/db-reachable "$(PG_URL)" || { echo "benchmarks need PostgreSQL at $(PG_URL)"; exit 1; }
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/throughput.py
 
 clean:
-	rm -rf $(VENV) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache
