@@ -1,4 +1,4 @@
-"""Fill a benchmark database; run as ``python -m benchmarks.fixtures {tasks,jobs} N``.
+"""Fill a benchmark database: ``python -m benchmarks.fixtures {tasks,jobs} N [CHANNEL]``.
 
 Started by ``throughput.py`` with ``DJANGO_SETTINGS_MODULE=benchmarks.settings`` and
 ``DATABASE_URL`` naming the scenario's database. Prints the seconds the filling took.
@@ -12,8 +12,9 @@ import time
 import django
 
 
-def make_tasks(n: int) -> None:
-    """``n`` one-shot ``follow_up`` tasks (no stagger), one recipient each, due now.
+def make_tasks(n: int, channel: str = "bench") -> None:
+    """``n`` one-shot ``follow_up`` tasks (no stagger) on ``channel``, one recipient each,
+    due now.
 
     ``bulk_create`` rather than ``api.schedule`` only to keep setup short; the rows are
     what ``api.schedule`` writes. The orchestrator sets ``run_at`` again just before
@@ -30,7 +31,7 @@ def make_tasks(n: int) -> None:
         task = ScheduledTask(
             kind="follow_up",
             recipient=f"user{i:06d}",
-            channel="bench",
+            channel=channel,
             run_at=now,
             timezone=settings.TIME_ZONE,
             priority="normal",
@@ -57,7 +58,10 @@ def main(argv: list[str]) -> None:
     what, n = argv[1], int(argv[2])
     django.setup()
     started = time.perf_counter()
-    {"tasks": make_tasks, "jobs": enqueue_jobs}[what](n)
+    if what == "tasks":
+        make_tasks(n, *argv[3:4])
+    else:
+        enqueue_jobs(n)
     print(f"{time.perf_counter() - started:.3f}")
 
 

@@ -25,6 +25,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -84,9 +85,14 @@ def sandbox_process(
     )
     try:
         assert popen.stdout is not None
-        deadline = time.monotonic() + startup_timeout
-        line = popen.stdout.readline()
-        if not line.startswith("WECOM_API_BASE=") or time.monotonic() > deadline:
+        # The read blocks: a sandbox that never prints its URL is killed, which ends it.
+        timer = threading.Timer(startup_timeout, popen.kill)
+        timer.start()
+        try:
+            line = popen.stdout.readline()
+        finally:
+            timer.cancel()
+        if not line.startswith("WECOM_API_BASE="):
             raise RuntimeError(f"the sandbox did not start: {line!r}")
         yield psutil.Process(popen.pid), line.strip().partition("=")[2]
     finally:
