@@ -43,7 +43,7 @@ from .exceptions import (
 )
 from .models import ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import Limit, render_body
+from .senders.base import render_body
 
 logger = logging.getLogger(__name__)
 
@@ -83,13 +83,16 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     sent = 0
     paused: dict[str, float] = {}  # rate scope -> until when the provider said "too fast"
     deferred: list[tuple[Job, float]] = []
-    for job, slot in _pace(jobs):
-        if not slot.reserved or job.scope in paused:
-            deferred.append((job, paused.get(job.scope, slot.at)))
+    for job in jobs:
+        slot = _pace(job) if job.scope not in paused else None
+        if slot is None or not slot.reserved:
+            deferred.append((job, paused[job.scope] if slot is None else slot.at))
             continue
-        time.sleep(max(0.0, slot.at - time.time()))
         if not reserve(job):
             continue
+        # The ledger row first, the wait last: the request then leaves at its slot, not a
+        # database round trip after it (late sends bunch up at the provider).
+        time.sleep(max(0.0, slot.at - time.time()))
         outcome = send(job)
         if isinstance(outcome, ThrottledSendError):
             until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
@@ -104,19 +107,21 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     return sent
 
 
-def _pace(jobs: list[Job]) -> list[tuple[Job, ratelimit.Slot]]:
-    """Reserve a send slot for each job in the shared rate limits of its channel."""
-    requests: list[list[Limit]] = []
-    for job in jobs:
-        try:
-            sender = get_sender(job.channel)
-        except RemindersError:
-            requests.append([])  # send() records the configuration error
-            continue
-        job.scope = sender.rate_scope
-        requests.append(sender.limits(job.message))
-    slots = ratelimit.reserve(requests, max_wait=conf.RATE_MAX_WAIT)
-    return list(zip(jobs, slots, strict=True))
+def _pace(job: Job) -> ratelimit.Slot:
+    """Reserve the job's send slot in the shared rate limits of its channel.
+
+    One message at a time, right before its send: slots reserved ahead for a whole job
+    go out late, and then together with other workers' on-time ones, whenever a worker
+    falls behind; that breaks the per-second bound the provider enforces.
+    """
+    try:
+        sender = get_sender(job.channel)
+        sender.prepare()
+    except RemindersError:
+        return ratelimit.Slot(time.time(), True)  # send() meets the error and records it
+    job.scope = sender.rate_scope
+    [slot] = ratelimit.reserve([sender.limits(job.message)], max_wait=conf.RATE_MAX_WAIT)
+    return slot
 
 
 def _defer(items: list[tuple[Job, float]]) -> None:

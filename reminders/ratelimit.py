@@ -3,9 +3,9 @@
 Each limit is a generic cell rate algorithm (GCRA) bucket: one row holding the
 "theoretical arrival time" of the next send. Reserving a send moves it on by one
 interval; a send may go out once the clock is within the burst tolerance of it. The
-result is a token bucket that needs one number of state and no background refill, and
-whose reservations can be made ahead: a worker reserves slots for a whole batch in one
-transaction, then sends each message at its slot.
+result is a token bucket that needs one number of state and no background refill. A
+worker reserves each message's slot right before sending it, and sleeps until the slot
+if it lies ahead.
 
 A provider's "too fast" pauses a bucket for everyone (``pause``); runs that cannot get a
 slot soon wait for a later tick without spending a retry attempt.
@@ -47,19 +47,24 @@ def reserve(
     """
     limits_by_name = {limit.name: limit for limits in requests for limit in limits}
     paced = sorted(name for name, limit in limits_by_name.items() if limit.rate.per_second < inf)
-    now = time.time() if now is None else now
+    if paced:
+        # Outside the transaction: on MariaDB an INSERT that finds the row takes a shared
+        # lock on it, and two callers upgrading theirs to FOR UPDATE deadlock.
+        RateBucket.objects.bulk_create(
+            [RateBucket(name=name) for name in paced], ignore_conflicts=True
+        )
     with transaction.atomic():
         tat: dict[str, float] = {}
         buckets: dict[str, RateBucket] = {}
         if paced:
-            RateBucket.objects.bulk_create(
-                [RateBucket(name=name) for name in paced], ignore_conflicts=True
-            )
             rows = RateBucket.objects.filter(name__in=paced).order_by("name")
             if connection.features.has_select_for_update:
                 rows = rows.select_for_update()
             buckets = {row.name: row for row in rows}
             tat = {name: row.tat for name, row in buckets.items()}
+        # The clock is read once the rows are ours: a time taken before waiting for the
+        # lock would hand out slots in the past, which then go out together.
+        now = time.time() if now is None else now
         held = _pauses(limits_by_name, buckets)
         blocked: set[str] = set()
         slots: list[Slot] = []

@@ -47,6 +47,7 @@ class Rate:
 
 
 UNLIMITED = Rate(math.inf)
+PACE_MARGIN = 0.97
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,9 @@ class BaseSender(ABC):
         if not per_second:
             return None
         burst = self.options.get("rate_burst") or max(1, int(float(per_second) / 10))
-        return Rate(float(per_second), int(burst))
+        # Paced a little under the limit: a request leaves a few milliseconds after its
+        # slot, and that jitter would otherwise push the provider's busiest second over.
+        return Rate(float(per_second) * PACE_MARGIN, int(burst))
 
     def limits(self, message: Message) -> list[Limit]:
         """The shared buckets a send of ``message`` must fit in.
@@ -131,6 +134,11 @@ class BaseSender(ABC):
 
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook
+        """Get ready to send at once (an access token in hand); called before a send's
+        rate-limit slot is taken, so that the request leaves at its slot. May raise a
+        ``SendError``: the send that follows meets it again and records it."""
 
     def check(self) -> None:  # noqa: B027 - optional hook
         """Raise ``ConfigurationSendError`` when the channel cannot work as configured;

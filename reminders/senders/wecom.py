@@ -215,6 +215,10 @@ class WeComSender(BaseSender):
     def check(self) -> None:
         self._require_credentials()
 
+    def prepare(self) -> None:
+        self._require_credentials()
+        self.token.get()
+
     def _require_credentials(self) -> int:
         missing = [
             name

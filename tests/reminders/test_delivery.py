@@ -214,10 +214,10 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     claim = dispatch.claim("test", 100)
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger), the channel's pause
-    # (SELECT; an unlimited channel is never locked) and the closing UPDATE of the tasks;
-    # per message: INSERT the ledger row ('sending'), then UPDATE it and the run ('sent').
-    per_batch, per_message = 5, 3
+    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger) and the closing UPDATE of
+    # the tasks; per message: the channel's pause (SELECT: an unlimited channel is never
+    # locked), the ledger row INSERTed ('sending'), then it and the run UPDATEd ('sent').
+    per_batch, per_message = 4, 4
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
     assert len(statements) == per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
