@@ -40,7 +40,8 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
 
     After downtime a task may owe several occurrences: the latest is run, the earlier
     ones are recorded as skipped (``missed``) so the gap is visible, up to
-    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. Returns the number of runs created.
+    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. Returns the number of runs planned (one
+    another scheduler planned first is counted too, though not created twice).
     """
     now = now or timezone.now()
     with transaction.atomic():
