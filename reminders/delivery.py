@@ -81,12 +81,11 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     if not jobs:
         return 0
     sent = 0
-    paused: dict[str, float] = {}  # rate scope -> until when the provider said "too fast"
     deferred: list[tuple[Job, float]] = []
     for job in jobs:
-        slot = _pace(job) if job.scope not in paused else None
-        if slot is None or not slot.reserved:
-            deferred.append((job, paused[job.scope] if slot is None else slot.at))
+        slot = _pace(job)  # also where a pause put on the channel meanwhile is seen
+        if not slot.reserved:
+            deferred.append((job, slot.at))
             continue
         if not reserve(job):
             continue
@@ -96,8 +95,7 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
         outcome = send(job)
         if isinstance(outcome, ThrottledSendError):
             until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
-            paused[job.scope] = until.timestamp()
-            deferred.append((job, paused[job.scope]))
+            deferred.append((job, until.timestamp()))
         elif outcome is None:
             sent += 1
     _defer(deferred)
