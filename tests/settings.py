@@ -27,17 +27,6 @@ REMINDERS_CHANNELS = {
     },
 }
 
-# Knobs for the run_reminders processes that tests/integration starts; unset, the
-# project's defaults hold (config/settings.py itself reads the lease and the tick).
-if "REMINDERS_SHUTDOWN_GRACE" in os.environ:
-    REMINDERS_SHUTDOWN_GRACE = float(os.environ["REMINDERS_SHUTDOWN_GRACE"])
-if "REMINDERS_RUNS_PER_JOB" in os.environ:
-    REMINDERS_RUNS_PER_JOB = int(os.environ["REMINDERS_RUNS_PER_JOB"])
-if "REMINDERS_MAX_IN_FLIGHT" in os.environ:
-    REMINDERS_MAX_IN_FLIGHT = int(os.environ["REMINDERS_MAX_IN_FLIGHT"])
-if "REMINDERS_CLAIM_BATCH" in os.environ:
-    REMINDERS_CLAIM_BATCH = int(os.environ["REMINDERS_CLAIM_BATCH"])
-
 # The run_reminders processes of tests/integration/test_rate_limits.py send to a WeCom
 # sandbox: they get its URL and credentials (and WECOM_RATE_LIMIT) in their environment,
 # which config/settings.py reads; the channel itself must be declared here because the
