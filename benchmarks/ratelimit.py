@@ -66,6 +66,7 @@ from benchmarks.throughput import (  # noqa: E402
     busy_share,
     code_version,
     log,
+    show_log_tails,
 )
 from ops.sandbox import (  # noqa: E402
     DEV_AGENT_ID,
@@ -181,9 +182,7 @@ class Bench:
         try:
             yield db, logs, procs
         except BaseException:
-            for path in sorted(logs.glob("*.log")):
-                tail = path.read_text(errors="replace").splitlines()[-15:]
-                log(f"--- last lines of {path.name} ---\n" + "\n".join(tail))
+            show_log_tails(logs)
             raise
         finally:
             procs.stop()

@@ -348,6 +348,13 @@ def _lines(path: Path) -> int:
 # Scenarios -------------------------------------------------------------------------------
 
 
+def show_log_tails(logs: Path, lines: int = 15) -> None:
+    """Print the end of each process log of a scenario that failed."""
+    for path in sorted(logs.glob("*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        log(f"--- last lines of {path.name} ---\n" + "\n".join(tail))
+
+
 @dataclass
 class Bench:
     dbs: Databases
@@ -404,9 +411,7 @@ class Bench:
         try:
             yield db, logs / "sends.txt", procs
         except BaseException:
-            for path in sorted(logs.glob("*.log")):
-                tail = path.read_text(errors="replace").splitlines()[-15:]
-                log(f"--- last lines of {path.name} ---\n" + "\n".join(tail))
+            show_log_tails(logs)
             raise
         finally:
             procs.stop()
