@@ -6,9 +6,11 @@ ORM broker is at-least-once) and after any crash:
 * A run is started only by the holder of the claim's token, and starting it swaps that
   token for a fresh one, so a redelivered job, or a stale one from an earlier claim,
   finds nothing to start.
-* Each message's ledger key is reserved (``sending``) and committed just before its own
-  send, so a crash leaves at most the message in hand in doubt; ``sent`` and the run's
-  completion are committed together afterwards.
+* A message's ledger key is reserved (``sending``) and committed just before its send,
+  so a crash leaves at most the message in hand in doubt; ``sent`` and the run's
+  completion are committed together afterwards. Where the provider drops an identical
+  body sent again, a batch of keys is reserved at once and recorded at once: a crash
+  then leaves the batch in doubt, and the re-send below settles it.
 * A ``sending`` row found when a run starts means an earlier attempt died between the
   two. The body is re-sent only where the sender's provider drops identical bodies
   (``supports_duplicate_check``) and the row is still inside its window; otherwise the
@@ -18,6 +20,7 @@ ORM broker is at-least-once) and after any crash:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -26,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cached_property, partial
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, Value, When
@@ -52,13 +55,15 @@ logger = logging.getLogger(__name__)
 class Job:
     """One started run, the message it is to send, and its ledger row.
 
-    ``ledger`` is unsaved for a key never tried; otherwise it is the row as read, whose
-    status (``failed``, or ``sending`` for a safe re-send) the reservation expects.
+    ``ledger`` is unsaved for a key never tried (``fresh``); otherwise it is the row as
+    read, whose status (``failed``, or ``sending`` for a safe re-send) the reservation
+    expects and a hand-back restores.
     """
 
     run: TaskRun
     ledger: SendLog
-    scope: str = ""  # the sender's rate scope, once paced
+    fresh: bool = True
+    sender: BaseSender | None = None  # once paced; None if the channel cannot be used
 
     @property
     def channel(self) -> str:
@@ -68,36 +73,48 @@ class Job:
     def message(self) -> Message:
         return Message.from_rendered(self.ledger.recipient, self.ledger.body, self.ledger.key)
 
+    @property
+    def scope(self) -> str:
+        return self.sender.rate_scope if self.sender else self.channel
+
+
+# A batch whose sends fall this far behind its slots gives the rest back: slots are meant
+# to be used when they fall, not late and together with other workers' on-time ones.
+STALE_SLOT_SECONDS = 1.0
+
 
 def worker_id() -> str:
     return f"{conf.WORKER_ID}:{os.getpid()}"
 
 
 def deliver(token: str, run_ids: Sequence[int]) -> int:
-    """Start the runs of one claim and send each at its rate-limit slot; returns how
+    """Start the runs of one claim and send them at their rate-limit slots; returns how
     many were sent. Runs that cannot go soon wait for a later claim, without spending
-    an attempt."""
+    an attempt.
+
+    Runs go in batches that may leave back to back: one reservation of slots and ledger
+    keys, the sends, one record of what was sent. A batch is a whole claim on an
+    unlimited channel and usually one message on a busy paced one.
+    """
     jobs = start(token, run_ids)
     if not jobs:
         return 0
     sent = 0
     deferred: list[tuple[Job, float]] = []
-    for job in jobs:
-        slot = _pace(job)  # also where a pause put on the channel meanwhile is seen
-        if not slot.reserved:
-            deferred.append((job, slot.at))
-            continue
-        if not reserve(job):
-            continue
-        # The ledger row first, the wait last: the request then leaves at its slot, not a
-        # database round trip after it (late sends bunch up at the provider).
-        time.sleep(max(0.0, slot.at - time.time()))
-        outcome = send(job)
-        if isinstance(outcome, ThrottledSendError):
-            until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
-            deferred.append((job, until.timestamp()))
-        elif outcome is None:
-            sent += 1
+    pending = jobs
+    while pending:
+        batch, rest = _next_batch(pending)
+        slots = ratelimit.reserve(
+            [_limits(job) for job in batch], max_wait=conf.RATE_MAX_WAIT, together=True
+        )
+        # The first request is refused only when it is too far off: it waits for a later
+        # claim. The others just missed this batch.
+        if not slots[0].reserved:
+            deferred.append((batch[0], slots[0].at))
+        ready = [(job, slot.at) for job, slot in zip(batch, slots, strict=True) if slot.reserved]
+        pending = [job for job, slot in zip(batch[1:], slots[1:], strict=True) if not slot.reserved]
+        pending += rest
+        sent += _send_batch(ready, deferred)
     _defer(deferred)
     ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
         last_run_at=timezone.now()
@@ -105,21 +122,71 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     return sent
 
 
-def _pace(job: Job) -> ratelimit.Slot:
-    """Reserve the job's send slot in the shared rate limits of its channel.
+def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
+    """The jobs, from the first, whose keys may be reserved together; and the rest.
 
-    One message at a time, right before its send: slots reserved ahead for a whole job
-    go out late, and then together with other workers' on-time ones, whenever a worker
-    falls behind; that breaks the per-second bound the provider enforces.
+    Only where the provider drops an identical body sent again: a worker that dies
+    mid-batch leaves every key of it in doubt, and only there is the re-send that
+    settles them safe. Elsewhere a batch is one message, so a crash leaves at most the
+    message in hand in doubt.
     """
+    batch: list[Job] = []
+    for job in pending:
+        sender = _ready_sender(job)
+        shareable = sender is not None and sender.supports_duplicate_check
+        if batch and not shareable:
+            break
+        batch.append(job)
+        if not shareable:
+            break
+    return batch, pending[len(batch) :]
+
+
+def _ready_sender(job: Job) -> BaseSender | None:
+    """The job's sender, ready to send at once (an access token in hand) so that the
+    request leaves at its slot; None if it is not: the send meets the error again and
+    records it."""
     try:
-        sender = get_sender(job.channel)
-        sender.prepare()
+        job.sender = job.sender or get_sender(job.channel)
+        job.sender.prepare()
     except RemindersError:
-        return ratelimit.Slot(time.time(), True)  # send() meets the error and records it
-    job.scope = sender.rate_scope
-    [slot] = ratelimit.reserve([sender.limits(job.message)], max_wait=conf.RATE_MAX_WAIT)
-    return slot
+        job.sender = None
+    return job.sender
+
+
+def _limits(job: Job) -> list[ratelimit.Limit]:
+    return job.sender.limits(job.message) if job.sender else []
+
+
+def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]) -> int:
+    """Reserve the batch's ledger keys, send each message at its slot, then record the
+    sent ones together; returns how many were sent. What is not sent joins ``deferred``."""
+    if not ready:
+        return 0
+    slots = {job.run.pk: at for job, at in ready}
+    jobs = reserve([job for job, _ in ready])
+    done: list[tuple[Job, SendResult]] = []
+    for index, job in enumerate(jobs):
+        now = time.time()
+        if now - slots[job.run.pk] > STALE_SLOT_SECONDS:
+            _hand_back(jobs[index:], deferred, now)
+            break
+        # The ledger rows first, the wait last: the request then leaves at its slot, not
+        # a database round trip after it (late sends bunch up at the provider).
+        time.sleep(max(0.0, slots[job.run.pk] - now))
+        outcome = _call(job)
+        if isinstance(outcome, SendResult):
+            done.append((job, outcome))
+        elif isinstance(outcome, ThrottledSendError):
+            _record_throttled(job, outcome)
+            until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)
+            deferred.append((job, until.timestamp()))
+            _hand_back(jobs[index + 1 :], deferred, until.timestamp())
+            break
+        else:
+            _record_failure(job.run, outcome)
+    _record_sent(done)
+    return len(done)
 
 
 def _defer(items: list[tuple[Job, float]]) -> None:
@@ -213,7 +280,7 @@ def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
         transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
         return None
     # A failed attempt, or a re-send the provider will de-duplicate: the same bytes again.
-    return Job(run, row)
+    return Job(run, row, fresh=False)
 
 
 def _finish_duplicate(run: TaskRun, row: SendLog) -> None:
@@ -224,25 +291,60 @@ def _finish_duplicate(run: TaskRun, row: SendLog) -> None:
         run.close_attempt(TaskRun.Status.SKIPPED, code="duplicate", message=message)
 
 
-def reserve(job: Job) -> bool:
-    """Mark the job's key ``sending`` and commit, right before its send."""
-    row = job.ledger
-    if row.pk is None:
-        row.attempts = 1
-        try:
-            with transaction.atomic():
-                row.save(force_insert=True)
-        except IntegrityError:
-            # Another run with the same key (a schedule moved within its day) took it.
-            _finish_duplicate(job.run, SendLog.objects.get(key=row.key))
-            return False
-        return True
-    reserved = SendLog.objects.filter(pk=row.pk, status=row.status).update(
-        status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=timezone.now()
+def reserve(jobs: Sequence[Job]) -> list[Job]:
+    """Mark the jobs' keys ``sending`` and commit, right before their sends; returns the
+    jobs whose key is now theirs, in order."""
+    fresh = [job for job in jobs if job.fresh]
+    lost: set[int] = set()
+    for job in fresh:
+        job.ledger.attempts = 1
+    try:
+        with transaction.atomic():
+            SendLog.objects.bulk_create([job.ledger for job in fresh])
+    except IntegrityError:
+        # A key is taken by another run (a schedule moved within its day): one at a time.
+        lost.update(job.run.pk for job in fresh if not _insert(job))
+    for job in jobs:
+        # Zero rows only if the row changed since start(): the run waits for its lease
+        # to expire and is decided again from the ledger as it then is.
+        if not job.fresh and not _mark_sending(job.ledger):
+            lost.add(job.run.pk)
+    return [job for job in jobs if job.run.pk not in lost]
+
+
+def _insert(job: Job) -> bool:
+    try:
+        with transaction.atomic():
+            job.ledger.save(force_insert=True)
+    except IntegrityError:
+        _finish_duplicate(job.run, SendLog.objects.get(key=job.ledger.key))
+        return False
+    return True
+
+
+def _mark_sending(row: SendLog) -> bool:
+    return bool(
+        SendLog.objects.filter(pk=row.pk, status=row.status).update(
+            status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=timezone.now()
+        )
     )
-    # Zero only if the row changed since start(): the run waits for its lease to expire
-    # and is decided again from the ledger as it then is.
-    return bool(reserved)
+
+
+def _hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: float) -> None:
+    """Undo the reservation of keys that will not be sent now; their runs wait for a
+    later claim. A fresh key is dropped, a known one gets its status back."""
+    if not jobs:
+        return
+    with transaction.atomic():
+        SendLog.objects.filter(
+            key__in=[job.ledger.key for job in jobs if job.fresh], status=SendLog.Status.SENDING
+        ).delete()
+        for job in jobs:
+            if not job.fresh:
+                SendLog.objects.filter(pk=job.ledger.pk).update(
+                    status=job.ledger.status, attempts=F("attempts") - 1
+                )
+    deferred.extend((job, until) for job in jobs)
 
 
 def _resend_is_safe(row: SendLog, now: datetime) -> bool:
@@ -254,37 +356,30 @@ def _resend_is_safe(row: SendLog, now: datetime) -> bool:
     return sender.supports_duplicate_check and now - row.updated_at < window
 
 
-def send(job: Job) -> SendError | None:
-    """Call the sender for one started run and record what happened.
-
-    Returns None when sent, else the error; a ``ThrottledSendError`` is left for the
-    caller to pause the channel and defer the run: throttling is not a failed attempt.
-    """
+def _call(job: Job) -> SendResult | SendError:
+    """Hand one reserved message to its sender; the reply, or the error to record."""
     try:
-        sender: BaseSender = get_sender(job.channel)
-        result = sender.send(job.message)
-    except ThrottledSendError as exc:
-        SendLog.objects.filter(key=job.ledger.key).update(
-            status=SendLog.Status.FAILED,
-            reply_code=exc.code[:64],
-            error_message=exc.message,
-            updated_at=timezone.now(),
-        )
-        return exc
+        return (job.sender or get_sender(job.channel)).send(job.message)
     except SendError as exc:
-        error = exc
+        return exc
     except RemindersError as exc:  # a channel that is not configured
-        error = ConfigurationSendError(str(exc), code="channel")
+        return ConfigurationSendError(str(exc), code="channel")
     except Exception as exc:
         # A sender must raise SendError; anything else is a bug, counted as a failed
         # attempt that may pass so that the message is not lost.
         logger.exception("sender %r raised an unexpected error", job.channel)
-        error = TransientSendError(repr(exc), code="exception")
-    else:
-        _record_sent(job.run, result)
-        return None
-    _record_failure(job.run, error)
-    return error
+        return TransientSendError(repr(exc), code="exception")
+
+
+def _record_throttled(job: Job, error: ThrottledSendError) -> None:
+    """The provider refused the message as too fast: the key may be sent again later,
+    and the run waits without spending its attempt."""
+    SendLog.objects.filter(key=job.ledger.key).update(
+        status=SendLog.Status.FAILED,
+        reply_code=error.code[:64],
+        error_message=error.message,
+        updated_at=timezone.now(),
+    )
 
 
 @contextmanager
@@ -303,20 +398,49 @@ def _recording() -> Iterator[None]:
         yield
 
 
-def _record_sent(run: TaskRun, result: SendResult) -> None:
+def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
+    """Mark a batch's sent keys and runs, in one transaction.
+
+    Replies that agree share one UPDATE, in which only the provider's message ids differ
+    row by row (a ``bulk_update`` of every field costs more Python than the sends).
+    """
+    if not done:
+        return
     now = timezone.now()
+    replies: dict[str, list[tuple[SendLog, SendResult]]] = {}
+    for job, result in done:
+        job.ledger.provider_message_id = result.message_id[:128]
+        reply = json.dumps([result.code, result.detail], sort_keys=True)
+        replies.setdefault(reply, []).append((job.ledger, result))
+    _known_pks([job.ledger for job, _ in done])
     with _recording():
-        SendLog.objects.filter(key=run.ledger_key).update(
-            status=SendLog.Status.SENT,
-            provider_message_id=result.message_id[:128],
-            reply_code=result.code[:64],
-            reply_detail=result.detail,
-            error_message="",
-            sent_at=now,
-            updated_at=now,
-        )
-        run.close_attempt(TaskRun.Status.SENT, now=now)
-        transaction.on_commit(lambda: signals.run_sent.send(TaskRun, run=run, result=result))
+        for group in replies.values():
+            _, result = group[0]
+            SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
+                status=SendLog.Status.SENT,
+                provider_message_id=Case(
+                    *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
+                    default=F("provider_message_id"),
+                ),
+                reply_code=result.code[:64],
+                reply_detail=result.detail,
+                error_message="",
+                sent_at=now,
+                updated_at=now,
+            )
+        TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
+        for job, result in done:
+            transaction.on_commit(
+                partial(signals.run_sent.send, TaskRun, run=job.run, result=result)
+            )
+
+
+def _known_pks(rows: list[SendLog]) -> None:
+    """Where ``bulk_create`` could not return primary keys, read them by key."""
+    missing = {row.key: row for row in rows if row.pk is None}
+    if missing:
+        for key, pk in SendLog.objects.filter(key__in=missing).values_list("key", "pk"):
+            missing[key].pk = pk
 
 
 def _record_failure(run: TaskRun, error: SendError) -> None:

@@ -7,8 +7,9 @@ the scheduler, the worker, the admin and the commands.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinLengthValidator
@@ -369,6 +370,18 @@ class TaskRun(models.Model):
     def __str__(self) -> str:
         return f"{self.task_id} @ {self.occurrence.isoformat()} [{self.status}]"
 
+    CLOSING_FIELDS: ClassVar[tuple[str, ...]] = (
+        "status",
+        "error_code",
+        "error_message",
+        "finished_at",
+        "duration",
+        "next_attempt_at",
+        "lease_owner",
+        "lease_token",
+        "lease_expires_at",
+    )
+
     def close_attempt(
         self,
         status: str,
@@ -380,7 +393,26 @@ class TaskRun(models.Model):
     ) -> None:
         """End the attempt in hand: finished in ``status``, or waiting until ``retry_at``;
         the lease is released either way."""
-        now = now or timezone.now()
+        self._set_closed(status, code, message, retry_at, now or timezone.now())
+        self.save(update_fields=self.CLOSING_FIELDS)
+
+    @classmethod
+    def close_attempts(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> None:
+        """``close_attempt`` for many runs that end the same way: one UPDATE for each
+        start time (runs started together share it, so usually one in all)."""
+        groups: dict[datetime | None, list[TaskRun]] = {}
+        for run in runs:
+            run._set_closed(status, "", "", None, now)
+            groups.setdefault(run.started_at, []).append(run)
+        for group in groups.values():
+            first = group[0]
+            cls.objects.filter(pk__in=[run.pk for run in group]).update(
+                **{name: getattr(first, name) for name in cls.CLOSING_FIELDS}
+            )
+
+    def _set_closed(
+        self, status: str, code: str, message: str, retry_at: datetime | None, now: datetime
+    ) -> None:
         self.status = status
         self.error_code = code[:64]
         self.error_message = message
@@ -390,19 +422,6 @@ class TaskRun(models.Model):
         self.lease_owner = ""
         self.lease_token = ""
         self.lease_expires_at = None
-        self.save(
-            update_fields=[
-                "status",
-                "error_code",
-                "error_message",
-                "finished_at",
-                "duration",
-                "next_attempt_at",
-                "lease_owner",
-                "lease_token",
-                "lease_expires_at",
-            ]
-        )
 
     @property
     def lateness(self) -> timedelta | None:

@@ -37,12 +37,18 @@ class Slot:
 
 
 def reserve(
-    requests: Sequence[Sequence[Limit]], *, max_wait: float, now: float | None = None
+    requests: Sequence[Sequence[Limit]],
+    *,
+    max_wait: float,
+    together: bool = False,
+    now: float | None = None,
 ) -> list[Slot]:
     """Reserve one send for each request, in order, under all of its limits.
 
     A request that could not go within ``max_wait`` reserves nothing, and every later
     request on the bucket that held it back is refused too, so each bucket keeps its order.
+    With ``together`` the requests are a batch to be sent back to back: after the first
+    reserved one, a request is reserved only if it may go at that same moment.
     Unlimited buckets only carry pauses: they are read, never locked or written.
     """
     limits_by_name = {limit.name: limit for limits in requests for limit in limits}
@@ -68,6 +74,7 @@ def reserve(
         held = _pauses(limits_by_name, buckets)
         blocked: set[str] = set()
         slots: list[Slot] = []
+        deadline = now + max_wait
         for limits in requests:
             ready = {
                 limit.name: max(
@@ -76,7 +83,7 @@ def reserve(
                 for limit in limits
             }
             at = max(ready.values(), default=now)
-            late = {name for name, moment in ready.items() if moment - now > max_wait}
+            late = {name for name, moment in ready.items() if moment > deadline}
             if late or blocked.intersection(ready):
                 blocked.update(late)
                 slots.append(Slot(at, False))
@@ -85,6 +92,8 @@ def reserve(
                 if limit.name in tat:
                     tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
             slots.append(Slot(at, True))
+            if together:
+                deadline = min(deadline, at)
         changed = [row for name, row in buckets.items() if tat[name] != row.tat]
         for row in changed:
             row.tat = tat[row.name]

@@ -16,6 +16,12 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REMINDERS_DEFAULT_CHANNEL = "memory"
 REMINDERS_CHANNELS = {
     "memory": {"BACKEND": "reminders.senders.memory.MemorySender"},
+    # Drops a key and body it already holds, as WeCom's duplicate check does: the engine
+    # sends to such channels in batches.
+    "memory_dedup": {
+        "BACKEND": "reminders.senders.memory.MemorySender",
+        "OPTIONS": {"duplicate_check": True},
+    },
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
     # Append every delivery to the file named by $RECORD_FILE, across processes.
     "recording": {"BACKEND": "tests.support.senders.RecordingSender"},

@@ -8,8 +8,9 @@ from django.utils import timezone
 
 from reminders import dispatch, signals
 from reminders.delivery import deliver
-from reminders.exceptions import PermanentSendError, TransientSendError
-from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.exceptions import PermanentSendError, ThrottledSendError, TransientSendError
+from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
+from reminders.senders.base import SendResult
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued
 
@@ -160,7 +161,7 @@ def crash_mid_send(task: ScheduledTask) -> TaskRun:
     from reminders.delivery import reserve, start
 
     [job] = start(claim.token, claim.run_ids)
-    assert reserve(job)  # reserved 'sending', then the process died in the send
+    assert reserve([job]) == [job]  # reserved 'sending', then the process died in the send
     run = task.runs.get()
     assert (run.status, SendLog.objects.get().status) == ("running", "sending")
     return run
@@ -222,6 +223,84 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     assert len(statements) == per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
     )
+
+
+def test_deliver__a_deduplicating_channel_sends_a_claim_as_one_batch(make_task, outbox):
+    for _ in range(20):
+        make_task(channel="memory_dedup")
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    MemorySender.script[:] = [SendResult(f"m-{n}") for n in range(20)]
+    with CaptureQueriesContext(connection) as queries:
+        assert deliver(claim.token, claim.run_ids) == 20
+    # start (3), the channel's pause, one INSERT of the keys, one UPDATE of them and one
+    # of the runs when sent, the tasks' closing UPDATE: the same for 1 message or 20.
+    statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
+    assert len(statements) == 8, "\n".join(q["sql"][:120] for q in statements)
+    # Each key got the message id of its own reply.
+    assert dict(SendLog.objects.values_list("key", "provider_message_id")) == {
+        message.idempotency_key: f"m-{n}" for n, message in enumerate(outbox)
+    }
+    assert set(SendLog.objects.values_list("status", "attempts")) == {("sent", 1)}
+    assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, outbox):
+    tasks = [make_task(channel="memory_dedup") for _ in range(5)]
+    MemorySender.script[:] = [None, ThrottledSendError("api freq out of limit", code="45009")]
+    assert tick() == 1
+    # The refused key may be sent again; the three never tried hold no key at all.
+    assert sorted(SendLog.objects.values_list("status", flat=True)) == ["failed", "sent"]
+    waiting = TaskRun.objects.exclude(status="sent")
+    assert {(r.status, r.attempts, r.error_code) for r in waiting} == {
+        ("scheduled", 0, "rate_limited")
+    }
+    RateBucket.objects.filter(name="memory_dedup:channel").update(paused_until=timezone.now())
+    assert tick(now=timezone.now() + timedelta(seconds=61)) == 4
+    assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in tasks)
+    # Only the refused key was handed to the provider twice.
+    assert sorted(SendLog.objects.values_list("status", "attempts")) == [("sent", 1)] * 4 + [
+        ("sent", 2)
+    ]
+
+
+def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
+    make_task, outbox, monkeypatch
+):
+    from reminders import delivery
+
+    for _ in range(3):
+        make_task(channel="memory_dedup")
+    # The first reply takes longer than a slot may wait: the other two are not sent late.
+    monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
+    MemorySender.script[:] = [0.5]
+    assert tick() == 1
+    assert list(SendLog.objects.values_list("status", flat=True)) == ["sent"]
+    waiting = TaskRun.objects.exclude(status="sent")
+    assert {(r.status, r.attempts) for r in waiting} == {("scheduled", 0)}
+    assert tick(now=timezone.now() + timedelta(seconds=1)) == 2
+    assert len(outbox) == 3
+
+
+def test_deliver__a_crash_mid_batch_is_settled_by_resending_the_batch(make_task, outbox, settings):
+    tasks = [make_task(channel="memory_dedup") for _ in range(3)]
+    dispatch.materialize()
+    claim = dispatch.claim("doomed", 10)
+    MemorySender.script[:] = [None, WorkerDied()]
+    with pytest.raises(WorkerDied):
+        deliver(claim.token, claim.run_ids)
+    # The first message went, but the batch is recorded only as a whole: all in doubt.
+    assert len(outbox) == 1
+    assert set(SendLog.objects.values_list("status", flat=True)) == {"sending"}
+    after_lease = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert tick(now=after_lease) == 3
+    # Re-sent as the same bytes: the provider dropped the copy of the first.
+    assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in tasks)
+    assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 2)}
+
+
+class WorkerDied(BaseException):
+    """What a sender's call never returns from: the process is gone."""
 
 
 def _is_transaction_control(sql: str) -> bool:
