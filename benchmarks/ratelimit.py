@@ -43,7 +43,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from types import FrameType
 
@@ -94,8 +93,6 @@ class Outcome:
     sandbox_rate: float | None
     due: float  # wall time at which every task fell due
     times: list[float]  # the sandbox's delivery stamps
-    reserved: list[float]  # SendLog.created_at: just before each send, client side
-    batches: list[list[float]]  # the same, by the deliver() call that sent them
     calls: int
     throttled: int
     extra_deliveries: int  # members who got more than one message
@@ -124,25 +121,8 @@ class Outcome:
     def steady(self) -> float:
         return backlog_rate(self.times, self.burst or 1)
 
-    def send_gap(self) -> float:
-        """Median time between two sends of one worker within one batch: its pace when
-        behind its slots, the interval when on time."""
-        gaps = sorted(b - a for stamps in self.batches for a, b in pairwise(stamps))
-        return gaps[len(gaps) // 2] if gaps else float("nan")
-
-    def lag(self) -> float:
-        """How far behind its slots a worker fell at worst (a lower bound): a batch's
-        slots are consecutive, one interval apart, none before its first send."""
-        if not self.rate:
-            return float("nan")
-        interval = 1 / self.rate
-        return max(
-            (t - stamps[0] - i * interval for stamps in self.batches for i, t in enumerate(stamps)),
-            default=0.0,
-        )
-
-    def busiest(self, stamps: list[float] | None = None) -> int:
-        return busiest_window(self.times if stamps is None else stamps)[0]
+    def busiest(self) -> int:
+        return busiest_window(self.times)[0]
 
     def busiest_at(self) -> float:
         """When the busiest window starts, seconds after the first delivery."""
@@ -256,12 +236,6 @@ class Bench:
             sandbox_cpu = _cpu(sandbox) - sandbox_before
             procs.stop()
             entries = [e for e in client.ledger() if e.endpoint == "message/send"]
-            batches: dict[float, list[float]] = {}
-            for started, created in conn.execute(
-                "SELECT extract(epoch FROM r.started_at), extract(epoch FROM s.created_at)"
-                " FROM reminders_sendlog s JOIN reminders_taskrun r ON r.id = s.run_id"
-            ).fetchall():
-                batches.setdefault(float(started), []).append(float(created))
             attempts = Counter(
                 int(row[0])
                 for row in conn.execute("SELECT attempts FROM reminders_taskrun").fetchall()
@@ -277,8 +251,6 @@ class Bench:
             sandbox_rate=sandbox_rate,
             due=due,
             times=[e.at for e in entries if e.delivered],
-            reserved=sorted(t for stamps in batches.values() for t in stamps),
-            batches=[sorted(stamps) for stamps in batches.values()],
             calls=len(entries),
             throttled=sum(1 for e in entries if e.errcode == FREQUENCY_LIMIT),
             extra_deliveries=sum(count - 1 for count in delivered.values()),
@@ -488,10 +460,9 @@ def report(
         "",
         "| scenario | messages | processes x workers | WECOM_RATE_LIMIT (burst) "
         "| sandbox limit | due to last s | first to last s | msgs/s end to end "
-        "| paced msgs/s | busiest 1 s | client-side busiest 1 s | worker lag behind slots ms "
-        "| ms between a worker's sends | 45009 "
+        "| paced msgs/s | busiest 1 s | 45009 "
         "| CPU ms/msg: ours + PG + sandbox | CPUs busy | load avg at start |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for o in outcomes.values():
         limit = f"{o.rate:g}/s ({o.burst})" if o.rate else "none"
@@ -500,8 +471,7 @@ def report(
             f"| {o.label} | {o.n} | {o.processes} x {_workers()} | {limit} | {box} "
             f"| {o.due_to_last:.2f} | {o.first_to_last:.2f} | {o.end_to_end:.0f} "
             f"| {o.steady:.1f} | {o.busiest()} at +{o.busiest_at():.1f} s "
-            f"| {o.busiest(o.reserved)} "
-            f"| {_ms(o.lag(), 0)} | {_ms(o.send_gap(), 1)} | {o.throttled} "
+            f"| {o.throttled} "
             f"| {o.cpu / o.n * 1e3:.1f} + {o.pg_cpu / o.n * 1e3:.1f} + "
             f"{o.sandbox_cpu / o.n * 1e3:.1f} | {o.busy:.0%} of {cores} "
             f"| {', '.join(f'{x:.2f}' for x in o.load)} |"
@@ -531,13 +501,7 @@ def report(
         "up) to the sandbox's last delivery; *msgs/s end to end* = messages / that.",
         "- *paced*: `(n - burst) / (last - first delivery)`; an exact token bucket at R "
         "gives exactly R (the unlimited scenario uses n - 1).",
-        "- *busiest 1 s*: most sandbox delivery stamps in any window [t, t + 1 s); "
-        "*client-side*: the same over `SendLog.created_at`, stamped by the worker right "
-        "after it slept until its slot, just before the HTTP call.",
-        "- *worker lag behind slots*: at worst, how much later than its reserved slot a "
-        "worker sent (a lower bound: a deliver() call's slots are consecutive, one "
-        "interval apart); *ms between a worker's sends*: median gap between two sends of "
-        "one deliver() call, i.e. what one message costs a worker when it is behind.",
+        "- *busiest 1 s*: most sandbox delivery stamps in any window [t, t + 1 s).",
         "- *CPU*: user+system seconds during the scenario (due to last delivery) of the "
         "run_reminders trees, the PostgreSQL backends of the scenario's database and the "
         "sandbox process; *CPUs busy*: the whole machine, anyone's work.",
@@ -553,10 +517,6 @@ def report(
         "```",
     ]
     return "\n".join(lines)
-
-
-def _ms(seconds: float, digits: int) -> str:
-    return "-" if math.isnan(seconds) else f"{seconds * 1e3:.{digits}f}"
 
 
 def _workers() -> str:

@@ -94,10 +94,13 @@ def reserve(
             slots.append(Slot(at, True))
             if together:
                 deadline = min(deadline, at)
-        changed = [row for name, row in buckets.items() if tat[name] != row.tat]
-        for row in changed:
-            row.tat = tat[row.name]
-        RateBucket.objects.bulk_update(changed, ["tat"])
+        # One UPDATE per new value: a batch's fresh recipients all move to the same one.
+        moved: dict[float, list[int]] = {}
+        for name, row in buckets.items():
+            if tat[name] != row.tat:
+                moved.setdefault(tat[name], []).append(row.pk)
+        for value, pks in moved.items():
+            RateBucket.objects.filter(pk__in=pks).update(tat=value)
     return slots
 
 

@@ -387,8 +387,10 @@ class WeComSender(BaseSender):
             )
 
     def _result(self, replies: list[dict[str, Any]]) -> SendResult:
+        # The detail is what else WeCom said: the code and first msgid have fields of
+        # their own, and keeping them out lets a batch's plain replies share one UPDATE.
         msgids = [str(reply.get("msgid") or "") for reply in replies]
-        detail: dict[str, Any] = {"errcode": 0, "msgid": msgids[0]}
+        detail: dict[str, Any] = {}
         if len(msgids) > 1:
             detail["parts"] = len(msgids)
             detail["msgids"] = msgids
