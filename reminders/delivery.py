@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -131,13 +132,18 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
     message in hand in doubt.
     """
     batch: list[Job] = []
+    room = math.inf
     for job in pending:
         sender = _ready_sender(job)
         shareable = sender is not None and sender.supports_duplicate_check
         if batch and not shareable:
             break
         batch.append(job)
-        if not shareable:
+        # No more can go at one moment than the channel's burst: asking for more slots
+        # would only lock more rows.
+        rate = sender.channel_rate() if sender else None
+        room = min(room, rate.burst if rate else math.inf)
+        if not shareable or len(batch) >= room:
             break
     return batch, pending[len(batch) :]
 

@@ -199,6 +199,33 @@ def test_e2e__busy_and_5xx_are_retried_and_delivered_once(
 # -- the senders alone --------------------------------------------------------------------
 
 
+def test_e2e__a_paced_batch_asks_for_no_more_slots_than_the_burst(
+    make_task: Any, channels: None, sandbox: WeComSandbox, settings: Any
+) -> None:
+    import re
+
+    from django.test.utils import CaptureQueriesContext
+
+    settings.REMINDERS_CHANNELS["wecom"]["OPTIONS"] = {"rate_limit": 50, "rate_burst": 3}
+    for n in range(9):
+        make_task(recipient=f"sales{n}", channel="wecom")
+    with CaptureQueriesContext(connection) as queries:
+        assert tick() == 9
+    assert statuses() == [("sent", 1, "")] * 9
+    assert sorted(u for e in sandbox.delivered() for u in e.delivered_to) == [
+        f"sales{n}" for n in range(9)
+    ]
+    # Each reservation locks the channel and at most three members: more slots than the
+    # burst can never go at one moment, so asking would only lock more rows.
+    locked = [
+        len(re.search(r"IN \(([^)]*)\)", q["sql"])[1].split(","))
+        for q in queries.captured_queries
+        if "ratebucket" in q["sql"] and "IN (" in q["sql"] and "SELECT" in q["sql"]
+    ]
+    assert locked
+    assert max(locked) <= 1 + 3
+
+
 def test_sandbox__two_senders_share_one_gettoken(channels: None, sandbox: WeComSandbox) -> None:
     senders = [get_sender("wecom"), WeComSender("wecom")]
     try:
