@@ -3,9 +3,8 @@
 ``MemorySender.outbox`` holds what was sent in this process. ``MemorySender.script``
 scripts the next sends, in order: an exception is raised, a ``SendResult`` is returned
 (the message counts as sent), ``None`` is a plain success, a number is a success that
-takes that many seconds. With the option
-``duplicate_check`` it drops a message whose key and body it already holds, as WeCom
-does with ``enable_duplicate_check``.
+takes that many seconds. With the option ``duplicate_check`` it drops a message whose
+key and body it already holds, as WeCom does with ``enable_duplicate_check``.
 """
 
 from __future__ import annotations
