@@ -58,6 +58,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes write to one file: wait for the lock instead of failing, take
     # the write lock at BEGIN (no upgrade deadlocks), and let readers run beside writers.
@@ -128,6 +129,9 @@ REMINDERS_CLAIM_BATCH = env.int("REMINDERS_CLAIM_BATCH", default=500)
 REMINDERS_MAX_IN_FLIGHT = env.int("REMINDERS_MAX_IN_FLIGHT", default=1000)
 REMINDERS_RUNS_PER_JOB = env.int("REMINDERS_RUNS_PER_JOB", default=20)
 REMINDERS_RATE_MAX_WAIT = env.float("REMINDERS_RATE_MAX_WAIT", default=2.0)
+# Keep the shared rate limits in this cache instead of the database; it must be shared
+# by every process (e.g. CACHE_URL=redis://127.0.0.1:6379/0, which needs the "redis" extra).
+REMINDERS_RATE_LIMIT_CACHE = env.str("REMINDERS_RATE_LIMIT_CACHE", default="")
 REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 
 # --- django-q2 -----------------------------------------------------------------------

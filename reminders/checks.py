@@ -47,7 +47,43 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except ImproperlyConfigured as exc:
             errors.append(Error(str(exc), id="reminders.E004"))
     errors.extend(_check_cluster())
+    errors.extend(_check_rate_limit_cache())
     return errors
+
+
+# Caches that are not one store for every process, or whose add() is not atomic: rate
+# limits kept there would hold for one process, or not at all.
+UNSHARED_CACHES = {
+    "django.core.cache.backends.locmem.LocMemCache",
+    "django.core.cache.backends.dummy.DummyCache",
+    "django.core.cache.backends.filebased.FileBasedCache",
+}
+
+
+def _check_rate_limit_cache() -> list[CheckMessage]:
+    alias = conf.RATE_LIMIT_CACHE
+    if not alias:
+        return []
+    caches = getattr(django_settings, "CACHES", {})
+    if alias not in caches:
+        return [
+            Error(
+                f"REMINDERS_RATE_LIMIT_CACHE {alias!r} is not in CACHES.",
+                hint=f"Use one of: {', '.join(caches) or '(none configured)'}.",
+                id="reminders.E007",
+            )
+        ]
+    backend = caches[alias].get("BACKEND", "")
+    if backend in UNSHARED_CACHES:
+        return [
+            Error(
+                f"REMINDERS_RATE_LIMIT_CACHE {alias!r} uses {backend}, which processes do not "
+                "share: every process would keep rate limits of its own.",
+                hint="Use Redis or Memcached, or leave the setting empty for the database.",
+                id="reminders.E007",
+            )
+        ]
+    return []
 
 
 def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:

@@ -86,6 +86,12 @@ class Settings:
         return _positive_number("REMINDERS_RATE_MAX_WAIT", self._get("RATE_MAX_WAIT", 2.0))
 
     @property
+    def RATE_LIMIT_CACHE(self) -> str:
+        """The alias of a Django cache shared by every process that keeps the rate limits;
+        empty: the database keeps them."""
+        return str(self._get("RATE_LIMIT_CACHE", "") or "")
+
+    @property
     def SHUTDOWN_GRACE(self) -> float:
         return _positive_number("REMINDERS_SHUTDOWN_GRACE", self._get("SHUTDOWN_GRACE", 30.0))
 

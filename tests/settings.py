@@ -39,3 +39,18 @@ REMINDERS_CHANNELS = {
 # channels above replace the project's.
 if os.environ.get("WECOM_CORP_ID"):
     REMINDERS_CHANNELS["wecom"] = {"BACKEND": "reminders.senders.wecom.WeComSender"}
+
+
+def rate_cache(prefix: str) -> dict[str, str]:
+    """A Redis cache for rate limits; ``prefix`` keeps one test's buckets apart."""
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "KEY_PREFIX": prefix,
+    }
+
+
+# Processes of the tests that keep rate limits in Redis are told so in their environment.
+if os.environ.get("TEST_RATE_CACHE_PREFIX"):
+    CACHES = {**CACHES, "rate": rate_cache(os.environ["TEST_RATE_CACHE_PREFIX"])}  # noqa: F405
+    REMINDERS_RATE_LIMIT_CACHE = "rate"

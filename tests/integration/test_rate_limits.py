@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -56,10 +57,17 @@ def sandbox_at() -> Iterator[Callable[[float | None], SandboxProcess]]:
 
 
 def start_processes(
-    spawn: Callable[..., ReminderProcess], box: SandboxProcess, rate: float, count: int = 3
+    spawn: Callable[..., ReminderProcess],
+    box: SandboxProcess,
+    rate: float,
+    count: int = 3,
+    cache_prefix: str = "",
 ) -> list[ReminderProcess]:
+    """``count`` processes sending through ``box`` at ``rate``; with ``cache_prefix`` they
+    keep the rate limits in Redis (under that prefix) instead of the database."""
     env = {
         **wecom_settings(box.base_url),
+        "TEST_RATE_CACHE_PREFIX": cache_prefix,
         "WECOM_RATE_LIMIT": str(rate),
         "REMINDERS_RATE_MAX_WAIT": str(MAX_WAIT),
         # Small claims spread the burst over all three processes.
@@ -118,15 +126,17 @@ def all_sent(count: int) -> Callable[[], bool]:
     return lambda: TaskRun.objects.filter(status=TaskRun.Status.SENT).count() == count
 
 
+@pytest.mark.parametrize("store", ["database", "cache"])
 def test_three_processes__pace_a_sandbox_limited_to_r_without_a_single_45009(
-    spawn, due_tasks, sandbox_at
+    spawn, due_tasks, sandbox_at, store
 ):
     rate = 40
     burst = rate // 10  # the channel's default burst: a tenth of a second's worth
     # 8 s of backlog on a server; 4 s on SQLite, where the three share one writer.
     count = 320 if connection.vendor != "sqlite" else 160
     box = sandbox_at(rate)
-    processes = start_processes(spawn, box, rate)
+    prefix = f"test-{uuid.uuid4().hex}" if store == "cache" else ""
+    processes = start_processes(spawn, box, rate, cache_prefix=prefix)
 
     tasks = due_tasks(count, "wecom")
     wait_for(all_sent(count), processes, box, f"{count} runs sent", timeout=60 + 3 * count / rate)
@@ -138,6 +148,8 @@ def test_three_processes__pace_a_sandbox_limited_to_r_without_a_single_45009(
     assert {e.status for e in entries} == {"delivered"}, Counter(e.status for e in entries)
     assert delivered_to(entries) == Counter(task.recipient for task in tasks)
     assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
+    # The buckets were where the processes were told to keep them.
+    assert RateBucket.objects.filter(name=CHANNEL_BUCKET).exists() == (store == "database")
     times = [e.at for e in entries]
     busiest, at = busiest_window(times)
     paced = backlog_rate(times, burst)

@@ -83,3 +83,29 @@ def test_checks__retries_must_end_inside_the_providers_duplicate_window(settings
     assert ids(check_settings()) == []  # 1,560 s < 1,800 s
     settings.REMINDERS_LEASE_SECONDS = 600
     assert ids(check_settings()) == ["reminders.W002"]
+
+
+def test_checks__rate_limit_cache_must_exist(settings):
+    settings.REMINDERS_RATE_LIMIT_CACHE = "shared"
+    messages = check_settings()
+    assert ids(messages) == ["reminders.E007"]
+    assert "'shared' is not in CACHES" in messages[0].msg
+
+
+def test_checks__rate_limit_cache_must_be_shared_by_processes(settings):
+    settings.CACHES = {
+        **settings.CACHES,
+        "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    settings.REMINDERS_RATE_LIMIT_CACHE = "local"
+    messages = check_settings()
+    assert ids(messages) == ["reminders.E007"]
+    assert "LocMemCache" in messages[0].msg
+
+
+def test_checks__a_shared_rate_limit_cache_passes(settings):
+    from tests.settings import rate_cache
+
+    settings.CACHES = {**settings.CACHES, "rate": rate_cache("checks")}
+    settings.REMINDERS_RATE_LIMIT_CACHE = "rate"
+    assert check_settings() == []

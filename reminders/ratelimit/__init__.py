@@ -1,0 +1,117 @@
+"""Rate limits shared by every process and host.
+
+Each limit is a generic cell rate algorithm (GCRA) bucket: one number, the "theoretical
+arrival time" of the next send. Reserving a send moves it on by one interval; a send may
+go out once the clock is within the burst tolerance of it. The result is a token bucket
+that needs one number of state and no background refill. A worker reserves a batch's
+slots right before sending it, and sleeps until the first if it lies ahead.
+
+A provider's "too fast" pauses a bucket for everyone (``pause``); runs that cannot get a
+slot soon wait for a later tick without spending a retry attempt.
+
+The buckets live in the database (``RateBucket`` rows, locked while a reservation reads
+and moves them), or in a Django cache shared by every process when
+``REMINDERS_RATE_LIMIT_CACHE`` names one (``reminders.ratelimit.cache``). The algorithm
+is the same; only where the numbers are kept differs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from math import inf
+
+from ..conf import settings as conf
+from ..senders.base import Limit, Rate
+from .store import Store
+
+__all__ = ["Limit", "Rate", "Slot", "pause", "reserve"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """When a send may go (``reserved``), or the earliest it might if asked again later."""
+
+    at: float
+    reserved: bool
+
+
+def reserve(
+    requests: Sequence[Sequence[Limit]],
+    *,
+    max_wait: float,
+    together: bool = False,
+    now: float | None = None,
+) -> list[Slot]:
+    """Reserve one send for each request, in order, under all of its limits.
+
+    A request that could not go within ``max_wait`` reserves nothing, and every later
+    request on the bucket that held it back is refused too, so each bucket keeps its order.
+    With ``together`` the requests are a batch to be sent back to back: after the first
+    reserved one, a request is reserved only if it may go at that same moment.
+    Unlimited buckets only carry pauses: they are read, never locked or written.
+    """
+    limits = {limit.name: limit for request in requests for limit in request}
+    paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
+    unlimited = sorted(name for name in limits if name not in paced)
+    with _store().hold(paced, unlimited) as held:
+        # The clock is read once the buckets are ours: a time taken before waiting for
+        # them would hand out slots in the past, which then go out together.
+        clock = time.time() if now is None else now
+        tat = dict(held.tat)
+        slots = _allot(requests, tat, held.paused, clock, max_wait, together)
+        held.save({name: value for name, value in tat.items() if value != held.tat[name]})
+    return slots
+
+
+def _allot(
+    requests: Sequence[Sequence[Limit]],
+    tat: dict[str, float],
+    paused: dict[str, float],
+    now: float,
+    max_wait: float,
+    together: bool,
+) -> list[Slot]:
+    """The GCRA itself: a slot for each request, moving ``tat`` on for those reserved."""
+    blocked: set[str] = set()
+    slots: list[Slot] = []
+    deadline = now + max_wait
+    for limits in requests:
+        ready = {
+            limit.name: max(
+                tat.get(limit.name, now) - limit.rate.tolerance, paused.get(limit.name, now), now
+            )
+            for limit in limits
+        }
+        at = max(ready.values(), default=now)
+        late = {name for name, moment in ready.items() if moment > deadline}
+        if late or blocked.intersection(ready):
+            blocked.update(late)
+            slots.append(Slot(at, False))
+            continue
+        for limit in limits:
+            if limit.name in tat:
+                tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
+        slots.append(Slot(at, True))
+        if together:
+            deadline = min(deadline, at)
+    return slots
+
+
+def pause(name: str, seconds: float, reason: str) -> datetime:
+    """Hold the bucket ``name`` back for everyone for ``seconds`` (never shortens a
+    pause); returns until when it is paused."""
+    return _store().pause(name, seconds, reason[:200])
+
+
+def _store() -> Store:
+    alias = conf.RATE_LIMIT_CACHE
+    if alias:
+        from .cache import CacheStore
+
+        return CacheStore(alias)
+    from .database import DatabaseStore
+
+    return DatabaseStore()
