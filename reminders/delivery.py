@@ -341,9 +341,11 @@ def _hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: fl
     later claim. A fresh key is dropped, a known one gets its status back."""
     if not jobs:
         return
+    fresh = [job.ledger for job in jobs if job.fresh]
+    _known_pks(fresh)
     with transaction.atomic():
         SendLog.objects.filter(
-            key__in=[job.ledger.key for job in jobs if job.fresh], status=SendLog.Status.SENDING
+            pk__in=[row.pk for row in fresh], status=SendLog.Status.SENDING
         ).delete()
         for job in jobs:
             if not job.fresh:

@@ -55,9 +55,10 @@ class CacheStore(Store):
                     timeout=max(1, math.ceil(ahead) + 1),
                 )
         finally:
-            for key in locks:
-                if self.cache.get(key) == token:
-                    self.cache.delete(key)
+            still_ours = [
+                key for key, value in self.cache.get_many(locks).items() if value == token
+            ]
+            self.cache.delete_many(still_ours)
 
     def _lock(self, name: str, token: str) -> str:
         key = _key("lock", name)

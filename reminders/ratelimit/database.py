@@ -36,17 +36,20 @@ class DatabaseStore(Store):
             if unlimited:
                 # A pause is rare: this read usually finds nothing.
                 rows += RateBucket.objects.filter(name__in=unlimited, paused_until__isnull=False)
+            pks = {row.name: row.pk for row in rows}
             held = Held(
                 tat={row.name: row.tat for row in rows if row.name in paced},
                 paused={row.name: row.paused_until.timestamp() for row in rows if row.paused_until},
             )
             yield held
             # One UPDATE per new value: a batch's fresh recipients all move to the same one.
-            moved: dict[float, list[str]] = {}
+            # By primary key: on a small table MariaDB may scan for a name list, waiting on
+            # rows other callers hold, which deadlocks.
+            moved: dict[float, list[int]] = {}
             for name, value in held.changed.items():
-                moved.setdefault(value, []).append(name)
-            for value, names in moved.items():
-                RateBucket.objects.filter(name__in=names).update(tat=value)
+                moved.setdefault(value, []).append(pks[name])
+            for value, ids in moved.items():
+                RateBucket.objects.filter(pk__in=ids).update(tat=value)
 
     def pause(self, name: str, seconds: float, reason: str) -> datetime:
         until = timezone.now() + timedelta(seconds=seconds)
