@@ -130,7 +130,7 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
             return Claim(token, [])
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
-        TaskRun.objects.filter(pk__in=ids).claimable(now).update(
+        TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now).update(
             status=TaskRun.Status.QUEUED,
             lease_owner=owner,
             lease_token=token,
