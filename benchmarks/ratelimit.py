@@ -2,7 +2,8 @@
 as a process of its own, PostgreSQL.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/reminders \\
-        .venv/bin/python benchmarks/ratelimit.py [--rate 100] [--processes 3] [--profile 8]
+        .venv/bin/python benchmarks/ratelimit.py [--rate 100] [--processes 3] [--profile 8] \\
+        [--rate-cache redis://127.0.0.1:6379/0]
 
 Every scenario gets a fresh database cloned from one migrated template (as in
 ``throughput.py``, whose database and process helpers this reuses) and a sandbox process
@@ -147,6 +148,7 @@ class Bench:
     workers: int
     timeout: float
     profile: int
+    rate_cache: str = ""  # a cache URL: the processes keep the rate limits there
     count: int = 0
     spies: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -200,6 +202,8 @@ class Bench:
                 WECOM_AGENT_ID=str(DEV_AGENT_ID),
                 WECOM_RATE_LIMIT=f"{rate:g}",
             )
+            if self.rate_cache:
+                env.update(CACHE_URL=self.rate_cache, REMINDERS_RATE_LIMIT_CACHE="default")
             fill = _run(
                 [PYTHON, "-m", "benchmarks.fixtures", "tasks", str(n), "wecom"], env, capture=True
             )
@@ -599,6 +603,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="per scenario, seconds")
     parser.add_argument(
+        "--rate-cache",
+        default="",
+        help="keep the rate limits in this shared cache (e.g. redis://127.0.0.1:6379/0) "
+        "instead of the database",
+    )
+    parser.add_argument(
         "--profile",
         type=int,
         default=0,
@@ -644,7 +654,10 @@ def main(argv: list[str]) -> int:
         )
         if migrate.returncode:
             raise Failed("migrate failed")
-        bench = Bench(dbs, template, work, args.workers, args.timeout, args.profile)
+        env_rows.append(("Rate limits kept in", args.rate_cache or "the database"))
+        bench = Bench(
+            dbs, template, work, args.workers, args.timeout, args.profile, args.rate_cache
+        )
         plan: list[tuple[str, Callable[[], Outcome]]] = [
             (
                 "accuracy",
