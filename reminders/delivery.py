@@ -79,8 +79,9 @@ class Job:
         return self.sender.rate_scope if self.sender else self.channel
 
 
-# A batch whose sends fall this far behind its slots gives the rest back: slots are meant
-# to be used when they fall, not late and together with other workers' on-time ones.
+# A batch on a paced channel whose sends fall this far behind its slots gives the rest
+# back: slots are meant to be used when they fall, not late and together with other
+# workers' on-time ones.
 STALE_SLOT_SECONDS = 1.0
 
 
@@ -171,10 +172,11 @@ def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]
         return 0
     slots = {job.run.pk: at for job, at in ready}
     jobs = reserve([job for job, _ in ready])
+    stale = _stale_after(jobs)
     done: list[tuple[Job, SendResult]] = []
     for index, job in enumerate(jobs):
         now = time.time()
-        if now - slots[job.run.pk] > STALE_SLOT_SECONDS:
+        if now - slots[job.run.pk] > stale:
             _hand_back(jobs[index:], deferred, now)
             break
         # The ledger rows first, the wait last: the request then leaves at its slot, not
@@ -193,6 +195,25 @@ def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]
             _record_failure(job.run, outcome)
     _record_sent(done)
     return len(done)
+
+
+def _stale_after(jobs: Sequence[Job]) -> float:
+    """How late the batch's slots may still be used.
+
+    A limit of n per window (a member's 30 a minute) is never exceeded by sends up to
+    one interval late (slightly less, here); a channel's pace gets ``STALE_SLOT_SECONDS``.
+    With no limit at all, a slot never goes stale. Slow replies (WeCom answering in
+    0.2 s, say) then do not cut an unlimited channel's batches short.
+    """
+    intervals = [
+        limit.rate.interval
+        for job in jobs
+        for limit in _limits(job)
+        if limit.rate.per_second < math.inf
+    ]
+    if not intervals:
+        return math.inf
+    return max(STALE_SLOT_SECONDS, 0.9 * min(intervals))
 
 
 def _defer(items: list[tuple[Job, float]]) -> None:

@@ -264,13 +264,25 @@ def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, out
     ]
 
 
+@pytest.fixture
+def paced_dedup(settings):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "paced_dedup": {
+            "BACKEND": "reminders.senders.memory.MemorySender",
+            "OPTIONS": {"duplicate_check": True, "rate_limit": 1000, "rate_burst": 10},
+        },
+    }
+    return "paced_dedup"
+
+
 def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
-    make_task, outbox, monkeypatch
+    make_task, outbox, monkeypatch, paced_dedup
 ):
     from reminders import delivery
 
     for _ in range(3):
-        make_task(channel="memory_dedup")
+        make_task(channel=paced_dedup)
     # The first reply takes longer than a slot may wait: the other two are not sent late.
     monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
     MemorySender.script[:] = [0.5]
@@ -280,6 +292,19 @@ def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
     assert {(r.status, r.attempts) for r in waiting} == {("scheduled", 0)}
     assert tick(now=timezone.now() + timedelta(seconds=1)) == 2
     assert len(outbox) == 3
+
+
+def test_deliver__without_limits_a_slow_reply_does_not_cut_the_batch(
+    make_task, outbox, monkeypatch
+):
+    from reminders import delivery
+
+    for _ in range(3):
+        make_task(channel="memory_dedup")
+    monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
+    MemorySender.script[:] = [0.5]
+    assert tick() == 3
+    assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
 
 
 def test_deliver__a_crash_mid_batch_is_settled_by_resending_the_batch(make_task, outbox, settings):
