@@ -22,6 +22,11 @@ REMINDERS_CHANNELS = {
         "BACKEND": "reminders.senders.memory.MemorySender",
         "OPTIONS": {"duplicate_check": True},
     },
+    # The same, paced: 20 a second (3% under, as every channel), bursts of 3.
+    "paced_dedup": {
+        "BACKEND": "reminders.senders.memory.MemorySender",
+        "OPTIONS": {"duplicate_check": True, "rate_limit": 20, "rate_burst": 3},
+    },
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
     # Append every delivery to the file named by $RECORD_FILE, across processes.
     "recording": {"BACKEND": "tests.support.senders.RecordingSender"},

@@ -264,25 +264,13 @@ def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, out
     ]
 
 
-@pytest.fixture
-def paced_dedup(settings):
-    settings.REMINDERS_CHANNELS = {
-        **settings.REMINDERS_CHANNELS,
-        "paced_dedup": {
-            "BACKEND": "reminders.senders.memory.MemorySender",
-            "OPTIONS": {"duplicate_check": True, "rate_limit": 1000, "rate_burst": 10},
-        },
-    }
-    return "paced_dedup"
-
-
 def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
-    make_task, outbox, monkeypatch, paced_dedup
+    make_task, outbox, monkeypatch
 ):
     from reminders import delivery
 
     for _ in range(3):
-        make_task(channel=paced_dedup)
+        make_task(channel="paced_dedup")
     # The first reply takes longer than a slot may wait: the other two are not sent late.
     monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
     MemorySender.script[:] = [0.5]

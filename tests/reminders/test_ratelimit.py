@@ -157,25 +157,11 @@ def test_deliver__provider_throttling_pauses_the_channel_and_wastes_no_attempt(m
     assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
 
 
-@pytest.fixture
-def paced_dedup_channel(settings):
-    settings.REMINDERS_CHANNELS = {
-        **settings.REMINDERS_CHANNELS,
-        "paced_dedup": {
-            "BACKEND": "reminders.senders.memory.MemorySender",
-            "OPTIONS": {"rate_limit": 20, "rate_burst": 3, "duplicate_check": True},
-        },
-    }
-    return "paced_dedup"
-
-
-def test_deliver__a_paced_batch_takes_the_burst_at_once_then_the_pace(
-    make_task, outbox, paced_dedup_channel
-):
+def test_deliver__a_paced_batch_takes_the_burst_at_once_then_the_pace(make_task, outbox):
     import time
 
     for _ in range(9):
-        make_task(channel=paced_dedup_channel)
+        make_task(channel="paced_dedup")
     started = time.monotonic()
     assert tick() == 9
     # Three at once (the burst), then six intervals of 1 / (20 x 0.97) s.
