@@ -264,16 +264,21 @@ def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, out
     ]
 
 
-def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
-    make_task, outbox, monkeypatch
-):
+@pytest.fixture
+def slow_first_reply(monkeypatch):
+    """The first reply takes 0.5 s, longer than a paced channel's slot may wait (0.3 s)."""
     from reminders import delivery
 
-    for _ in range(3):
-        make_task(channel="paced_dedup")
-    # The first reply takes longer than a slot may wait: the other two are not sent late.
     monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
     MemorySender.script[:] = [0.5]
+
+
+def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
+    make_task, outbox, slow_first_reply
+):
+    for _ in range(3):
+        make_task(channel="paced_dedup")
+    # The other two are not sent late: they go back in line.
     assert tick() == 1
     assert list(SendLog.objects.values_list("status", flat=True)) == ["sent"]
     waiting = TaskRun.objects.exclude(status="sent")
@@ -283,14 +288,10 @@ def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
 
 
 def test_deliver__without_limits_a_slow_reply_does_not_cut_the_batch(
-    make_task, outbox, monkeypatch
+    make_task, outbox, slow_first_reply
 ):
-    from reminders import delivery
-
     for _ in range(3):
         make_task(channel="memory_dedup")
-    monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
-    MemorySender.script[:] = [0.5]
     assert tick() == 3
     assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
 
