@@ -274,7 +274,7 @@ def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
         return None
     if row is None:
         try:
-            content = kinds.get(task.kind).render(task, run)
+            content = kinds.render(task, run)
         except RemindersError as exc:
             run.close_attempt(TaskRun.Status.FAILED, code="kind", message=str(exc))
             return None

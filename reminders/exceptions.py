@@ -41,6 +41,17 @@ class TransientSendError(SendError):
     category = "passing"
 
 
+class InDoubtSendError(TransientSendError):
+    """The request may have reached the provider, but no answer says what it did with it
+    (a read timeout, a 5xx, a dropped connection): the message may have been delivered.
+
+    Sent again only where the provider drops an identical body (or the channel accepts
+    a possible duplicate); otherwise the run's outcome is ``unknown``.
+    """
+
+    category = "in_doubt"
+
+
 class ThrottledSendError(TransientSendError):
     """The provider (or our limiter) says "too fast": wait, without spending an attempt.
 

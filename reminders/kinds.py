@@ -74,6 +74,15 @@ def names() -> list[str]:
     return sorted(_registry)
 
 
+def render(task: ScheduledTask, run: TaskRun) -> Content:
+    """The message one run of ``task`` sends: its kind's content for that occurrence.
+
+    Every caller that needs a task's message (delivery, validation at schedule time)
+    goes through here, so what is checked is what is sent.
+    """
+    return get(task.kind).render(task, run)
+
+
 register(
     Kind(
         "daily_report",

@@ -9,3 +9,4 @@ from django.dispatch import Signal
 run_sent = Signal()  # run, result (SendResult)
 run_failed = Signal()  # run, error (SendError): retries exhausted or a permanent error
 run_unknown = Signal()  # run: a worker died mid-send and a re-send was not safe
+task_error = Signal()  # task, code, message: one task cannot be planned or rendered
