@@ -41,7 +41,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="reminders.E003",
             )
         )
-    for name in ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS"):
+    for name in ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS", "MAX_WORKER_DEATHS"):
         try:
             getattr(conf, name)
         except ImproperlyConfigured as exc:
@@ -134,10 +134,12 @@ def _check_cluster() -> list[CheckMessage]:
     timeout = q.get("timeout")
     if timeout is None or timeout >= lease:
         messages.append(
-            Warning(
-                f"Q_CLUSTER['timeout'] ({timeout}) should be below REMINDERS_LEASE_SECONDS "
-                f"({lease}), or a slow job outlives its lease and its runs are claimed again.",
-                id="reminders.W001",
+            Error(
+                f"Q_CLUSTER['timeout'] ({timeout}) must be below REMINDERS_LEASE_SECONDS "
+                f"({lease}): a job that outlives its lease has its runs claimed by another "
+                "worker while it still sends them.",
+                hint="Set Q_CLUSTER['timeout'] to about 0.8 x REMINDERS_LEASE_SECONDS.",
+                id="reminders.E008",
             )
         )
     return messages

@@ -96,6 +96,21 @@ class Settings:
         return _positive_number("REMINDERS_SHUTDOWN_GRACE", self._get("SHUTDOWN_GRACE", 30.0))
 
     @property
+    def MAX_WORKER_DEATHS(self) -> int:
+        """Workers that may die while sending one run's message before the run is given
+        up as ``unknown`` (a message that kills its worker every time)."""
+        return int(
+            _positive_number("REMINDERS_MAX_WORKER_DEATHS", self._get("MAX_WORKER_DEATHS", 5))
+        )
+
+    @property
+    def JOB_TIMEOUT(self) -> float | None:
+        """Seconds django-q2 lets one job run before it kills the worker
+        (``Q_CLUSTER['timeout']``); None when it sets none."""
+        timeout = getattr(django_settings, "Q_CLUSTER", {}).get("timeout")
+        return None if timeout is None else float(timeout)
+
+    @property
     def WORKER_ID(self) -> str:
         return str(self._get("WORKER_ID", "") or socket.gethostname())
 

@@ -1,21 +1,40 @@
 """Deliver claimed runs: reserve the ledger key, send, record the outcome.
 
 ``deliver`` is what django-q2 workers execute. It must be safe to execute twice (the
-ORM broker is at-least-once) and after any crash:
+ORM broker is at-least-once) and after any crash, and every row it writes must tell the
+truth:
 
 * A run is started only by the holder of the claim's token, and starting it swaps that
-  token for a fresh one, so a redelivered job, or a stale one from an earlier claim,
-  finds nothing to start.
+  token for a fresh one. Every later write to the run is guarded by that token, so a
+  redelivered job, a stale one from an earlier claim, or a worker whose lease ran out
+  and was taken over changes nothing.
 * A message's ledger key is reserved (``sending``) and committed just before its send,
   so a crash leaves at most the message in hand in doubt; ``sent`` and the run's
   completion are committed together afterwards. Where the provider drops an identical
   body sent again, a batch of keys is reserved at once and recorded at once: a crash
   then leaves the batch in doubt, and the re-send below settles it.
-* A ``sending`` row found when a run starts means an earlier attempt died between the
-  two. The body is re-sent only where the sender's provider drops identical bodies
-  (``supports_duplicate_check``) and the row is still inside its window; otherwise the
-  run and the row become ``unknown`` and ``run_unknown`` tells ops, because sending
-  again could deliver the message twice.
+* In doubt is not failed. A ``sending`` row found when a run starts (its worker died
+  mid-send), or an answer that leaves delivery open (a read timeout, a 5xx, an errcode
+  we do not know: ``InDoubtSendError``), may have delivered the message. The body is
+  sent again, byte for byte, only where the provider drops identical bodies
+  (``supports_duplicate_check``) and only inside that window counted from the key's
+  first send, or where the channel accepts a possible duplicate (``retry_in_doubt``);
+  otherwise the run and the row become ``unknown`` and ``run_unknown`` tells ops. A
+  failure that only proves nothing was delivered (refused connection, busy, a
+  recipient error) is ``failed``.
+* A worker's death is not a provider failure: the claim that takes over a dead
+  worker's run gives the attempt back, and a death while a send was in hand is counted
+  apart (``crashes``). A run whose message keeps killing its worker is given up as
+  ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
+* A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
+  the run of a re-planned occurrence; one that did makes that run a ``skipped``
+  duplicate. A task that fires at most once a day never sends twice on one local day,
+  whatever its keys (a schedule changed from twice a day to daily).
+* A paused task sends nothing, even runs already claimed; they wait without spending an
+  attempt. A job stops taking new sends when its time is nearly up and hands the rest
+  back, and renews its lease while it makes progress.
+* Error texts reach rows and logs only after the sender's secrets are masked here,
+  where every send error passes.
 """
 
 from __future__ import annotations
@@ -25,31 +44,38 @@ import logging
 import math
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property, partial
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from . import kinds, ratelimit, signals
+from . import kinds, ratelimit, signals, timing
 from .conf import settings as conf
 from .exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
+    PermanentSendError,
     RemindersError,
     SendError,
     ThrottledSendError,
-    TransientSendError,
+    UnknownKind,
 )
 from .models import ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import render_body
+from .senders.base import UNLIMITED, Limit, render_body
 
 logger = logging.getLogger(__name__)
+
+LIVE = (*TaskRun.WAITING, *TaskRun.LEASED)
+# How long a run waits when its key or its day is in another run's hands right now.
+BUSY_WAIT_SECONDS = 5.0
 
 
 @dataclass
@@ -57,14 +83,17 @@ class Job:
     """One started run, the message it is to send, and its ledger row.
 
     ``ledger`` is unsaved for a key never tried (``fresh``); otherwise it is the row as
-    read, whose status (``failed``, or ``sending`` for a safe re-send) the reservation
-    expects and a hand-back restores.
+    read, whose status and owner (``owner``: the run it belonged to) the reservation
+    expects. ``in_doubt`` when an earlier attempt may have delivered this very body.
     """
 
     run: TaskRun
     ledger: SendLog
     fresh: bool = True
-    sender: BaseSender | None = None  # once paced; None if the channel cannot be used
+    owner: int | None = None
+    in_doubt: bool = False
+    sender: BaseSender | None = None  # None if the channel is not configured
+    prepared: bool = False  # the sender is ready to send at once
 
     @property
     def channel(self) -> str:
@@ -89,6 +118,43 @@ def worker_id() -> str:
     return f"{conf.WORKER_ID}:{os.getpid()}"
 
 
+@dataclass
+class Budget:
+    """How long one job may go on starting sends, and its runs' lease.
+
+    django-q2 kills a job at ``Q_CLUSTER['timeout']``; a job stops starting batches
+    ``margin`` before that, and hands what is left back. The lease (``start`` stamps it)
+    is renewed whenever less than ``margin`` of it is left, so that the runs a job
+    still holds are never claimed by another worker while it makes progress. With the
+    timeout below the lease (``reminders.E008``) the first limit is the one that bites.
+    """
+
+    ends: float  # monotonic
+    lease_until: float  # monotonic
+    margin: float
+
+    @classmethod
+    def begin(cls) -> Budget:
+        now = time.monotonic()
+        lease = float(conf.LEASE_SECONDS)
+        limit = conf.JOB_TIMEOUT or math.inf
+        return cls(now + limit, now + lease, margin=0.2 * min(lease, limit))
+
+    def nearly_up(self) -> bool:
+        return time.monotonic() > self.ends - self.margin
+
+    def renew(self, jobs: Sequence[Job]) -> None:
+        now = time.monotonic()
+        if not jobs or self.lease_until - now > self.margin:
+            return
+        until = timezone.now() + timedelta(seconds=conf.LEASE_SECONDS)
+        token = jobs[0].run.lease_token
+        TaskRun.objects.filter(pk__in=[job.run.pk for job in jobs], lease_token=token).update(
+            lease_expires_at=until
+        )
+        self.lease_until = now + conf.LEASE_SECONDS
+
+
 def deliver(token: str, run_ids: Sequence[int]) -> int:
     """Start the runs of one claim and send them at their rate-limit slots; returns how
     many were sent. Runs that cannot go soon wait for a later claim, without spending
@@ -98,6 +164,7 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     keys, the sends, one record of what was sent. A batch is a whole claim on an
     unlimited channel and usually one message on a busy paced one.
     """
+    budget = Budget.begin()
     jobs = start(token, run_ids)
     if not jobs:
         return 0
@@ -105,6 +172,11 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     deferred: list[tuple[Job, float]] = []
     pending = jobs
     while pending:
+        if budget.nearly_up():
+            logger.info("job time nearly up: handing back %d runs", len(pending))
+            deferred += [(job, time.time()) for job in pending]
+            break
+        budget.renew(pending)
         batch, rest = _next_batch(pending)
         slots = ratelimit.reserve(
             [_limits(job) for job in batch], max_wait=conf.RATE_MAX_WAIT, together=True
@@ -136,7 +208,7 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
     room = math.inf
     for job in pending:
         sender = _ready_sender(job)
-        shareable = sender is not None and sender.supports_duplicate_check
+        shareable = job.prepared and sender is not None and sender.supports_duplicate_check
         if batch and not shareable:
             break
         batch.append(job)
@@ -150,19 +222,28 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
 
 
 def _ready_sender(job: Job) -> BaseSender | None:
-    """The job's sender, ready to send at once (an access token in hand) so that the
-    request leaves at its slot; None if it is not: the send meets the error again and
-    records it."""
+    """The job's sender, made ready to send at once (an access token in hand) so that
+    the request leaves at its slot. A sender that could not get ready still sends
+    through its limits and its channel's pause, and meets the error again there; None
+    only when the channel is not configured at all."""
+    if job.sender is None:
+        try:
+            job.sender = get_sender(job.channel)
+        except RemindersError:
+            return None
     try:
-        job.sender = job.sender or get_sender(job.channel)
         job.sender.prepare()
+        job.prepared = True
     except RemindersError:
-        job.sender = None
+        job.prepared = False
     return job.sender
 
 
-def _limits(job: Job) -> list[ratelimit.Limit]:
-    return job.sender.limits(job.message) if job.sender else []
+def _limits(job: Job) -> list[Limit]:
+    if job.sender is None:
+        # Still read the channel's pause: nothing goes to a channel told to hold off.
+        return [Limit(f"{job.channel}:channel", UNLIMITED)]
+    return job.sender.limits(job.message)
 
 
 def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]) -> int:
@@ -171,7 +252,8 @@ def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]
     if not ready:
         return 0
     slots = {job.run.pk: at for job, at in ready}
-    jobs = reserve([job for job, _ in ready])
+    jobs, lost = reserve([job for job, _ in ready])
+    deferred += [(job, time.time() + BUSY_WAIT_SECONDS) for job in lost]
     stale = _stale_after(jobs)
     done: list[tuple[Job, SendResult]] = []
     for index, job in enumerate(jobs):
@@ -192,7 +274,7 @@ def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]
             _hand_back(jobs[index + 1 :], deferred, until.timestamp())
             break
         else:
-            _record_failure(job.run, outcome)
+            _record_failure(job, outcome)
     _record_sent(done)
     return len(done)
 
@@ -216,30 +298,49 @@ def _stale_after(jobs: Sequence[Job]) -> float:
     return max(STALE_SLOT_SECONDS, 0.9 * min(intervals))
 
 
-def _defer(items: list[tuple[Job, float]]) -> None:
+def _defer(
+    items: Sequence[tuple[Job, float]],
+    code: str = "rate_limited",
+    message: str = "Waiting for the channel's rate limit.",
+) -> None:
     """Put runs that were started but not sent back in line, the attempt not spent."""
     if not items:
         return
     until = datetime.fromtimestamp(min(at for _, at in items), tz=UTC)
-    TaskRun.objects.filter(pk__in=[job.run.pk for job, _ in items]).update(
+    _wait([job.run for job, _ in items], until, code, message)
+    logger.info("deferred %d runs until %s (%s)", len(items), until.isoformat(), code)
+
+
+def _wait(runs: Sequence[TaskRun], until: datetime, code: str, message: str) -> None:
+    """Started runs go back to waiting until ``until`` without spending their attempt;
+    only while this worker still holds them."""
+    TaskRun.objects.filter(
+        pk__in=[run.pk for run in runs], lease_token__in={run.lease_token for run in runs}
+    ).update(
         status=Case(
             When(attempts__lte=1, then=Value(TaskRun.Status.SCHEDULED)),
             default=Value(TaskRun.Status.RETRYING),
         ),
-        attempts=F("attempts") - 1,
+        attempts=Case(
+            When(attempts__gt=0, then=F("attempts") - 1),
+            default=F("attempts"),
+            output_field=PositiveSmallIntegerField(),
+        ),
         next_attempt_at=until,
-        error_code="rate_limited",
-        error_message="Waiting for the channel's rate limit.",
+        error_code=code,
+        error_message=message,
         lease_owner="",
         lease_token="",
         lease_expires_at=None,
     )
-    logger.info("deferred %d runs until %s (rate limit)", len(items), until.isoformat())
+
+
+# Starting -------------------------------------------------------------------------------
 
 
 def start(token: str, run_ids: Sequence[int]) -> list[Job]:
-    """Take the claimed runs that are still ours and decide, from the ledger, which may
-    be sent; finish the others (already sent, or in doubt)."""
+    """Take the claimed runs that are still ours and decide, from the ledger and the
+    task's other runs, which may be sent; finish or put back the others."""
     now = timezone.now()
     execution = uuid.uuid4().hex
     with transaction.atomic():
@@ -258,69 +359,217 @@ def start(token: str, run_ids: Sequence[int]) -> list[Job]:
             TaskRun.objects.filter(pk__in=run_ids, lease_token=execution).select_related("task")
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
-        prepared = (_prepare(run, ledger.get(run.ledger_key), now) for run in runs)
+        others = Others.read(runs, ledger)
+        prepared = (_prepare(run, ledger.get(run.ledger_key), others, now) for run in runs)
         return [job for job in prepared if job is not None]
 
 
-def _prepare(run: TaskRun, row: SendLog | None, now: datetime) -> Job | None:
-    """Decide, from the run's ledger row, whether it may be sent; finish it if not."""
+@dataclass
+class Others:
+    """What a job's runs must know of other runs: who holds the keys they need, and
+    what their tasks' days already had (tasks that fire at most once a day)."""
+
+    holders: dict[int, TaskRun] = field(default_factory=dict)
+    same_day: list[TaskRun] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, runs: Sequence[TaskRun], ledger: dict[str, SendLog]) -> Others:
+        ours = {run.pk for run in runs}
+        held = {row.run_id for row in ledger.values() if row.run_id not in ours}
+        holders = TaskRun.objects.in_bulk([pk for pk in held if pk is not None])
+        days = Q()
+        for run in runs:
+            if run.task.fires_at_most_daily:
+                begin, end = timing.local_day(run.occurrence, run.task.timezone)
+                days |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
+        same_day: list[TaskRun] = []
+        if days:
+            same_day = list(
+                TaskRun.objects.filter(days)
+                .filter(
+                    status__in=(TaskRun.Status.SENT, TaskRun.Status.UNKNOWN, TaskRun.Status.RUNNING)
+                )
+                .exclude(pk__in=ours)
+            )
+        return cls(holders, same_day)
+
+    def day_of(self, run: TaskRun) -> list[TaskRun]:
+        """Other runs of ``run``'s task on its local day, for a task that fires at most
+        once a day (in the task's zone as it is now)."""
+        if not run.task.fires_at_most_daily:
+            return []
+        begin, end = timing.local_day(run.occurrence, run.task.timezone)
+        return [
+            other
+            for other in self.same_day
+            if other.task_id == run.task_id and begin <= other.occurrence < end
+        ]
+
+
+def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -> Job | None:
+    """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
+    put it back to wait, if not."""
     task = run.task
-    max_attempts = len(conf.RETRY_DELAYS) + 1
-    if run.attempts > max_attempts:
-        # Only reachable when workers keep dying on this run.
-        run.close_attempt(
-            TaskRun.Status.FAILED, code="attempts", message="Gave up: workers died mid-send."
-        )
+    if task.status == ScheduledTask.Status.PAUSED:
+        _wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
         return None
+    if task.status == ScheduledTask.Status.CANCELLED:
+        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        return None
+    if not _day_is_free(run, others, now):
+        return None
+    if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
+        return None
+    if row is None or row.status == SendLog.Status.FAILED:
+        # Never delivered: the message as the task says it now (a corrected recipient
+        # or text reaches every run not yet sent).
+        return _fresh_job(run, row)
+    if row.status == SendLog.Status.SENT:
+        run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
+        return None
+    return _in_doubt_job(run, row, now)
+
+
+def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
+    """False (and the run finished or put back) when its task already sent, or may
+    have sent, on the run's local day under another key, or is sending right now."""
+    day = others.day_of(run)
+    done = [o for o in day if o.status != TaskRun.Status.RUNNING]
+    if done:
+        first = done[0]
+        run.close_attempt(
+            TaskRun.Status.SKIPPED,
+            code="duplicate",
+            message=f"Run {first.pk} of this task was {first.status} on the same local day.",
+        )
+        return False
+    # Two runs of one day starting at once: the older one goes first.
+    if any(o.pk < run.pk for o in day):
+        until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
+        _wait([run], until, "day_busy", "Another run of this task's day is being sent.")
+        return False
+    return True
+
+
+def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bool:
+    """Whether the key held by another run's row passes to ``run`` (a re-planned
+    occurrence): only once that run is finished, and only if its row never reached
+    ``sent`` nor ended in doubt. Otherwise ``run`` waits or is a skipped duplicate."""
+    holder = others.holders.get(row.run_id) if row.run_id is not None else None
+    if holder is not None and holder.status in LIVE:
+        until = holder.next_attempt_at or holder.lease_expires_at or now
+        until = min(max(until, now + timedelta(seconds=1)), now + timedelta(minutes=15))
+        _wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
+        return False
+    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN):
+        what = "sent" if row.status == SendLog.Status.SENT else "in doubt (retry that run)"
+        run.close_attempt(
+            TaskRun.Status.SKIPPED,
+            code="duplicate",
+            message=f"Key {row.key} was {what} by run {row.run_id}.",
+        )
+        return False
+    return True
+
+
+def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
+    task = run.task
+    try:
+        content = kinds.render(task, run)
+    except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
+        _render_failed(run, exc)
+        return None
+    body = render_body(content.msgtype, content.body)
     if row is None:
-        try:
-            content = kinds.render(task, run)
-        except RemindersError as exc:
-            run.close_attempt(TaskRun.Status.FAILED, code="kind", message=str(exc))
-            return None
-        fresh = SendLog(
+        ledger = SendLog(
             key=run.ledger_key,
             task=task,
             run=run,
             recipient=task.recipient,
             channel=task.channel,
-            body=render_body(content.msgtype, content.body),
+            body=body,
         )
-        return Job(run, fresh)
+        return Job(run, ledger)
+    owner = row.run_id
+    row.run, row.task, row.body = run, task, body
+    row.recipient, row.channel = task.recipient, task.channel
+    return Job(run, row, fresh=False, owner=owner)
 
-    if row.status == SendLog.Status.SENT or row.run_id != run.pk:
-        # Someone already sent, or is sending, this key: never a second message.
-        _finish_duplicate(run, row)
-        return None
-    if row.status == SendLog.Status.UNKNOWN:
-        run.close_attempt(
-            TaskRun.Status.UNKNOWN, code="unknown", message="An earlier attempt may have sent it."
+
+def _in_doubt_job(run: TaskRun, row: SendLog, now: datetime) -> Job | None:
+    """A row ``sending`` or ``unknown``: an earlier attempt may have delivered it."""
+    if row.status == SendLog.Status.SENDING and row.run_id == run.pk:
+        # Our own reservation never recorded: the worker died with the send in hand.
+        run.crashes += 1
+        TaskRun.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+            crashes=F("crashes") + 1
         )
-        return None
-    if row.status == SendLog.Status.SENDING and not _resend_is_safe(row, now):
-        SendLog.objects.filter(pk=row.pk).update(status=SendLog.Status.UNKNOWN, updated_at=now)
-        run.close_attempt(
-            TaskRun.Status.UNKNOWN,
-            code="unknown",
-            message="The worker stopped while sending; the provider may or may not have it.",
-        )
+        if run.crashes >= conf.MAX_WORKER_DEATHS:
+            _give_up_in_doubt(
+                run,
+                row,
+                now,
+                "worker_died",
+                f"Stopped after {run.crashes} workers died sending it; the provider may "
+                "or may not have it.",
+            )
+            return None
+    if _resend_is_safe(row, now):
+        # The same bytes again: the provider drops them if the first one arrived.
+        return Job(run, row, fresh=False, owner=row.run_id, in_doubt=True)
+    _give_up_in_doubt(
+        run,
+        row,
+        now,
+        "unknown",
+        "An earlier attempt may have delivered it, and sending again could deliver it twice.",
+    )
+    return None
+
+
+def _give_up_in_doubt(run: TaskRun, row: SendLog, now: datetime, code: str, message: str) -> None:
+    SendLog.objects.filter(pk=row.pk).exclude(status=SendLog.Status.SENT).update(
+        status=SendLog.Status.UNKNOWN, run=run, updated_at=now
+    )
+    if run.close_attempt(TaskRun.Status.UNKNOWN, code=code, message=message):
         transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
-        return None
-    # A failed attempt, or a re-send the provider will de-duplicate: the same bytes again.
-    return Job(run, row, fresh=False)
 
 
-def _finish_duplicate(run: TaskRun, row: SendLog) -> None:
-    if row.run_id == run.pk:
-        run.close_attempt(TaskRun.Status.SENT)
-    else:
-        message = f"Key {row.key} belongs to run {row.run_id}."
-        run.close_attempt(TaskRun.Status.SKIPPED, code="duplicate", message=message)
+def _render_failed(run: TaskRun, exc: Exception) -> None:
+    code = "kind" if isinstance(exc, UnknownKind) else "render"
+    if not isinstance(exc, RemindersError):
+        logger.exception("task %s: rendering its message failed", run.task_id)
+    error = PermanentSendError(f"{type(exc).__name__}: {exc}", code=code)
+    if run.close_attempt(TaskRun.Status.FAILED, code=code, message=error.message):
+        task = run.task
+
+        def tell() -> None:
+            signals.task_error.send(ScheduledTask, task=task, code=code, message=error.message)
+            signals.run_failed.send(TaskRun, run=run, error=error)
+
+        transaction.on_commit(tell)
 
 
-def reserve(jobs: Sequence[Job]) -> list[Job]:
-    """Mark the jobs' keys ``sending`` and commit, right before their sends; returns the
-    jobs whose key is now theirs, in order."""
+def _resend_is_safe(row: SendLog, now: datetime) -> bool:
+    """Only where the provider drops an identical body inside its window, counted from
+    the key's first reservation (the earliest its first send can have left)."""
+    try:
+        sender = get_sender(row.channel)
+    except RemindersError:
+        return False
+    if sender.retry_in_doubt:
+        return True
+    window = timedelta(seconds=sender.duplicate_check_seconds)
+    return sender.supports_duplicate_check and now - row.created_at < window
+
+
+# Reserving ------------------------------------------------------------------------------
+
+
+def reserve(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """Mark the jobs' keys ``sending`` and commit, right before their sends; returns
+    the jobs whose key is now theirs, in order, and those whose key another run took
+    meanwhile (they wait and are decided again)."""
     fresh = [job for job in jobs if job.fresh]
     lost: set[int] = set()
     for job in fresh:
@@ -332,11 +581,12 @@ def reserve(jobs: Sequence[Job]) -> list[Job]:
         # A key is taken by another run (a schedule moved within its day): one at a time.
         lost.update(job.run.pk for job in fresh if not _insert(job))
     for job in jobs:
-        # Zero rows only if the row changed since start(): the run waits for its lease
-        # to expire and is decided again from the ledger as it then is.
-        if not job.fresh and not _mark_sending(job.ledger):
+        if not job.fresh and not _mark_sending(job):
             lost.add(job.run.pk)
-    return [job for job in jobs if job.run.pk not in lost]
+    return (
+        [job for job in jobs if job.run.pk not in lost],
+        [job for job in jobs if job.run.pk in lost],
+    )
 
 
 def _insert(job: Job) -> bool:
@@ -344,22 +594,32 @@ def _insert(job: Job) -> bool:
         with transaction.atomic():
             job.ledger.save(force_insert=True)
     except IntegrityError:
-        _finish_duplicate(job.run, SendLog.objects.get(key=job.ledger.key))
         return False
     return True
 
 
-def _mark_sending(row: SendLog) -> bool:
+def _mark_sending(job: Job) -> bool:
+    """Take a known row for this send: only as it was read (status and owner), so two
+    runs never both take one key. It passes to this run with the body it sends."""
+    row = job.ledger
     return bool(
-        SendLog.objects.filter(pk=row.pk, status=row.status).update(
-            status=SendLog.Status.SENDING, attempts=F("attempts") + 1, updated_at=timezone.now()
+        SendLog.objects.filter(pk=row.pk, status=row.status, run_id=job.owner).update(
+            status=SendLog.Status.SENDING,
+            run=job.run,
+            task=job.run.task,
+            recipient=row.recipient,
+            channel=row.channel,
+            body=row.body,
+            attempts=F("attempts") + 1,
+            updated_at=timezone.now(),
         )
     )
 
 
 def _hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: float) -> None:
     """Undo the reservation of keys that will not be sent now; their runs wait for a
-    later claim. A fresh key is dropped, a known one gets its status back."""
+    later claim. A fresh key is dropped; a known one is ``failed`` again, or
+    ``unknown`` if an earlier attempt may have delivered it."""
     if not jobs:
         return
     fresh = [job.ledger for job in jobs if job.fresh]
@@ -370,41 +630,50 @@ def _hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: fl
         ).delete()
         for job in jobs:
             if not job.fresh:
-                SendLog.objects.filter(pk=job.ledger.pk).update(
-                    status=job.ledger.status, attempts=F("attempts") - 1
+                status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
+                SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
+                    status=status, attempts=F("attempts") - 1
                 )
     deferred.extend((job, until) for job in jobs)
 
 
-def _resend_is_safe(row: SendLog, now: datetime) -> bool:
-    try:
-        sender = get_sender(row.channel)
-    except RemindersError:
-        return False
-    window = timedelta(seconds=sender.duplicate_check_seconds)
-    return sender.supports_duplicate_check and now - row.updated_at < window
+# Sending --------------------------------------------------------------------------------
 
 
 def _call(job: Job) -> SendResult | SendError:
-    """Hand one reserved message to its sender; the reply, or the error to record."""
+    """Hand one reserved message to its sender; the reply, or the error to record with
+    the sender's secrets masked (the one place every send error passes)."""
+    sender = job.sender
     try:
-        return (job.sender or get_sender(job.channel)).send(job.message)
+        if sender is None:
+            sender = get_sender(job.channel)
+        return sender.send(job.message)
     except SendError as exc:
-        return exc
+        error = exc
     except RemindersError as exc:  # a channel that is not configured
-        return ConfigurationSendError(str(exc), code="channel")
+        error = ConfigurationSendError(str(exc), code="channel")
     except Exception as exc:
-        # A sender must raise SendError; anything else is a bug, counted as a failed
-        # attempt that may pass so that the message is not lost.
-        logger.exception("sender %r raised an unexpected error", job.channel)
-        return TransientSendError(repr(exc), code="exception")
+        # A sender must raise SendError; anything else is a bug, and nothing says the
+        # request did not leave: in doubt.
+        text = traceback.format_exc()
+        logger.error(
+            "sender %r raised an unexpected error\n%s",
+            job.channel,
+            sender.redact(text) if sender else text,
+        )
+        error = InDoubtSendError(f"{type(exc).__name__}: {exc}", code="exception")
+    if sender is not None:
+        error.message = sender.redact(error.message)
+        error.args = (error.message,)
+    return error
 
 
 def _record_throttled(job: Job, error: ThrottledSendError) -> None:
     """The provider refused the message as too fast: the key may be sent again later,
     and the run waits without spending its attempt."""
-    SendLog.objects.filter(key=job.ledger.key).update(
-        status=SendLog.Status.FAILED,
+    status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
+    SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
+        status=status,
         reply_code=error.code[:64],
         error_message=error.message,
         updated_at=timezone.now(),
@@ -431,7 +700,8 @@ def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
     """Mark a batch's sent keys and runs, in one transaction.
 
     Replies that agree share one UPDATE, in which only the provider's message ids differ
-    row by row (a ``bulk_update`` of every field costs more Python than the sends).
+    row by row (a ``bulk_update`` of every field costs more Python than the sends). The
+    ledger says ``sent`` whatever happened to the runs meanwhile: it is what happened.
     """
     if not done:
         return
@@ -457,7 +727,13 @@ def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
                 sent_at=now,
                 updated_at=now,
             )
-        TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
+        closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
+        if closed < len(done):
+            logger.warning(
+                "%d sent runs were taken over by another worker before this one recorded "
+                "them; the ledger says sent, and their holder will close them",
+                len(done) - closed,
+            )
         for job, result in done:
             transaction.on_commit(
                 partial(signals.run_sent.send, TaskRun, run=job.run, result=result)
@@ -472,30 +748,52 @@ def _known_pks(rows: list[SendLog]) -> None:
             missing[key].pk = pk
 
 
-def _record_failure(run: TaskRun, error: SendError) -> None:
+def _record_failure(job: Job, error: SendError) -> None:
+    """Record an attempt that did not end in ``sent``.
+
+    In doubt (this answer, or an earlier attempt of the same bytes): the row says
+    ``unknown`` and the run retries only where a re-send is safe; otherwise, or when
+    the retries are spent, the run is ``unknown`` and ops are told. Certain failures
+    are ``failed``: retried while they may pass, else final with ``run_failed``.
+    """
+    run = job.run
     now = timezone.now()
     delays = conf.RETRY_DELAYS
-    will_retry = error.retryable and run.attempts <= len(delays)
+    doubt = job.in_doubt or isinstance(error, InDoubtSendError)
+    resend_safe = job.sender is not None and (
+        job.sender.supports_duplicate_check or job.sender.retry_in_doubt
+    )
+    attempts_left = run.attempts <= len(delays)
+    will_retry = error.retryable and attempts_left and (resend_safe or not doubt)
+    if doubt and job.sender is not None and job.sender.retry_in_doubt and will_retry:
+        # The channel accepts a possible duplicate: the key is an ordinary failure.
+        doubt = False
+    retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None
+    if will_retry:
+        status = TaskRun.Status.RETRYING
+    else:
+        status = TaskRun.Status.UNKNOWN if doubt else TaskRun.Status.FAILED
     with _recording():
-        SendLog.objects.filter(key=run.ledger_key).update(
-            status=SendLog.Status.FAILED,
+        SendLog.objects.filter(pk=job.ledger.pk).exclude(status=SendLog.Status.SENT).update(
+            status=SendLog.Status.UNKNOWN if doubt else SendLog.Status.FAILED,
             reply_code=error.code[:64],
             error_message=error.message,
             updated_at=now,
         )
-        retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None
-        status = TaskRun.Status.RETRYING if will_retry else TaskRun.Status.FAILED
-        run.close_attempt(
+        closed = run.close_attempt(
             status, code=error.code, message=error.message, retry_at=retry_at, now=now
         )
-        if will_retry:
+        if closed and will_retry:
             ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
-        else:
+        elif closed and status == TaskRun.Status.UNKNOWN:
+            transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
+        elif closed:
             transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
     logger.warning(
-        "run %s attempt %d failed (%s): %s%s",
+        "run %s attempt %d %s (%s): %s%s",
         run.pk,
         run.attempts,
+        "in doubt" if doubt else "failed",
         error.code,
         error.message,
         "; will retry" if will_retry else "",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import Case, F, PositiveSmallIntegerField, When
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -135,6 +136,14 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
             lease_owner=owner,
             lease_token=token,
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+            # A run still ``running`` under an expired lease lost its worker: that attempt
+            # never ended, and a worker's death is not the provider's failure, so it is
+            # not counted (delivery counts the death itself if a send was in hand).
+            attempts=Case(
+                When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
+                default=F("attempts"),
+                output_field=PositiveSmallIntegerField(),
+            ),
         )
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)

@@ -192,11 +192,18 @@ class ScheduledTask(models.Model):
         self.plan_first_run(now)
 
     def ledger_key(self, occurrence: datetime) -> str:
-        """The idempotency key of one occurrence: the local date for a task that fires
-        at most once a day, so that no one gets the same daily report twice even when the
-        schedule moves within the day; the exact occurrence otherwise."""
+        """The idempotency key of one occurrence.
+
+        For a task that fires at most once a day, the local day: its midnight with the
+        zone's offset (``42:2026-12-03T00:00+08:00``), so that no one gets the same daily
+        report twice when the schedule moves within the day, while a move to a zone whose
+        day is another stretch of time gets a key of its own. The exact occurrence
+        otherwise. Delivery also refuses a second message on one local day for such a
+        task whatever the keys (a schedule that went from twice a day to daily).
+        """
         if self.fires_at_most_daily:
-            return f"{self.pk}:{timing.local_date(occurrence, self.timezone)}"
+            start, _ = timing.local_day(occurrence, self.timezone)
+            return f"{self.pk}:{start.isoformat(timespec='minutes')}"
         return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
     def new_run(self, occurrence: datetime, *, missed: bool = False) -> TaskRun:
@@ -330,7 +337,14 @@ class TaskRun(models.Model):
     )
     priority = models.PositiveSmallIntegerField(_("priority rank"), default=1)
     ledger_key = models.CharField(_("idempotency key"), max_length=100)
-    attempts = models.PositiveSmallIntegerField(_("attempts"), default=0)
+    attempts = models.PositiveSmallIntegerField(
+        _("attempts"), default=0, help_text=_("Attempts to send, not counting worker deaths.")
+    )
+    crashes = models.PositiveSmallIntegerField(
+        _("worker deaths"),
+        default=0,
+        help_text=_("Times a worker died while sending this run's message."),
+    )
     next_attempt_at = models.DateTimeField(_("next attempt"), null=True, blank=True)
     lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
     lease_token = models.CharField(_("lease token"), max_length=32, blank=True)
@@ -402,25 +416,35 @@ class TaskRun(models.Model):
         message: str = "",
         retry_at: datetime | None = None,
         now: datetime | None = None,
-    ) -> None:
+    ) -> bool:
         """End the attempt in hand: finished in ``status``, or waiting until ``retry_at``;
-        the lease is released either way."""
+        the lease is released either way.
+
+        Written only while the run still holds the lease token it was started with:
+        a worker whose lease ran out and was taken over changes nothing (returns False).
+        """
+        held = self.lease_token
         self._set_closed(status, code, message, retry_at, now or timezone.now())
-        self.save(update_fields=self.CLOSING_FIELDS)
+        closed = TaskRun.objects.filter(pk=self.pk, lease_token=held).update(
+            **{name: getattr(self, name) for name in self.CLOSING_FIELDS}
+        )
+        return bool(closed)
 
     @classmethod
-    def close_attempts(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> None:
+    def close_attempts(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> int:
         """``close_attempt`` for many runs that end the same way: one UPDATE for each
-        start time (runs started together share it, so usually one in all)."""
-        groups: dict[datetime | None, list[TaskRun]] = {}
+        start time and token (runs started together share both, so usually one in all).
+        Returns how many were still held and closed."""
+        groups: dict[tuple[datetime | None, str], list[TaskRun]] = {}
         for run in runs:
+            groups.setdefault((run.started_at, run.lease_token), []).append(run)
             run._set_closed(status, "", "", None, now)
-            groups.setdefault(run.started_at, []).append(run)
-        for group in groups.values():
+        closed = 0
+        for (_started, token), group in groups.items():
             first = group[0]
-            cls.objects.filter(pk__in=[run.pk for run in group]).update(
-                **{name: getattr(first, name) for name in cls.CLOSING_FIELDS}
-            )
+            held = cls.objects.filter(pk__in=[run.pk for run in group], lease_token=token)
+            closed += held.update(**{name: getattr(first, name) for name in cls.CLOSING_FIELDS})
+        return closed
 
     def _set_closed(
         self, status: str, code: str, message: str, retry_at: datetime | None, now: datetime

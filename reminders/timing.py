@@ -75,6 +75,16 @@ def local_date(moment: datetime, tz_name: str) -> str:
     return moment.astimezone(zone(tz_name)).date().isoformat()
 
 
+def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
+    """The local day around ``moment`` in ``tz_name``: its first instant and the next
+    day's, both aware. A midnight skipped by a DST change starts the day after the gap."""
+    tz = zone(tz_name)
+    day = moment.astimezone(tz).date()
+    start = localize(datetime.combine(day, datetime.min.time()), tz)
+    end = localize(datetime.combine(day + timedelta(days=1), datetime.min.time()), tz)
+    return start, end
+
+
 def fraction(*parts: object) -> float:
     """A stable number in [0, 1) from the parts: the same input always gives the same."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()

@@ -4,9 +4,45 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+REDACTED = "***"
+# Query parameters that carry credentials in the APIs we call; their values never
+# reach a message, whatever the exception text around them.
+SECRET_PARAMS = re.compile(
+    r"((?:access_token|corpsecret|secret|key|token|password|sign)=)[^&\s'\"()]+", re.IGNORECASE
+)
+# Option names whose values are credentials, in any sender's OPTIONS.
+SECRET_NAME = re.compile(r"pass|secret|key|token|sign|credential|auth", re.IGNORECASE)
+MIN_SECRET_LENGTH = 4
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with credential query parameters and each of ``secrets`` masked."""
+    text = SECRET_PARAMS.sub(r"\1" + REDACTED, text)
+    # Longest first, so a secret that contains another is masked whole.
+    found = {s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}
+    for secret in sorted(found, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def secret_leaves(value: Any, *, secret: bool = False) -> Iterator[str]:
+    """The strings inside ``value`` (nested dicts and lists) that are credentials: every
+    string under a key that names one (``password``, ``api_key``...), or all of them
+    with ``secret``."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from secret_leaves(item, secret=secret or bool(SECRET_NAME.search(str(name))))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from secret_leaves(item, secret=secret)
+    elif isinstance(value, str) and secret:
+        yield value
 
 
 def render_body(msgtype: str, body: dict[str, Any]) -> str:
@@ -104,6 +140,22 @@ class BaseSender(ABC):
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias
         self.options = options
+
+    @property
+    def retry_in_doubt(self) -> bool:
+        """OPTIONS ``retry_in_doubt``: send again after an answer that leaves delivery in
+        doubt (a read timeout, a 5xx) on a channel whose provider does not drop repeated
+        bodies. The trade-off, chosen per channel: the recipient may get it twice,
+        rather than the run ending ``unknown`` for ops to decide."""
+        return bool(self.options.get("retry_in_doubt"))
+
+    def secrets(self) -> Iterable[str]:
+        """The credentials this sender holds, masked in every error and log line: here
+        the OPTIONS values under names that say so; senders add what else they know."""
+        return secret_leaves(self.options)
+
+    def redact(self, text: str) -> str:
+        return redact(text, self.secrets())
 
     @property
     def rate_scope(self) -> str:

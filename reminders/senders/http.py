@@ -45,29 +45,34 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import requests
+import urllib3
 from django.conf import settings as django_settings
 from django.utils import timezone
 
 from ..exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
     PayloadSendError,
     PermanentSendError,
     SendError,
     ThrottledSendError,
     TransientSendError,
 )
-from .base import BaseSender, Message, SendResult
+from .base import (
+    REDACTED,
+    SECRET_NAME,
+    SECRET_PARAMS,
+    BaseSender,
+    Message,
+    SendResult,
+    redact,
+    secret_leaves,
+)
 from .tokens import SharedToken, token_name
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 10.0
-REDACTED = "***"
-# Query parameters that carry credentials in the APIs we call; their values never
-# reach a message, whatever the exception text around them.
-_SECRET_PARAMS = re.compile(
-    r"((?:access_token|corpsecret|secret|key|token|password|sign)=)[^&\s'\"()]+", re.IGNORECASE
-)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -75,15 +80,6 @@ _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def timeout_setting() -> float:
     """``WECOM_TIMEOUT`` seconds, read when a sender is built."""
     return float(getattr(django_settings, "WECOM_TIMEOUT", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT)
-
-
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with credential query parameters and each of ``secrets`` masked."""
-    text = _SECRET_PARAMS.sub(r"\1" + REDACTED, text)
-    # Longest first, so a secret that contains another is masked whole.
-    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
 
 
 def canonical_json(data: Any) -> bytes:
@@ -102,7 +98,7 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = _SECRET_PARAMS.sub(r"\1" + REDACTED, message)
+        masked = SECRET_PARAMS.sub(r"\1" + REDACTED, message)
         if masked != message:
             record.msg, record.args = masked, ()
         return True
@@ -211,17 +207,29 @@ class JsonClient:
                 proxies=proxies,
                 verify=verify,
             )
-        except requests.Timeout as exc:
-            # Read or connect timeout; after a read timeout the provider may have the
-            # message, which is why re-sends must be byte-identical.
-            phase = "connect" if isinstance(exc, requests.ConnectTimeout) else "read"
-            limit = self.timeout[0] if phase == "connect" else self.timeout[1]
+        except requests.ConnectTimeout:
             raise TransientSendError(
-                f"{what}: no answer ({phase} timeout after {limit:g} s).", code="timeout"
+                f"{what}: could not connect (timeout after {self.timeout[0]:g} s); "
+                "nothing was sent.",
+                code="connect-timeout",
+            ) from None
+        except requests.Timeout:
+            # The request left: the provider may have the message and its answer is lost.
+            raise InDoubtSendError(
+                f"{what}: no answer (read timeout after {self.timeout[1]:g} s); "
+                "the provider may have the message.",
+                code="timeout",
             ) from None
         except requests.ConnectionError as exc:
-            raise TransientSendError(
-                f"{what}: network error: {self.redact(str(exc))[:300]}", code="network"
+            text = self.redact(str(exc))[:300]
+            if not _request_left(exc):
+                raise TransientSendError(
+                    f"{what}: could not connect: {text}", code="connect"
+                ) from None
+            raise InDoubtSendError(
+                f"{what}: the connection broke after the request left; the provider may "
+                f"have the message: {text}",
+                code="network",
             ) from None
         except requests.RequestException as exc:
             # A malformed URL or similar: nothing will pass until the settings change.
@@ -249,8 +257,13 @@ class JsonClient:
                 code=code,
                 pause_seconds=_retry_after(reply.headers) or 60.0,
             )
-        if status >= 500 or status == 408:
+        if status == 408:
+            # The server gave up waiting for our request: it never took it.
             raise TransientSendError(f"{what}: HTTP {status}{detail}.", code=code)
+        if status >= 500:
+            # The request reached a server that failed while handling it: it may have
+            # passed the message on before failing.
+            raise InDoubtSendError(f"{what}: HTTP {status}{detail}.", code=code)
         if status < 400 or status in {401, 403, 404, 405}:
             # A redirect, a refused credential or a wrong path: the base URL or the
             # credentials are wrong, and retrying the same call cannot help.
@@ -261,6 +274,35 @@ class JsonClient:
         if reply.data is None:
             return ""
         return ": " + self.redact(json.dumps(reply.data, ensure_ascii=False))[:300]
+
+
+# What urllib3 raises when no byte of the request reached the server.
+_NOT_SENT = (
+    urllib3.exceptions.NewConnectionError,
+    urllib3.exceptions.ConnectTimeoutError,
+    urllib3.exceptions.NameResolutionError,
+)
+
+
+def _request_left(exc: BaseException) -> bool:
+    """Whether a connection error may have come after the request reached the server.
+
+    Only a failure to connect (refused, unresolvable, TLS handshake) is sure to have
+    sent nothing; a reset or a closed connection may come after the server took it.
+    """
+    if isinstance(exc, requests.exceptions.SSLError | requests.exceptions.ProxyError):
+        return False
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen or not isinstance(item, BaseException):
+            continue
+        seen.add(id(item))
+        if isinstance(item, _NOT_SENT):
+            return False
+        pending += [*item.args, getattr(item, "reason", None), item.__cause__, item.__context__]
+    return True
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -436,7 +478,20 @@ class HttpSender(BaseSender):
         self.client.close()
 
     def _known_secrets(self) -> set[str]:
-        return set(self._secret_values)
+        return set(self.secrets())
+
+    def secrets(self) -> set[str]:
+        """Everything configured that may be a credential: header values, the login
+        body, body constants under credential names, the URLs' query values and
+        passwords, and the tokens and expanded environment values seen since."""
+        found = set(self._secret_values) | set(super().secrets())
+        found.update(str(value) for value in self.headers.values())
+        found.update(str(value) for value in self.login_headers.values())
+        found.update(secret_leaves(self.login_body, secret=True))
+        found.update(secret_leaves(self.body))
+        for url in (self.url, self.login_url):
+            found.update(_url_secrets(url))
+        return found
 
     def _expanded_headers(self, template: Mapping[str, str], what: str) -> dict[str, str]:
         headers = {name: expand_env(str(value), what=what) for name, value in template.items()}
@@ -530,8 +585,9 @@ class HttpSender(BaseSender):
         code = "0"
         if self.success_field:
             if reply.data is None:
-                # A 2xx page that is not JSON comes from a proxy in the way, not the gateway.
-                raise TransientSendError(f"{what}: the reply is not JSON.", code="bad-reply")
+                # A 2xx page that is not JSON comes from a proxy in the way, not the
+                # gateway; whether the gateway got the message is not known.
+                raise InDoubtSendError(f"{what}: the reply is not JSON.", code="bad-reply")
             value = dig(reply.data, self.success_field)
             code = _normal(value)
             if code not in self.success_values:
@@ -554,7 +610,14 @@ class HttpSender(BaseSender):
         raise error_class(text, code=code[:64])
 
 
-_SECRET_KEY = re.compile(r"pass|secret|key|token|sign|credential", re.IGNORECASE)
+def _url_secrets(url: str) -> list[str]:
+    """The password and the query values of ``url``: where URLs carry credentials."""
+    if not url:
+        return []
+    parts = urlsplit(url)
+    found = [parts.password or ""]
+    found += [value for _, _, value in (pair.partition("=") for pair in parts.query.split("&"))]
+    return [item for item in found if item]
 
 
 def _secret_leaves(template: Any, rendered: Any, *, secret: bool = False) -> list[str]:
@@ -565,7 +628,7 @@ def _secret_leaves(template: Any, rendered: Any, *, secret: bool = False) -> lis
             leaf
             for name, item in template.items()
             for leaf in _secret_leaves(
-                item, rendered.get(name), secret=secret or bool(_SECRET_KEY.search(str(name)))
+                item, rendered.get(name), secret=secret or bool(SECRET_NAME.search(str(name)))
             )
         ]
     if isinstance(template, list) and isinstance(rendered, list):

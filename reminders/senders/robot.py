@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings as django_settings
 
-from ..exceptions import ConfigurationSendError, PayloadSendError, TransientSendError
+from ..exceptions import ConfigurationSendError, InDoubtSendError, PayloadSendError
 from .base import BaseSender, Message, Rate, SendResult
 from .http import JsonClient, canonical_json, timeout_setting
 from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
@@ -57,11 +57,14 @@ class WeComRobotSender(BaseSender):
         self.client = JsonClient(
             timeout=float(timeout or timeout_setting()),
             connect_timeout=connect_timeout,
-            secrets=lambda: [self._key],
+            secrets=self.secrets,
         )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.alias!r} {self.api_base}>"
+
+    def secrets(self) -> list[str]:
+        return [self._key, *super().secrets()]
 
     @property
     def rate_scope(self) -> str:
@@ -92,8 +95,9 @@ class WeComRobotSender(BaseSender):
         data = reply.object
         errcode = data.get("errcode")
         if not isinstance(errcode, int):
-            # A proxy or load balancer in the way, which passes.
-            raise TransientSendError(f"{what}: the reply is not WeCom's JSON.", code="bad-reply")
+            # A proxy or load balancer in the way, which passes; whether WeCom got the
+            # message is not known.
+            raise InDoubtSendError(f"{what}: the reply is not WeCom's JSON.", code="bad-reply")
         if errcode == INVALID_KEY:
             raise ConfigurationSendError(
                 f"{what}: WeCom errcode {errcode}: the robot key is invalid.", code=str(errcode)

@@ -26,6 +26,7 @@ from django.conf import settings as django_settings
 
 from ..exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
     PayloadSendError,
     RecipientSendError,
     SendError,
@@ -75,10 +76,11 @@ def classify(errcode: int, errmsg: str, what: str) -> SendError:
     if errcode in PAYLOAD_CODES:
         return PayloadSendError(text, code=code)
     if errcode not in PASSING_CODES and errcode not in TOKEN_CODES:
-        # A code we do not know yet. Failing at once would lose a message to what may be
-        # a passing state (WeCom adds codes); retrying costs at most the engine's few
-        # attempts, and the duplicate check makes a retry of a delivered body harmless.
-        logger.warning("%s: unknown WeCom errcode %s, treated as passing", what, errcode)
+        # A code we do not know yet, and so no proof that nothing was delivered. Where
+        # the provider drops a repeated body (the app's duplicate check) the engine sends
+        # it again inside the window; elsewhere (a robot) the outcome is unknown.
+        logger.warning("%s: unknown WeCom errcode %s, delivery in doubt", what, errcode)
+        return InDoubtSendError(text, code=code)
     return TransientSendError(text, code=code)
 
 
@@ -171,7 +173,7 @@ class WeComSender(BaseSender):
         self.client = JsonClient(
             timeout=float(timeout or timeout_setting()),
             connect_timeout=connect_timeout,
-            secrets=self._secrets,
+            secrets=self.secrets,
         )
         self.token = SharedToken(
             token_name(
@@ -207,8 +209,8 @@ class WeComSender(BaseSender):
     def close(self) -> None:
         self.client.close()
 
-    def _secrets(self) -> list[str]:
-        return [self._secret, self.token.local_value]
+    def secrets(self) -> list[str]:
+        return [self._secret, self.token.local_value, *super().secrets()]
 
     # -- the access token -------------------------------------------------------------
 
@@ -360,8 +362,8 @@ class WeComSender(BaseSender):
         data = reply.object
         if not isinstance(data.get("errcode"), int):
             # WeCom always answers JSON with an errcode; anything else is a proxy or a
-            # load balancer in the way, which passes.
-            raise TransientSendError(
+            # load balancer in the way, which passes; whether WeCom got it is not known.
+            raise InDoubtSendError(
                 f"{what}: the reply from {bare_url(self.api_base)} is not WeCom's JSON.",
                 code="bad-reply",
             )

@@ -37,10 +37,20 @@ def test_checks__broker_must_share_the_default_database(settings):
     assert ids(check_settings()) == ["reminders.E005"]
 
 
-def test_checks__job_timeout_must_be_below_the_lease(settings):
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 600}
+@pytest.mark.parametrize("timeout", [600, 300, None])
+def test_checks__a_job_timeout_not_below_the_lease_is_an_error(settings, timeout):
+    settings.REMINDERS_LEASE_SECONDS = 300
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": timeout}
     [message] = check_settings()
-    assert (message.id, message.level) == ("reminders.W001", checks.WARNING)
+    assert (message.id, message.level) == ("reminders.E008", checks.ERROR)
+    assert "REMINDERS_LEASE_SECONDS" in message.msg
+
+
+def test_checks__max_worker_deaths_must_be_a_positive_number(settings):
+    settings.REMINDERS_MAX_WORKER_DEATHS = "never"
+    [message] = check_settings()
+    assert message.id == "reminders.E004"
+    assert "REMINDERS_MAX_WORKER_DEATHS" in message.msg
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc"])

@@ -137,13 +137,23 @@ def test_deliver__a_permanent_error_fails_at_once_without_retry(make_task, outbo
     assert tick(now=timezone.now() + timedelta(hours=1)) == 0
 
 
-def test_deliver__an_unexpected_sender_exception_counts_as_a_passing_failure(make_task, outbox):
-    task = make_task()
+@pytest.mark.parametrize(
+    ("channel", "status", "ledger"),
+    [("memory_dedup", "retrying", "unknown"), ("memory", "unknown", "unknown")],
+)
+def test_deliver__an_unexpected_sender_exception_leaves_delivery_in_doubt(
+    make_task, outbox, received, channel, status, ledger
+):
+    # Nothing says the request had not left: retried only where a re-send is dropped.
+    task = make_task(channel=channel)
     MemorySender.script[:] = [ZeroDivisionError("bug in a sender")]
     tick()
     run = task.runs.get()
-    assert (run.status, run.error_code) == ("retrying", "exception")
+    assert (run.status, run.error_code) == (status, "exception")
     assert "ZeroDivisionError" in run.error_message
+    assert SendLog.objects.get().status == ledger
+    if status == "unknown":
+        assert received == [("run_unknown", run.pk, "unknown")]
 
 
 def test_deliver__a_channel_removed_from_settings_fails_the_run(make_task, outbox, settings):
@@ -161,7 +171,7 @@ def crash_mid_send(task: ScheduledTask) -> TaskRun:
     from reminders.delivery import reserve, start
 
     [job] = start(claim.token, claim.run_ids)
-    assert reserve([job]) == [job]  # reserved 'sending', then the process died in the send
+    assert reserve([job]) == ([job], [])  # reserved 'sending'; the process died in the send
     run = task.runs.get()
     assert (run.status, SendLog.objects.get().status) == ("running", "sending")
     return run
@@ -189,7 +199,9 @@ def test_deliver__after_a_crash_mid_send_resends_where_the_provider_deduplicates
     assert tick(now=after_lease) == 1
     run.refresh_from_db()
     log = SendLog.objects.get()
-    assert (run.status, run.attempts, log.status, log.attempts) == ("sent", 2, "sent", 2)
+    # Two sends of the key, one provider attempt of the run: the first died with its worker.
+    assert (run.status, run.attempts, run.crashes) == ("sent", 1, 1)
+    assert (log.status, log.attempts) == ("sent", 2)
     lines = (tmp_path / "delivered.jsonl").read_text().splitlines()
     assert len(lines) == 1
 
@@ -310,7 +322,8 @@ def test_deliver__a_crash_mid_batch_is_settled_by_resending_the_batch(make_task,
     assert tick(now=after_lease) == 3
     # Re-sent as the same bytes: the provider dropped the copy of the first.
     assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in tasks)
-    assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 2)}
+    # The dead worker's attempt is not the provider's: one attempt, one death each.
+    assert set(TaskRun.objects.values_list("status", "attempts", "crashes")) == {("sent", 1, 1)}
 
 
 class WorkerDied(BaseException):

@@ -61,11 +61,24 @@ def test_database_allows_many_tasks_without_a_key():
     assert ScheduledTask.objects.filter(key__isnull=True).count() == 2
 
 
-def test_ledger_key__is_the_local_date_for_a_daily_task(make_task):
+def test_ledger_key__is_the_local_day_for_a_daily_task(make_task):
     task = make_task("daily_report", cron="0 9 * * *", tz="Asia/Shanghai")
     occurrence = task.next_run
     local_day = occurrence.astimezone(timezone.get_fixed_timezone(480)).date().isoformat()
-    assert task.ledger_key(occurrence) == f"{task.pk}:{local_day}"
+    assert task.ledger_key(occurrence) == f"{task.pk}:{local_day}T00:00+08:00"
+    # Moved within the day: the same key.
+    assert task.ledger_key(occurrence + timedelta(hours=5)) == task.ledger_key(occurrence)
+
+
+def test_ledger_key__another_zone_s_day_is_another_key(make_task):
+    task = make_task("daily_report", cron="0 9 * * *", tz="Asia/Shanghai")
+    occurrence = task.next_run
+    shanghai = task.ledger_key(occurrence)
+    task.timezone = "America/New_York"
+    assert task.ledger_key(occurrence) != shanghai
+    # A zone with the same offset names the same stretch of time: the same key.
+    task.timezone = "Asia/Hong_Kong"
+    assert task.ledger_key(occurrence) == shanghai
 
 
 def test_ledger_key__is_the_exact_occurrence_for_a_task_firing_twice_a_day(make_task):
@@ -128,8 +141,11 @@ def test_retry_now__an_unknown_run_is_sent_again_on_the_operators_word(make_task
     assert SendLog.objects.get().status == "failed"
     dispatch.claim("test", 10)
     run_queued()
-    assert [m.body for m in MemorySender.outbox] == [{"content": "hi"}]
-    assert SendLog.objects.get().status == "sent"
+    # Never delivered, on the operator's word: the message as the task says it now.
+    [message] = MemorySender.outbox
+    assert message.recipient == task.recipient
+    log = SendLog.objects.get()
+    assert (log.status, log.body) == ("sent", message.rendered)
 
 
 def test_ledger__outlives_a_deleted_task(make_task):

@@ -18,6 +18,7 @@ from django.test import override_settings
 
 from reminders.exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
     PayloadSendError,
     RecipientSendError,
     SendError,
@@ -332,13 +333,14 @@ def test_send__throttling_codes_pause_the_channel(
     assert low <= caught.value.pause_seconds <= high
 
 
-def test_send__unknown_errcode_is_passing(make_wecom: Make, wecom_stub: StubServer) -> None:
+def test_send__an_unknown_errcode_leaves_delivery_in_doubt(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
     wecom_stub.on(SEND, error(99999, "something new"))
 
-    with pytest.raises(TransientSendError) as caught:
+    with pytest.raises(InDoubtSendError) as caught:
         make_wecom().send(text())
 
-    assert type(caught.value) is TransientSendError
     assert caught.value.code == "99999"
 
 
@@ -346,9 +348,10 @@ def test_send__unknown_errcode_is_passing(make_wecom: Make, wecom_stub: StubServ
 def test_send__http_5xx_is_passing(make_wecom: Make, wecom_stub: StubServer, status: int) -> None:
     wecom_stub.on(SEND, Canned(raw=b"<html>Bad gateway</html>", status=status))
 
-    with pytest.raises(TransientSendError) as caught:
+    with pytest.raises(InDoubtSendError) as caught:
         make_wecom().send(text())
 
+    # The request reached a server that failed while handling it: maybe delivered.
     assert caught.value.code == f"http-{status}"
 
 
@@ -390,7 +393,7 @@ def test_send__connection_lost_before_the_reply_is_passing(
     assert caught.value.code == "network"
 
 
-def test_send__server_down_is_passing(make_wecom: Make) -> None:
+def test_send__server_down_is_passing_and_certainly_not_delivered(make_wecom: Make) -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
@@ -399,7 +402,9 @@ def test_send__server_down_is_passing(make_wecom: Make) -> None:
     with pytest.raises(TransientSendError) as caught:
         sender.send(text())
 
-    assert caught.value.code == "network"
+    # Refused before a byte left: safe to retry on any channel.
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert caught.value.code == "connect"
     assert SECRET not in caught.value.message
     assert "corpsecret=***" in caught.value.message
 
