@@ -173,8 +173,8 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     pending = jobs
     while pending:
         if budget.nearly_up():
-            logger.info("job time nearly up: handing back %d runs", len(pending))
-            deferred += [(job, time.time()) for job in pending]
+            now = time.time()
+            _defer([(job, now) for job in pending], "job_time", "The job's time ran out first.")
             break
         budget.renew(pending)
         batch, rest = _next_batch(pending)

@@ -40,3 +40,23 @@ def make_task(db: None) -> Callable[..., ScheduledTask]:
 @pytest.fixture
 def now() -> datetime:
     return timezone.now()
+
+
+@pytest.fixture
+def received() -> Iterator[list[tuple[str, int, str]]]:
+    """What the engine told ops: its signals as (name, run or task pk, status then)."""
+    from reminders import signals
+
+    seen: list[tuple[str, int, str]] = []
+    handlers = {}
+    for name in ("run_sent", "run_failed", "run_unknown", "task_error"):
+
+        def handler(sender: Any, name: str = name, **kwargs: Any) -> None:
+            subject = kwargs.get("run") or kwargs["task"]
+            seen.append((name, subject.pk, subject.status))
+
+        handlers[name] = handler
+        getattr(signals, name).connect(handler, weak=False)
+    yield seen
+    for name, handler in handlers.items():
+        getattr(signals, name).disconnect(handler)

@@ -17,23 +17,6 @@ from tests.support.jobs import run_queued
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def received():
-    """Signals sent by the engine, as (name, run pk, status at send time)."""
-    seen: list[tuple[str, int, str]] = []
-    handlers = {}
-    for name in ("run_sent", "run_failed", "run_unknown"):
-
-        def handler(sender, run, name=name, **kwargs):
-            seen.append((name, run.pk, run.status))
-
-        handlers[name] = handler
-        getattr(signals, name).connect(handler, weak=False)
-    yield seen
-    for name, handler in handlers.items():
-        getattr(signals, name).disconnect(handler)
-
-
 def tick(now=None) -> int:
     """One scheduler tick and one pass of the workers; returns messages sent."""
     # The test runs inside a transaction: run the on-commit hooks (signals) as they come.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
+from django.test import TestCase
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
+from reminders import dispatch
 from reminders.delivery import deliver
 
 
@@ -25,3 +28,12 @@ def run_queued(*, keep: bool = False) -> int:
         if not keep:
             row.delete()
     return sent
+
+
+def tick(now: datetime | None = None) -> int:
+    """One scheduler tick and one pass of the workers, as a test inside a transaction
+    sees it: on-commit hooks (the signals) run as they come; returns messages sent."""
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("test", 1000, now=now)
+        return run_queued()
