@@ -24,8 +24,14 @@ MIN_SECRET_LENGTH = 4
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with credential query parameters and each of ``secrets`` masked."""
     text = SECRET_PARAMS.sub(r"\1" + REDACTED, text)
-    # Longest first, so a secret that contains another is masked whole.
-    found = {s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}
+    # As given, trimmed, and as repr() quotes it (an error quoting a header value with a
+    # newline shows "\\n"); longest first, so a secret that contains another goes whole.
+    found = {
+        form
+        for secret in secrets
+        for form in (secret, secret.strip(), repr(secret)[1:-1])
+        if len(form) >= MIN_SECRET_LENGTH
+    }
     for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text

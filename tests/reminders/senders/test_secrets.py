@@ -1,0 +1,134 @@
+"""Secrets never reach a row, a page or a log, whatever field of a channel holds them.
+
+A secret is planted in every configurable field of every channel that can carry a
+credential, each channel is made to fail in a way whose error text would quote it
+(``InvalidHeader`` repeats a header value, a URL error repeats the URL, a gateway
+echoes its request, a sender raises something unexpected), and the runs are delivered
+through the engine. Then the ledger, the runs, the admin's pages and every log record
+are searched for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from reminders.models import SendLog, TaskRun
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import tick
+
+from .stub_server import Canned, StubServer
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "Pl4nted-S3cret-9f2c"
+
+
+def closed_port() -> int:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        return int(unused.getsockname()[1])
+
+
+def channels(stub: StubServer) -> dict[str, dict[str, Any]]:
+    down = f"http://127.0.0.1:{closed_port()}"
+    gateway = {"BACKEND": "reminders.senders.http.HttpSender"}
+    return {
+        "header": {
+            **gateway,
+            # requests refuses the value and quotes it (repr, newline escaped).
+            "OPTIONS": {"url": stub.url + "/send", "headers": {"X-Custom": f"{SECRET}\n"}},
+        },
+        "url": {
+            **gateway,
+            "OPTIONS": {"url": f"{down}/send?apikey={SECRET}&user=u:{SECRET}"},
+        },
+        "userinfo": {**gateway, "OPTIONS": {"url": f"http://user:{SECRET}@127.0.0.1:0/send"}},
+        "body": {
+            **gateway,
+            "OPTIONS": {
+                "url": stub.url + "/echo",
+                "body": {"to": "{recipient}", "text": "{content}", "password": SECRET},
+                "success_field": "code",
+                "success_values": [0],
+                "error_field": "msg",
+            },
+        },
+        "login": {
+            **gateway,
+            "OPTIONS": {
+                "url": stub.url + "/send",
+                "login_url": stub.url + "/login",
+                "login_headers": {"X-Login": SECRET},
+                "login_body": {"user": "crm", "pwd": SECRET},
+                "token_header": "Authorization",
+            },
+        },
+        "wecom": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {
+                "api_base": down,
+                "corp_id": "ww-corp",
+                "corp_secret": SECRET,
+                "agent_id": 1000002,
+                "timeout": 1,
+            },
+        },
+        "robot": {
+            "BACKEND": "reminders.senders.robot.WeComRobotSender",
+            "OPTIONS": {"api_base": down, "key": SECRET, "timeout": 1},
+        },
+        "buggy": {
+            "BACKEND": "reminders.senders.memory.MemorySender",
+            "OPTIONS": {"api_key": SECRET},
+        },
+    }
+
+
+def echo(request: Any) -> Canned:
+    """A gateway that refuses the message and repeats the request in its error."""
+    return Canned({"code": 1, "msg": f"refused: {request.body.decode()}"})
+
+
+def login_failure(request: Any) -> Canned:
+    return Canned({"error": f"bad login {request.body.decode()} {request.headers}"}, status=500)
+
+
+@pytest.fixture
+def planted(settings, stub: StubServer) -> list[str]:
+    stub.on("/echo", echo)
+    stub.on("/login", login_failure)
+    configured = channels(stub)
+    settings.REMINDERS_CHANNELS = {**settings.REMINDERS_CHANNELS, **configured}
+    return list(configured)
+
+
+def test_a_secret_in_any_channel_field_never_reaches_rows_pages_or_logs(
+    planted, make_task, admin_client, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    tasks = [make_task(channel=alias, recipient=f"user-{alias}") for alias in planted]
+    MemorySender.script[:] = [RuntimeError(f"auth failed with {SECRET}")]
+    tick()
+
+    runs = TaskRun.objects.filter(task__in=tasks)
+    # Every channel failed, and said something about why.
+    assert all(run.status != "sent" and run.error_message for run in runs), [
+        (run.task.channel, run.status, run.error_message) for run in runs
+    ]
+    texts = [run.error_message for run in runs]
+    texts += [f"{row.error_message} {row.reply_detail}" for row in SendLog.objects.all()]
+    texts.append(caplog.text)
+    for name in ("taskrun", "sendlog"):
+        texts.append(admin_client.get(reverse(f"admin:reminders_{name}_changelist")).text)
+    for run in runs:
+        url = reverse("admin:reminders_taskrun_change", args=[run.pk])
+        texts.append(admin_client.get(url).text)
+    leaks = [text for text in texts if SECRET in text]
+    assert not leaks, leaks
+    # The masking is visible where a secret was quoted.
+    assert any("***" in text for text in texts)
