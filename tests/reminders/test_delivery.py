@@ -6,7 +6,7 @@ from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reminders import dispatch, signals
+from reminders import dispatch
 from reminders.delivery import deliver
 from reminders.exceptions import PermanentSendError, ThrottledSendError, TransientSendError
 from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun

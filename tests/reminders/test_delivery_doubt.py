@@ -132,11 +132,12 @@ def test_a_connection_that_never_reached_the_provider__retried_on_any_channel(ma
 # A worker's death -----------------------------------------------------------------------
 
 
-def start_and_die(*, send: bool) -> None:
-    """A worker starts what is queued and dies: mid-send (its keys ``sending``) or
-    before any send."""
-    claim = dispatch.claim("doomed", 10)
+def start_and_die(*, send: bool, now=None) -> None:
+    """A worker claims and starts what is due at ``now`` and dies: mid-send (its keys
+    ``sending``) or before any send."""
+    claim = dispatch.claim("doomed", 10, now=now)
     jobs = start(claim.token, claim.run_ids)
+    assert jobs
     if send:
         reserve(jobs)
 
@@ -167,11 +168,11 @@ def test_provider_retries_are_not_spent_by_worker_deaths(make_task, outbox, sett
     run = task.runs.get()
     assert (run.status, run.attempts) == ("retrying", 2)
     # Two workers die holding the run before sending it, then the last attempt goes.
+    now = run.next_attempt_at
     for _ in range(2):
-        dispatch.claim("doomed", 10, now=run.next_attempt_at)
-        start_and_die(send=False)
-        run.next_attempt_at = after_lease(settings) + timedelta(minutes=2)
-    assert tick(now=run.next_attempt_at) == 1
+        start_and_die(send=False, now=now)
+        now += timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert tick(now=now) == 1
     run.refresh_from_db()
     assert (run.status, run.attempts) == ("sent", 3)
 
@@ -184,8 +185,8 @@ def test_deaths_mid_send_are_counted_apart_and_a_run_that_keeps_killing_workers_
     dispatch.materialize()
     start_and_die(send=True)
     now = after_lease(settings)
-    dispatch.claim("doomed", 10, now=now)
-    jobs = start(TaskRun.objects.get().lease_token, [task.runs.get().pk])
+    claim = dispatch.claim("doomed", 10, now=now)
+    jobs = start(claim.token, claim.run_ids)
     run = task.runs.get()
     assert (run.attempts, run.crashes) == (1, 1)  # the resend goes ahead...
     reserve(jobs)  # ...and that worker dies mid-send too
