@@ -116,3 +116,29 @@ def test_send__without_a_key_is_configuration(stub: StubServer) -> None:
         robot.send(Message("ops", "text", {"content": "hi"}, "a"))
 
     assert stub.requests == []
+
+
+@pytest.mark.django_db
+def test_engine__an_unknown_errcode_from_a_robot_is_unknown_not_retried(
+    stub: StubServer, settings, make_task, received
+) -> None:
+    # A robot has no duplicate check: a code we do not know proves nothing was
+    # delivered, so sending again could post twice. Ops decide.
+    from reminders.models import SendLog
+    from tests.support.jobs import tick
+
+    stub.on(WEBHOOK, error(99999, "something new"))
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "robot": {
+            "BACKEND": "reminders.senders.robot.WeComRobotSender",
+            "OPTIONS": {"key": KEY, "api_base": stub.url, "timeout": 1.0},
+        },
+    }
+    task = make_task(channel="robot")
+    tick()
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("unknown", "99999")
+    assert SendLog.objects.get().status == "unknown"
+    assert received == [("run_unknown", run.pk, "unknown")]
+    assert len(stub.calls(WEBHOOK)) == 1
