@@ -774,20 +774,24 @@ def _record_failure(job: Job, error: SendError) -> None:
     else:
         status = TaskRun.Status.UNKNOWN if doubt else TaskRun.Status.FAILED
     with _recording():
+        if not run.close_attempt(
+            status, code=error.code, message=error.message, retry_at=retry_at, now=now
+        ):
+            # Our lease ran out and another worker holds the run: it decides from the
+            # ledger as it finds it, and this attempt's outcome is not ours to write.
+            logger.warning("run %s: taken over before its failure was recorded", run.pk)
+            return
         SendLog.objects.filter(pk=job.ledger.pk).exclude(status=SendLog.Status.SENT).update(
             status=SendLog.Status.UNKNOWN if doubt else SendLog.Status.FAILED,
             reply_code=error.code[:64],
             error_message=error.message,
             updated_at=now,
         )
-        closed = run.close_attempt(
-            status, code=error.code, message=error.message, retry_at=retry_at, now=now
-        )
-        if closed and will_retry:
+        if will_retry:
             ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
-        elif closed and status == TaskRun.Status.UNKNOWN:
+        elif status == TaskRun.Status.UNKNOWN:
             transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
-        elif closed:
+        else:
             transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
     logger.warning(
         "run %s attempt %d %s (%s): %s%s",

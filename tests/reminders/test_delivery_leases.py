@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from reminders import api, dispatch, kinds, ratelimit
-from reminders.delivery import _record_sent, deliver, reserve, start
+from reminders.delivery import _record_failure, _record_sent, deliver, reserve, start
 from reminders.exceptions import TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.base import Message, SendResult
@@ -112,6 +112,18 @@ def test_a_stale_holder_s_send_is_recorded_and_the_new_holder_sends_nothing(make
     assert run_queued() == 0
     assert task.runs.get().status == "sent"
     assert outbox == []
+
+
+def test_a_stale_holder_s_failure_is_left_to_the_run_s_new_holder(make_task, outbox):
+    task = make_task(channel="memory_dedup")
+    claim = claim_all()
+    ready, _ = reserve(start(claim.token, claim.run_ids))
+    dispatch.claim("other", 10, now=timezone.now() + timedelta(seconds=400))
+    _record_failure(ready[0], TransientSendError("busy", code="-1"))
+    run = task.runs.get()
+    assert (run.status, run.lease_owner, run.error_code) == ("queued", "other", "")
+    # Still in doubt, as the new holder will find it: its send may have arrived.
+    assert SendLog.objects.get().status == "sending"
 
 
 def test_a_sender_that_cannot_get_ready_still_waits_for_the_channel_s_pause(
