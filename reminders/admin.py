@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from . import kinds
 from .conf import settings as conf
-from .exceptions import UnknownKind
+from .exceptions import UnknownKind, UnplannableTask
 from .models import Priority, ScheduledTask, SendLog, TaskRun
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
@@ -80,6 +80,9 @@ class ScheduledTaskForm(forms.ModelForm):
 # Shown, never edited: status changes only through the actions.
 STATE_FIELDS = (
     "status",
+    "error_code",
+    "error_message",
+    "error_at",
     "next_run",
     "last_run_at",
     "retry_count",
@@ -163,16 +166,29 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     @admin.action(permissions=["change"], description=_("Resume selected tasks"))
     def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         now = timezone.now()
-        paused = queryset.filter(status=ScheduledTask.Status.PAUSED)
-        done = sum(task.resume(now) for task in paused)
+        done = refused = 0
+        for task in queryset.filter(status__in=ScheduledTask.RESUMABLE):
+            try:
+                done += task.resume(now)
+            except UnplannableTask as exc:
+                refused += 1
+                reason = gettext("%(task)s cannot run: %(reason)s")
+                self.message_user(
+                    request, reason % {"task": task, "reason": exc.message}, messages.ERROR
+                )
         message = ngettext("%(count)d task resumed.", "%(count)d tasks resumed.", done)
-        self._report(request, message % {"count": done}, done, queryset, gettext("not paused"))
+        self._report(
+            request,
+            message % {"count": done},
+            done,
+            queryset,
+            gettext("not paused or in error"),
+            handled=done + refused,
+        )
 
     @admin.action(permissions=["change"], description=_("Cancel selected tasks"))
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
-        live = queryset.filter(
-            status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
-        )
+        live = queryset.exclude(status__in=ScheduledTask.ENDED)
         done = runs = 0
         for task in live:
             runs += task.cancel()
@@ -197,9 +213,12 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         done: int,
         selected: QuerySet[ScheduledTask],
         why: str,
+        handled: int | None = None,
     ) -> None:
+        """Say what was done, then how many selected tasks the action did not apply to
+        (``handled``: those it did apply to, when some of them it reported on already)."""
         self.message_user(request, message, messages.SUCCESS if done else messages.WARNING)
-        skipped = selected.count() - done
+        skipped = selected.count() - (done if handled is None else handled)
         if skipped:
             self.message_user(
                 request,

@@ -270,7 +270,29 @@ def test_resume_action__resumes_only_paused_tasks_and_replans_them(admin_client,
     assert paused.status == "active"
     assert paused.next_run == timing.next_occurrence("* * * * *", paused.timezone, before)
     assert ScheduledTask.objects.get(pk=active.pk).next_run == active.next_run
-    assert reported == ["1 task resumed.", "1 selected task left as it was (not paused)."]
+    assert reported == [
+        "1 task resumed.",
+        "1 selected task left as it was (not paused or in error).",
+    ]
+    # Two days of minutes passed while paused: the latest runs, the last 50 others are
+    # recorded as skipped (REMINDERS_MISSED_RUNS_RECORDED); none is lost silently.
+    runs = list(paused.runs.values_list("status", "error_code"))
+    assert sorted(runs) == [("scheduled", "")] + [("skipped", "paused")] * 50
+
+
+def test_resume_action__says_why_a_task_in_error_still_cannot_run(admin_client, make_task):
+    bad, fixed = make_task(cron="0 9 * * *"), make_task(cron="0 9 * * *", recipient="fixed")
+    ScheduledTask.objects.filter(pk__in=[bad.pk, fixed.pk]).update(kind="registered_elsewhere")
+    dispatch.materialize(now=bad.next_run)
+    ScheduledTask.objects.filter(pk=fixed.pk).update(kind="daily_report")
+    page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[bad.pk]))
+    assert b"registered_elsewhere" in page.content  # the reason is shown with the task
+    reported = act(admin_client, "task", "resume_tasks", [bad, fixed])
+    statuses = dict(ScheduledTask.objects.values_list("pk", "status"))
+    assert statuses == {bad.pk: "error", fixed.pk: "active"}
+    assert reported[0].startswith(f"{ScheduledTask.objects.get(pk=bad.pk)} cannot run: ")
+    assert "'registered_elsewhere' is not a registered task kind." in reported[0]
+    assert reported[1:] == ["1 task resumed."]
 
 
 def test_cancel_action__cancels_live_tasks_and_their_pending_runs(
