@@ -13,7 +13,7 @@ from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
 from django.db import models
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -290,8 +290,10 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.action(permissions=["retry"], description=_("Retry selected failed runs now"))
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> None:
-        applicable = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
-        done = sum(run.retry_now() for run in applicable)
+        ended = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
+        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
+        done = sum(run.retry_now() for run in ended.exclude(cancelled))
+        refused = ended.filter(cancelled).count()
         self.message_user(
             request,
             ngettext(
@@ -302,7 +304,18 @@ class TaskRunAdmin(ReadOnlyAdmin):
             % {"count": done},
             messages.SUCCESS if done else messages.WARNING,
         )
-        skipped = queryset.count() - done
+        if refused:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected run not retried: its task is cancelled.",
+                    "%(count)d selected runs not retried: their tasks are cancelled.",
+                    refused,
+                )
+                % {"count": refused},
+                messages.WARNING,
+            )
+        skipped = queryset.count() - done - refused
         if skipped:
             self.message_user(
                 request,

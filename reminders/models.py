@@ -502,6 +502,7 @@ class TaskRun(models.Model):
     WAITING = (Status.SCHEDULED, Status.RETRYING)
     LEASED = (Status.QUEUED, Status.RUNNING)
     FINISHED = (Status.SENT, Status.FAILED, Status.SKIPPED, Status.CANCELLED, Status.UNKNOWN)
+    RETRYABLE = (*WAITING, Status.FAILED, Status.UNKNOWN)
 
     task = models.ForeignKey(
         ScheduledTask, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
@@ -631,19 +632,23 @@ class TaskRun(models.Model):
 
     def retry_now(self) -> bool:
         """Put a finished-but-unsent or waiting run back in line for an immediate attempt,
-        with a fresh set of retries.
+        with a fresh set of retries; never a run of a cancelled task (False then).
 
         For an ``unknown`` run this is the operator's word that the message did not
         arrive: its ledger row becomes ``failed`` so that the message is sent again.
         """
-        if self.status not in (*self.WAITING, self.Status.FAILED, self.Status.UNKNOWN):
+        if self.status not in self.RETRYABLE:
             return False
         with transaction.atomic():
-            updated = TaskRun.objects.filter(pk=self.pk, status=self.status).update(
-                status=self.Status.RETRYING,
-                attempts=0,
-                next_attempt_at=timezone.now(),
-                finished_at=None,
+            updated = (
+                TaskRun.objects.filter(pk=self.pk, status=self.status)
+                .exclude(task__status=ScheduledTask.Status.CANCELLED)
+                .update(
+                    status=self.Status.RETRYING,
+                    attempts=0,
+                    next_attempt_at=timezone.now(),
+                    finished_at=None,
+                )
             )
             if updated and self.status == self.Status.UNKNOWN:
                 SendLog.objects.filter(key=self.ledger_key, status=SendLog.Status.UNKNOWN).update(

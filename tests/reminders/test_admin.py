@@ -386,6 +386,18 @@ def test_retry_action__needs_the_change_permission(staff_client, make_run):
     assert TaskRun.objects.get(pk=run.pk).status == "failed"
 
 
+def test_retry_action__refuses_runs_of_cancelled_tasks_and_says_so(admin_client, make_run):
+    live, orphan = make_run("failed"), make_run("failed")
+    orphan.task.cancel()
+    reported = act(admin_client, "run", "retry_runs", [live, orphan])
+    statuses = dict(TaskRun.objects.values_list("pk", "status"))
+    assert statuses == {live.pk: "retrying", orphan.pk: "failed"}
+    assert reported == [
+        "1 run put back in line for an immediate attempt.",
+        "1 selected run not retried: its task is cancelled.",
+    ]
+
+
 @pytest.mark.parametrize("model", ["taskrun", "sendlog"])
 def test_history_admins__refuse_add_change_and_delete(admin_client, make_task, model):
     make_task(recipient="alice")

@@ -197,3 +197,15 @@ def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(m
     runs = list(task.runs.order_by("occurrence").values_list("status", "error_code"))
     assert runs == [("skipped", "task_error")] * 2 + [("scheduled", "")]
     assert task.next_run == first + timedelta(hours=3)
+
+
+def test_retry_now__refuses_a_run_of_a_cancelled_task(make_task):
+    task = make_task()
+    run = task.new_run(timezone.now())
+    run.status = TaskRun.Status.FAILED
+    run.next_attempt_at = None
+    run.save()
+    task.cancel()
+    run.refresh_from_db()
+    assert run.retry_now() is False
+    assert TaskRun.objects.get(pk=run.pk).status == "failed"
