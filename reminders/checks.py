@@ -178,7 +178,9 @@ def check_kinds(
         return []  # the database's own checks and errors say what is wrong with it
     if not unknown:
         return []
-    named = ", ".join(f"{kind!r} ({count} tasks)" for kind, count in unknown.items())
+    named = ", ".join(
+        f"{kind!r} ({count} task{'' if count == 1 else 's'})" for kind, count in unknown.items()
+    )
     return [
         Warning(
             f"Tasks use kinds this process has not registered: {named}. When due they are "

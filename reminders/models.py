@@ -110,7 +110,7 @@ class ScheduledTask(models.Model):
         PAUSED = "paused", _("Paused")
         COMPLETED = "completed", _("Completed")
         CANCELLED = "cancelled", _("Cancelled")
-        ERROR = "error", _("Cannot be planned")
+        ERROR = "error", _("Error")
 
     # Statuses ``resume`` applies to; ``ended`` ones run again only on a schedule change.
     RESUMABLE: ClassVar[tuple[str, ...]] = (Status.PAUSED, Status.ERROR)
@@ -145,7 +145,7 @@ class ScheduledTask(models.Model):
     )
     error_code = models.CharField(_("error code"), max_length=64, blank=True)
     error_message = models.TextField(
-        _("error"), blank=True, help_text=_("Why the task cannot be planned.")
+        _("error"), blank=True, help_text=_("Why the task cannot run.")
     )
     error_at = models.DateTimeField(_("error since"), null=True, blank=True)
     key = models.CharField(
@@ -261,13 +261,15 @@ class ScheduledTask(models.Model):
         Raises ``UnplannableTask`` when the task cannot be planned, whatever the cause;
         the task is left as it was then.
         """
-        self.check_plannable()
-        if self.next_run is None or self.next_run > now:
-            return []
         try:
+            self.check_plannable()
+            if self.next_run is None or self.next_run > now:
+                return []
             (*missed, latest), upcoming = self._occurrences_owed(self.next_run, now)
             runs = [self.new_run(when, skip=skip) for when in missed]
             runs.append(self.new_run(latest))
+        except UnplannableTask:
+            raise
         except Exception as exc:
             raise UnplannableTask(
                 f"Planning failed: {type(exc).__name__}: {exc}", code="planning_failed"
