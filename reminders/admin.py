@@ -2,28 +2,32 @@
 
 Actions narrow the selection to the rows they apply to and call the models' own state
 methods, the same ones the API and the commands use; the admin holds no rules of its own.
+Every row an action leaves alone is counted in its report, with the reason. A task's
+one-shot time is shown and read on the wall clock of the task's own zone, as
+``api.schedule`` reads a naive ``at`` in ``tz``.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any, cast
 
 from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
-from django.http import HttpRequest
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds
+from . import kinds, timing
 from .conf import settings as conf
-from .exceptions import UnknownKind
+from .exceptions import UnknownKind, UnplannableTask
 from .models import Priority, ScheduledTask, SendLog, TaskRun
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
@@ -38,10 +42,59 @@ def _choices_with(current: str | None, choices: list[tuple[str, Any]]) -> list[t
     return choices
 
 
-class ScheduledTaskForm(forms.ModelForm):
+class WallClockDateTimeField(forms.SplitDateTimeField):
+    """A date and a time as entered, without a zone: the form reads them in the task's."""
+
+    def compress(self, data_list: tuple[date, time] | None) -> datetime | None:
+        if not data_list:
+            return None
+        day, clock = data_list
+        if day in self.empty_values:
+            raise ValidationError(self.error_messages["invalid_date"], code="invalid_date")
+        if clock in self.empty_values:
+            raise ValidationError(self.error_messages["invalid_time"], code="invalid_time")
+        return datetime.combine(day, clock)
+
+
+def _wall_clock(moment: datetime, zone_name: str) -> datetime:
+    """``moment`` as the clocks of the zone read it (UTC if the zone is not valid)."""
+    try:
+        return moment.astimezone(timing.zone(zone_name)).replace(tzinfo=None)
+    except timing.InvalidSchedule:
+        return moment.astimezone(timing.UTC).replace(tzinfo=None)
+
+
+def _in_zone(wall_clock: datetime, zone_name: str | None) -> datetime:
+    """The moment the clocks of the zone read ``wall_clock``; a time in a DST gap moves
+    past it and one that occurs twice is its first instance (``timing.localize``)."""
+    try:
+        return timing.localize(wall_clock, timing.zone(zone_name or ""))
+    except timing.InvalidSchedule:
+        return wall_clock.replace(tzinfo=timing.UTC)  # the zone's own error is on its field
+
+
+class RunAtInTaskZoneForm(forms.ModelForm):
+    """Shows ``run_at`` in the task's ``timezone`` and reads what is entered in the zone
+    the form gives, instead of the site's (its field must be a ``WallClockDateTimeField``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.run_at is not None:
+            self.initial["run_at"] = _wall_clock(self.instance.run_at, self.instance.timezone)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or self.cleaned_data
+        run_at = cleaned.get("run_at")
+        if isinstance(run_at, datetime) and timezone.is_naive(run_at):
+            cleaned["run_at"] = _in_zone(run_at, cleaned.get("timezone"))
+        return cleaned
+
+
+class ScheduledTaskForm(RunAtInTaskZoneForm):
     class Meta:
         model = ScheduledTask
         fields = ("kind", "recipient", "channel", "priority", "payload", "key", *SCHEDULE_FIELDS)
+        field_classes = {"run_at": WallClockDateTimeField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,6 +133,9 @@ class ScheduledTaskForm(forms.ModelForm):
 # Shown, never edited: status changes only through the actions.
 STATE_FIELDS = (
     "status",
+    "error_code",
+    "error_message",
+    "error_at",
     "next_run",
     "last_run_at",
     "retry_count",
@@ -115,9 +171,10 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
             {
                 "fields": ("cron", "run_at", "timezone"),
                 "description": _(
-                    "Give a cron expression (read in the task's time zone) or a one-shot "
-                    "time (entered in the site's time zone). Changing the schedule re-plans "
-                    "the next run and cancels the runs not yet started."
+                    "Give a cron expression or a one-shot time, both read on the clock of "
+                    "the task's time zone. Changing the schedule re-plans the next run, "
+                    "cancels the runs not yet started and makes an ended task active again "
+                    "(a paused one stays paused)."
                 ),
             },
         ),
@@ -126,6 +183,8 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
+        if task.run_at is not None:
+            return f"{_wall_clock(task.run_at, task.timezone):%Y-%m-%d %H:%M}"
         return task.schedule_display
 
     @admin.display(description=_("runs"))
@@ -152,6 +211,31 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
             obj.replan(timezone.now())
         super().save_model(request, obj, form, change)
 
+    def response_change(self, request: HttpRequest, obj: ScheduledTask) -> HttpResponse:
+        response = super().response_change(request, obj)
+        why = self._why_it_will_not_run(obj)
+        if why:
+            self.message_user(request, why, messages.WARNING)
+        return response
+
+    @staticmethod
+    def _why_it_will_not_run(task: ScheduledTask) -> str:
+        if task.status == ScheduledTask.Status.COMPLETED:
+            return gettext(
+                "This task has completed: its schedule has no occurrence left, so it will "
+                "not run again. Change its schedule to run it again."
+            )
+        if task.status == ScheduledTask.Status.CANCELLED:
+            return gettext(
+                "This task is cancelled and will not run. Change its schedule to run it again."
+            )
+        if task.status == ScheduledTask.Status.ERROR:
+            return gettext(
+                "This task cannot be planned, so it will not run: %(reason)s Once that is "
+                "fixed, resume it (or change its schedule)."
+            ) % {"reason": task.error_message}
+        return ""
+
     # Actions ---------------------------------------------------------------------------
 
     @admin.action(permissions=["change"], description=_("Pause selected tasks"))
@@ -163,16 +247,29 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     @admin.action(permissions=["change"], description=_("Resume selected tasks"))
     def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         now = timezone.now()
-        paused = queryset.filter(status=ScheduledTask.Status.PAUSED)
-        done = sum(task.resume(now) for task in paused)
+        done = refused = 0
+        for task in queryset.filter(status__in=ScheduledTask.RESUMABLE):
+            try:
+                done += task.resume(now)
+            except UnplannableTask as exc:
+                refused += 1
+                reason = gettext("%(task)s cannot run: %(reason)s")
+                self.message_user(
+                    request, reason % {"task": task, "reason": exc.message}, messages.ERROR
+                )
         message = ngettext("%(count)d task resumed.", "%(count)d tasks resumed.", done)
-        self._report(request, message % {"count": done}, done, queryset, gettext("not paused"))
+        self._report(
+            request,
+            message % {"count": done},
+            done,
+            queryset,
+            gettext("not paused or in error"),
+            handled=done + refused,
+        )
 
     @admin.action(permissions=["change"], description=_("Cancel selected tasks"))
     def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
-        live = queryset.filter(
-            status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
-        )
+        live = queryset.exclude(status__in=ScheduledTask.ENDED)
         done = runs = 0
         for task in live:
             runs += task.cancel()
@@ -197,9 +294,12 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         done: int,
         selected: QuerySet[ScheduledTask],
         why: str,
+        handled: int | None = None,
     ) -> None:
+        """Say what was done, then how many selected tasks the action did not apply to
+        (``handled``: those it did apply to, when some of them it reported on already)."""
         self.message_user(request, message, messages.SUCCESS if done else messages.WARNING)
-        skipped = selected.count() - done
+        skipped = selected.count() - (done if handled is None else handled)
         if skipped:
             self.message_user(
                 request,
@@ -271,8 +371,10 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
     @admin.action(permissions=["retry"], description=_("Retry selected failed runs now"))
     def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> None:
-        applicable = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
-        done = sum(run.retry_now() for run in applicable)
+        ended = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
+        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
+        done = sum(run.retry_now() for run in ended.exclude(cancelled))
+        refused = ended.filter(cancelled).count()
         self.message_user(
             request,
             ngettext(
@@ -283,7 +385,18 @@ class TaskRunAdmin(ReadOnlyAdmin):
             % {"count": done},
             messages.SUCCESS if done else messages.WARNING,
         )
-        skipped = queryset.count() - done
+        if refused:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d selected run not retried: its task is cancelled.",
+                    "%(count)d selected runs not retried: their tasks are cancelled.",
+                    refused,
+                )
+                % {"count": refused},
+                messages.WARNING,
+            )
+        skipped = queryset.count() - done - refused
         if skipped:
             self.message_user(
                 request,

@@ -93,8 +93,12 @@ def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
         task.full_clean(validate_unique=False)
     except ValidationError as exc:
         raise _renamed(exc) from None
-    if schedule_changed or task.status == ScheduledTask.Status.CANCELLED:
-        task.status = ScheduledTask.Status.ACTIVE
+    # Scheduling a cancelled task (or one in error) again revives it; a paused one stays
+    # paused, re-planned if its schedule changed.
+    if schedule_changed or task.status in (
+        ScheduledTask.Status.CANCELLED,
+        ScheduledTask.Status.ERROR,
+    ):
         task.replan(timezone.now())
     task.save()
     return task

@@ -1,14 +1,24 @@
-"""System checks for configuration that would lose or duplicate messages."""
+"""System checks for configuration that would lose or duplicate messages.
+
+``check_settings`` reads settings only. ``check_kinds`` reads the database, so Django runs
+it only where a command asks for database checks (``migrate``, ``check --database``, and
+``run_reminders`` at start-up); it warns and never stops a process, since a task of an
+unknown kind stops nothing either (it is put in ``error`` when due).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections, router
+from django.db.models import Count
 from django.utils.module_loading import import_string
 
+from . import kinds
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError
 from .senders import get_sender
@@ -143,3 +153,42 @@ def _check_cluster() -> list[CheckMessage]:
             )
         )
     return messages
+
+
+@register("reminders", Tags.database)
+def check_kinds(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Kinds that active or paused tasks use and this process has not registered."""
+    from .models import ScheduledTask
+
+    alias = router.db_for_read(ScheduledTask)
+    if not databases or alias not in databases:
+        return []
+    try:
+        if ScheduledTask._meta.db_table not in connections[alias].introspection.table_names():
+            return []  # not migrated yet
+        unknown = dict(
+            ScheduledTask.objects.using(alias)
+            .filter(status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED))
+            .exclude(kind__in=kinds.names())
+            .values_list("kind")
+            .annotate(tasks=Count("pk"))
+            .order_by("kind")
+        )
+    except DatabaseError:
+        return []  # the database's own checks and errors say what is wrong with it
+    if not unknown:
+        return []
+    named = ", ".join(
+        f"{kind!r} ({count} task{'' if count == 1 else 's'})" for kind, count in unknown.items()
+    )
+    return [
+        Warning(
+            f"Tasks use kinds this process has not registered: {named}. When due they are "
+            "put in error and not sent.",
+            hint="A CRM registers its kinds with reminders.kinds.register() in its "
+            "AppConfig.ready(), so that every process (run_reminders too) knows them.",
+            id="reminders.W003",
+        )
+    ]

@@ -3,7 +3,9 @@
 Every function here is safe to call from any number of processes at once. Runs are
 unique per (task, occurrence), so two schedulers materializing the same task create
 one run; claims lock rows with ``SKIP LOCKED`` where the database has it and always
-re-check the row's state in the ``UPDATE`` itself, so each run has one holder.
+re-check the row's state in the ``UPDATE`` itself, so each run has one holder. An error
+confined to one task (see ``ScheduledTask.runs_owed``) marks that task and never stops
+a tick: every other task still gets its runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from .conf import settings as conf
+from .exceptions import UnplannableTask
 from .models import ScheduledTask, TaskRun
 
 logger = logging.getLogger(__name__)
@@ -41,8 +44,10 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
 
     After downtime a task may owe several occurrences: the latest is run, the earlier
     ones are recorded as skipped (``missed``) so the gap is visible, up to
-    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. Returns the number of runs planned (one
-    another scheduler planned first is counted too, though not created twice).
+    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. A task that cannot be planned is put in
+    ``error`` (and ops told) while the others are planned as usual. Returns the number of
+    runs planned (one another scheduler planned first is counted too, though not created
+    twice).
     """
     now = now or timezone.now()
     with transaction.atomic():
@@ -50,29 +55,21 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
         if _skip_locked():
             due = due.select_for_update(skip_locked=True)
         tasks = list(due[:limit])
+        planned: list[ScheduledTask] = []
         runs: list[TaskRun] = []
         for task in tasks:
-            runs.extend(_runs_owed(task, now))
-        TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
-        _revive_cancelled(runs)
-        _advance(tasks)
+            try:
+                runs.extend(task.runs_owed(now))
+            except UnplannableTask as exc:
+                logger.error("task %s cannot be planned (%s): %s", task.pk, exc.code, exc.message)
+                task.mark_error(exc.code, exc.message, now)
+            else:
+                planned.append(task)
+        TaskRun.objects.add_planned(runs)
+        _advance(planned)
     if tasks:
-        logger.debug("materialized %d runs for %d tasks", len(runs), len(tasks))
+        logger.debug("materialized %d runs for %d tasks", len(runs), len(planned))
     return len(runs)
-
-
-REPLANNED_FIELDS = [
-    "status",
-    "due_at",
-    "next_attempt_at",
-    "priority",
-    "ledger_key",
-    "attempts",
-    "error_code",
-    "error_message",
-    "finished_at",
-    "is_compensation",
-]
 
 
 def _advance(tasks: list[ScheduledTask]) -> None:
@@ -83,25 +80,6 @@ def _advance(tasks: list[ScheduledTask]) -> None:
         groups.setdefault((task.next_run, task.status), []).append(task.pk)
     for (next_run, status), pks in groups.items():
         ScheduledTask.objects.filter(pk__in=pks).update(next_run=next_run, status=status)
-
-
-def _runs_owed(task: ScheduledTask, now: datetime) -> list[TaskRun]:
-    """The runs for ``task``'s occurrences up to ``now``; advances the task in memory."""
-    assert task.next_run is not None  # noqa: S101 - due() filters on it
-    occurrences = [task.next_run]
-    upcoming = task.occurrence_after(task.next_run)
-    while upcoming is not None and upcoming <= now:
-        occurrences.append(upcoming)
-        if len(occurrences) > conf.MISSED_RUNS_RECORDED + 1:
-            occurrences.pop(0)  # keep the most recent; older gaps are only logged
-        upcoming = task.occurrence_after(upcoming)
-    if len(occurrences) > 1:
-        logger.warning("task %s missed %d occurrences", task.pk, len(occurrences) - 1)
-    task.next_run = upcoming
-    if upcoming is None:
-        task.status = ScheduledTask.Status.COMPLETED
-    *missed, latest = occurrences
-    return [task.new_run(when, missed=True) for when in missed] + [task.new_run(latest)]
 
 
 @dataclass(frozen=True)
@@ -168,29 +146,3 @@ def in_flight(owner: str) -> int:
 def release(owner: str) -> int:
     """Hand back what ``owner`` claimed but no worker started (graceful stop)."""
     return TaskRun.objects.release(owner)
-
-
-def _revive_cancelled(runs: list[TaskRun]) -> None:
-    """Give an occurrence planned again its cancelled run back.
-
-    A schedule moved away and back (09:00 → 10:00 → 09:00) plans an occurrence whose run
-    was cancelled; the unique (task, occurrence) makes ``bulk_create`` drop the new one,
-    so the old row is put back in line instead.
-    """
-    wanted = {(run.task_id, run.occurrence): run for run in runs if run.status == "scheduled"}
-    if not wanted:
-        return
-    cancelled = TaskRun.objects.filter(
-        status=TaskRun.Status.CANCELLED,
-        task_id__in={task_id for task_id, _ in wanted},
-        occurrence__in={occurrence for _, occurrence in wanted},
-    )
-    revived = []
-    for old in cancelled:
-        new = wanted.get((old.task_id, old.occurrence))
-        if new is None:
-            continue
-        for field in REPLANNED_FIELDS:
-            setattr(old, field, getattr(new, field))
-        revived.append(old)
-    TaskRun.objects.bulk_update(revived, REPLANNED_FIELDS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 
 class RemindersError(Exception):
@@ -15,6 +15,16 @@ class ChannelNotConfigured(RemindersError, ImproperlyConfigured):
 
 class UnknownKind(RemindersError, LookupError):
     """A task kind that no code registered."""
+
+
+class UnplannableTask(RemindersError, ValidationError):
+    """A stored task this process cannot plan; ``code`` and ``message`` say why."""
+
+    code: str
+    message: str
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message, code=code)
 
 
 class SendError(RemindersError):

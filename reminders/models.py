@@ -3,13 +3,22 @@
 The database holds the invariants: exactly one of ``cron`` and ``run_at``, one run per
 task and occurrence, one ledger row per key. State changes are methods here, reused by
 the scheduler, the worker, the admin and the commands.
+
+Only ``active`` tasks are planned. A task this process cannot plan (its kind is not
+registered here, its stored cron or zone is invalid) is put in ``error`` with the reason,
+out of the due set, and ops are told once; it never stops the planning of the others.
+Occurrences a task did not run on time (no scheduler, paused, in error) are never
+silently dropped nor all sent at once: the latest runs, the others are ``skipped`` runs
+that say why.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, ClassVar, NamedTuple
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinLengthValidator
@@ -18,8 +27,11 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, timing
+from . import kinds, signals, timing
 from .conf import settings as conf
+from .exceptions import UnknownKind, UnplannableTask
+
+logger = logging.getLogger(__name__)
 
 
 def _max_length(choices: type[models.TextChoices]) -> int:
@@ -75,6 +87,18 @@ class Priority(models.TextChoices):
         return [Priority.HIGH, Priority.NORMAL, Priority.LOW].index(self)
 
 
+class SkipReason(NamedTuple):
+    """Why an occurrence was recorded as a ``skipped`` run instead of being run."""
+
+    code: str
+    message: str
+
+
+MISSED = SkipReason("missed", "Occurrence passed while no scheduler was running.")
+PASSED_WHILE_PAUSED = SkipReason("paused", "Occurrence passed while the task was paused.")
+PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task could not be planned.")
+
+
 class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
@@ -86,6 +110,11 @@ class ScheduledTask(models.Model):
         PAUSED = "paused", _("Paused")
         COMPLETED = "completed", _("Completed")
         CANCELLED = "cancelled", _("Cancelled")
+        ERROR = "error", _("Error")
+
+    # Statuses ``resume`` applies to; ``ended`` ones run again only on a schedule change.
+    RESUMABLE: ClassVar[tuple[str, ...]] = (Status.PAUSED, Status.ERROR)
+    ENDED: ClassVar[tuple[str, ...]] = (Status.COMPLETED, Status.CANCELLED)
 
     kind = models.CharField(_("kind"), max_length=64, validators=[validate_kind])
     recipient = models.CharField(
@@ -114,6 +143,11 @@ class ScheduledTask(models.Model):
     retry_count = models.PositiveIntegerField(
         _("retries"), default=0, help_text=_("Retries spent by this task's runs.")
     )
+    error_code = models.CharField(_("error code"), max_length=64, blank=True)
+    error_message = models.TextField(
+        _("error"), blank=True, help_text=_("Why the task cannot run.")
+    )
+    error_at = models.DateTimeField(_("error since"), null=True, blank=True)
     key = models.CharField(
         _("key"),
         max_length=200,
@@ -186,10 +220,80 @@ class ScheduledTask(models.Model):
 
     def replan(self, now: datetime) -> None:
         """Follow a changed schedule: runs planned under the old one and not yet started
-        are cancelled, and ``next_run`` is planned from ``now``. The caller saves."""
+        are cancelled, ``next_run`` is planned from ``now``, and the task is active again
+        (had it completed, been cancelled or been in error) unless it is paused, which it
+        stays. The API and the admin both call this. The caller saves."""
         if self.pk is not None:
             self.runs.cancel_pending()
         self.plan_first_run(now)
+        if self.status != self.Status.PAUSED:
+            self.status = self.Status.ACTIVE
+            self._clear_error()
+
+    def check_plannable(self) -> None:
+        """Raise ``UnplannableTask`` when this process cannot plan the task as stored: its
+        kind is not registered here, or its cron expression or time zone is invalid (as a
+        bulk update or raw SQL can leave them)."""
+        try:
+            kinds.get(self.kind)
+        except UnknownKind as exc:
+            raise UnplannableTask(
+                f"{exc} Register it with reminders.kinds.register() in an AppConfig.ready(), "
+                "so that every process, run_reminders included, knows it.",
+                code="unknown_kind",
+            ) from None
+        try:
+            if self.cron:
+                timing.validate_cron(self.cron)
+        except timing.InvalidSchedule as exc:
+            raise UnplannableTask(str(exc), code="invalid_cron") from None
+        try:
+            timing.zone(self.timezone)
+        except timing.InvalidSchedule as exc:
+            raise UnplannableTask(str(exc), code="invalid_timezone") from None
+
+    def runs_owed(self, now: datetime, skip: SkipReason = MISSED) -> list[TaskRun]:
+        """The runs of the occurrences due up to ``now``, from ``next_run`` on: the latest
+        is run, the earlier ones (the last ``REMINDERS_MISSED_RUNS_RECORDED``; older ones
+        are only logged) are recorded as skipped for ``skip``. Advances ``next_run``, and
+        completes an exhausted schedule, in memory: the caller saves.
+
+        Raises ``UnplannableTask`` when the task cannot be planned, whatever the cause;
+        the task is left as it was then.
+        """
+        try:
+            self.check_plannable()
+            if self.next_run is None or self.next_run > now:
+                return []
+            (*missed, latest), upcoming = self._occurrences_owed(self.next_run, now)
+            runs = [self.new_run(when, skip=skip) for when in missed]
+            runs.append(self.new_run(latest))
+        except UnplannableTask:
+            raise
+        except Exception as exc:
+            raise UnplannableTask(
+                f"Planning failed: {type(exc).__name__}: {exc}", code="planning_failed"
+            ) from exc
+        if missed:
+            logger.warning("task %s: %d occurrences %s", self.pk, len(missed), skip.code)
+        self.next_run = upcoming
+        if upcoming is None:
+            self.status = self.Status.COMPLETED
+        return runs
+
+    def _occurrences_owed(
+        self, first: datetime, now: datetime
+    ) -> tuple[list[datetime], datetime | None]:
+        """``first`` and the occurrences after it up to ``now`` (the most recent ones: one
+        more than are recorded), and the first one after ``now`` (None when exhausted)."""
+        occurrences = [first]
+        upcoming = self.occurrence_after(first)
+        while upcoming is not None and upcoming <= now:
+            occurrences.append(upcoming)
+            if len(occurrences) > conf.MISSED_RUNS_RECORDED + 1:
+                occurrences.pop(0)
+            upcoming = self.occurrence_after(upcoming)
+        return occurrences, upcoming
 
     def ledger_key(self, occurrence: datetime) -> str:
         """The idempotency key of one occurrence.
@@ -206,7 +310,8 @@ class ScheduledTask(models.Model):
             return f"{self.pk}:{start.isoformat(timespec='minutes')}"
         return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
-    def new_run(self, occurrence: datetime, *, missed: bool = False) -> TaskRun:
+    def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
+        """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given."""
         kind = kinds.get(self.kind)
         delay = timing.stagger(
             task_id=self.pk,
@@ -225,10 +330,9 @@ class ScheduledTask(models.Model):
             priority=self.priority_rank,
             ledger_key=self.ledger_key(occurrence),
         )
-        if missed:
+        if skip is not None:
             run.status = TaskRun.Status.SKIPPED
-            run.error_code = "missed"
-            run.error_message = "Occurrence passed while no scheduler was running."
+            run.error_code, run.error_message = skip
             run.next_attempt_at = None
         return run
 
@@ -242,12 +346,53 @@ class ScheduledTask(models.Model):
         return True
 
     def resume(self, now: datetime | None = None) -> bool:
-        if self.status != self.Status.PAUSED:
+        """Make a paused task, or one in error, active again; False if it is neither.
+
+        Occurrences that passed meanwhile follow the missed-run rule: the latest runs now,
+        the others are recorded as skipped, saying they passed while the task was paused
+        (or in error). The task is checked again first: one that cannot be planned is put
+        (or left) in error with the fresh reason, and ``UnplannableTask`` says why.
+        """
+        if self.status not in self.RESUMABLE:
             return False
-        self.status = self.Status.ACTIVE
-        self.plan_first_run(now or timezone.now())
-        self.save(update_fields=["status", "next_run", "updated_at"])
+        now = now or timezone.now()
+        skip = PASSED_WHILE_PAUSED if self.status == self.Status.PAUSED else PASSED_IN_ERROR
+        try:
+            with transaction.atomic():
+                self._catch_up(now, skip)
+        except UnplannableTask as exc:
+            self.mark_error(exc.code, exc.message, now)
+            raise
         return True
+
+    def _catch_up(self, now: datetime, skip: SkipReason) -> None:
+        if self.next_run is None:
+            self.check_plannable()
+            self.plan_first_run(now)
+        runs = self.runs_owed(now, skip)
+        TaskRun.objects.add_planned(runs)
+        self.status = self.Status.ACTIVE if self.next_run else self.Status.COMPLETED
+        self._clear_error()
+        self.save(update_fields=["status", "next_run", *self.ERROR_FIELDS, "updated_at"])
+
+    ERROR_FIELDS: ClassVar[tuple[str, ...]] = ("error_code", "error_message", "error_at")
+
+    def mark_error(self, code: str, message: str, now: datetime | None = None) -> None:
+        """Take the task out of the due set with the reason why it cannot run, and tell
+        ops through ``signals.task_error`` once the transaction commits."""
+        self.status = self.Status.ERROR
+        self.error_code = code[:64]
+        self.error_message = message
+        self.error_at = now or timezone.now()
+        self.save(update_fields=["status", *self.ERROR_FIELDS, "updated_at"])
+        transaction.on_commit(
+            partial(signals.task_error.send, ScheduledTask, task=self, code=code, message=message),
+            robust=True,
+        )
+
+    def _clear_error(self) -> None:
+        self.error_code = self.error_message = ""
+        self.error_at = None
 
     def cancel(self) -> int:
         """Stop the task and cancel its runs not yet started; returns how many."""
@@ -256,6 +401,21 @@ class ScheduledTask(models.Model):
             self.next_run = None
             self.save(update_fields=["status", "next_run", "updated_at"])
             return TaskRun.objects.filter(task=self).cancel_pending()
+
+
+# What a re-planned occurrence takes from its new run when its cancelled run is revived.
+REPLANNED_FIELDS = [
+    "status",
+    "due_at",
+    "next_attempt_at",
+    "priority",
+    "ledger_key",
+    "attempts",
+    "error_code",
+    "error_message",
+    "finished_at",
+    "is_compensation",
+]
 
 
 def _due(now: datetime) -> Q:
@@ -278,6 +438,35 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         reads no other table: on MariaDB an UPDATE joined to the tasks locks run rows
         well beyond the claim, and deadlocks with workers starting theirs."""
         return self.filter(_due(now) | _abandoned(now))
+
+    def add_planned(self, runs: Sequence[TaskRun]) -> None:
+        """Save newly planned runs. One another scheduler created first is left as it is
+        (one run per task and occurrence), and an occurrence planned again gets its
+        cancelled run back."""
+        TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
+        self._revive_cancelled(runs)
+
+    def _revive_cancelled(self, runs: Sequence[TaskRun]) -> None:
+        """A schedule moved away and back (09:00 → 10:00 → 09:00) plans an occurrence whose
+        run was cancelled; the unique (task, occurrence) makes ``bulk_create`` drop the new
+        one, so the old row is put back in line instead."""
+        wanted = {(run.task_id, run.occurrence): run for run in runs if run.status == "scheduled"}
+        if not wanted:
+            return
+        cancelled = TaskRun.objects.filter(
+            status=TaskRun.Status.CANCELLED,
+            task_id__in={task_id for task_id, _ in wanted},
+            occurrence__in={occurrence for _, occurrence in wanted},
+        )
+        revived = []
+        for old in cancelled:
+            new = wanted.get((old.task_id, old.occurrence))
+            if new is None:
+                continue
+            for field in REPLANNED_FIELDS:
+                setattr(old, field, getattr(new, field))
+            revived.append(old)
+        TaskRun.objects.bulk_update(revived, REPLANNED_FIELDS)
 
     def pending(self) -> RunQuerySet:
         return self.filter(status__in=(*TaskRun.WAITING, TaskRun.Status.QUEUED))
@@ -322,6 +511,7 @@ class TaskRun(models.Model):
     WAITING = (Status.SCHEDULED, Status.RETRYING)
     LEASED = (Status.QUEUED, Status.RUNNING)
     FINISHED = (Status.SENT, Status.FAILED, Status.SKIPPED, Status.CANCELLED, Status.UNKNOWN)
+    RETRYABLE = (*WAITING, Status.FAILED, Status.UNKNOWN)
 
     task = models.ForeignKey(
         ScheduledTask, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
@@ -468,19 +658,23 @@ class TaskRun(models.Model):
 
     def retry_now(self) -> bool:
         """Put a finished-but-unsent or waiting run back in line for an immediate attempt,
-        with a fresh set of retries.
+        with a fresh set of retries; never a run of a cancelled task (False then).
 
         For an ``unknown`` run this is the operator's word that the message did not
         arrive: its ledger row becomes ``failed`` so that the message is sent again.
         """
-        if self.status not in (*self.WAITING, self.Status.FAILED, self.Status.UNKNOWN):
+        if self.status not in self.RETRYABLE:
             return False
         with transaction.atomic():
-            updated = TaskRun.objects.filter(pk=self.pk, status=self.status).update(
-                status=self.Status.RETRYING,
-                attempts=0,
-                next_attempt_at=timezone.now(),
-                finished_at=None,
+            updated = (
+                TaskRun.objects.filter(pk=self.pk, status=self.status)
+                .exclude(task__status=ScheduledTask.Status.CANCELLED)
+                .update(
+                    status=self.Status.RETRYING,
+                    attempts=0,
+                    next_attempt_at=timezone.now(),
+                    finished_at=None,
+                )
             )
             if updated and self.status == self.Status.UNKNOWN:
                 SendLog.objects.filter(key=self.ledger_key, status=SendLog.Status.UNKNOWN).update(

@@ -1,4 +1,4 @@
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -7,7 +7,7 @@ from django.test import TestCase
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import dispatch, timing
+from reminders import api, dispatch, timing
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
@@ -222,6 +222,124 @@ def test_change_task__same_schedule_keeps_next_run_and_runs(admin_client, make_r
     assert TaskRun.objects.get(pk=run.pk).status == "scheduled"
 
 
+def change_task(client, task, **overrides):
+    """Post the task's change form with its stored values, but for ``overrides``."""
+    data = task_form(
+        kind=task.kind,
+        recipient=task.recipient,
+        channel=task.channel,
+        priority=task.priority,
+        key=task.key or "",
+        cron=task.cron,
+        timezone=task.timezone,
+    )
+    if task.run_at is not None:
+        local = task.run_at.astimezone(timing.zone(task.timezone))
+        data.update(run_at_0=f"{local:%Y-%m-%d}", run_at_1=f"{local:%H:%M:%S}")
+    data.update(overrides)
+    response = client.post(reverse("admin:reminders_scheduledtask_change", args=[task.pk]), data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    return [str(m) for m in get_messages(response.wsgi_request)][1:]  # after "changed"
+
+
+def ended(make_task, status: str) -> ScheduledTask:
+    """A task that has completed, been cancelled or been put in error."""
+    task = make_task("follow_up", cron="0 9 * * *", tz="UTC")
+    if status == "completed":
+        ScheduledTask.objects.filter(pk=task.pk).update(status=status, next_run=None)
+    elif status == "cancelled":
+        task.cancel()
+    else:
+        task.mark_error("unknown_kind", "not registered in run_reminders")
+    return ScheduledTask.objects.get(pk=task.pk)
+
+
+@pytest.mark.parametrize("status", ["completed", "cancelled", "error"])
+def test_change_task__new_schedule_of_an_ended_task_makes_it_active_again(
+    admin_client, make_task, status
+):
+    task = ended(make_task, status)
+    before = timezone.now()
+    assert change_task(admin_client, task, cron="30 7 * * *") == []
+    task.refresh_from_db()
+    assert (task.status, task.error_code) == ("active", "")
+    assert task.next_run == timing.next_occurrence("30 7 * * *", "UTC", before)
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        ("completed", "has completed"),
+        ("cancelled", "is cancelled"),
+        ("error", "not registered in run_reminders"),
+    ],
+)
+def test_change_task__an_ended_task_saved_with_the_same_schedule_says_why_it_will_not_run(
+    admin_client, make_task, status, why
+):
+    task = ended(make_task, status)
+    [warning] = change_task(admin_client, task, recipient="someone-else")
+    assert why in warning
+    assert ScheduledTask.objects.get(pk=task.pk).status == status
+
+
+def test_change_task__new_schedule_of_a_paused_task_replans_it_and_it_stays_paused(
+    admin_client, make_task
+):
+    task = make_task("follow_up", cron="0 9 * * *", tz="UTC")
+    task.pause()
+    before = timezone.now()
+    change_task(admin_client, task, cron="30 7 * * *")
+    task.refresh_from_db()
+    assert task.status == "paused"
+    assert task.next_run == timing.next_occurrence("30 7 * * *", "UTC", before)
+
+
+# The one-shot time is read and shown in the task's own zone, as the API reads ``at`` --
+
+
+@pytest.mark.parametrize(
+    ("entered", "expected_utc"),
+    [
+        ("2030-05-06 10:30:00", datetime(2030, 5, 6, 8, 30, tzinfo=UTC)),
+        # In the spring-forward gap: as far past it as the time was into it (03:30 CEST).
+        ("2030-03-31 02:30:00", datetime(2030, 3, 31, 1, 30, tzinfo=UTC)),
+        # Twice on fall-back day: its first instance (CEST).
+        ("2030-10-27 02:30:00", datetime(2030, 10, 27, 0, 30, tzinfo=UTC)),
+    ],
+    ids=["summer", "dst gap", "dst overlap"],
+)
+def test_add_task__one_shot_time_is_read_in_the_tasks_zone(admin_client, entered, expected_utc):
+    day, time = entered.split()
+    response = admin_client.post(
+        reverse("admin:reminders_scheduledtask_add"),
+        task_form(kind="follow_up", cron="", run_at_0=day, run_at_1=time, timezone="Europe/Berlin"),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    task = ScheduledTask.objects.get()
+    assert task.run_at == expected_utc
+    same = api.schedule("follow_up", "bob", at=datetime.fromisoformat(entered), tz="Europe/Berlin")
+    assert ScheduledTask.objects.get(pk=same.pk).run_at == task.run_at  # as the API reads it
+
+
+def test_change_task__shows_the_one_shot_time_in_the_tasks_zone_and_keeps_it(
+    admin_client, make_task
+):
+    task = make_task(at=datetime(2030, 5, 6, 8, 30, tzinfo=UTC), tz="America/New_York")
+    url = reverse("admin:reminders_scheduledtask_change", args=[task.pk])
+    form = admin_client.get(url).context["adminform"].form
+    assert form["run_at"].value() == datetime(2030, 5, 6, 4, 30)
+    dispatch.materialize(now=task.run_at)  # a run planned: a re-plan would cancel it
+    ScheduledTask.objects.filter(pk=task.pk).update(status="active", next_run=task.run_at)
+    change_task(admin_client, task, recipient="someone-else", timezone="America/New_York")
+    task.refresh_from_db()
+    assert (task.recipient, task.run_at) == (
+        "someone-else",
+        datetime(2030, 5, 6, 8, 30, tzinfo=UTC),
+    )
+    assert task.runs.get().status == "scheduled"
+
+
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
@@ -270,7 +388,29 @@ def test_resume_action__resumes_only_paused_tasks_and_replans_them(admin_client,
     assert paused.status == "active"
     assert paused.next_run == timing.next_occurrence("* * * * *", paused.timezone, before)
     assert ScheduledTask.objects.get(pk=active.pk).next_run == active.next_run
-    assert reported == ["1 task resumed.", "1 selected task left as it was (not paused)."]
+    assert reported == [
+        "1 task resumed.",
+        "1 selected task left as it was (not paused or in error).",
+    ]
+    # Two days of minutes passed while paused: the latest runs, the last 50 others are
+    # recorded as skipped (REMINDERS_MISSED_RUNS_RECORDED); none is lost silently.
+    runs = list(paused.runs.values_list("status", "error_code"))
+    assert sorted(runs) == [("scheduled", "")] + [("skipped", "paused")] * 50
+
+
+def test_resume_action__says_why_a_task_in_error_still_cannot_run(admin_client, make_task):
+    bad, fixed = make_task(cron="0 9 * * *"), make_task(cron="0 9 * * *", recipient="fixed")
+    ScheduledTask.objects.filter(pk__in=[bad.pk, fixed.pk]).update(kind="registered_elsewhere")
+    dispatch.materialize(now=bad.next_run)
+    ScheduledTask.objects.filter(pk=fixed.pk).update(kind="daily_report")
+    page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[bad.pk]))
+    assert b"registered_elsewhere" in page.content  # the reason is shown with the task
+    reported = act(admin_client, "task", "resume_tasks", [bad, fixed])
+    statuses = dict(ScheduledTask.objects.values_list("pk", "status"))
+    assert statuses == {bad.pk: "error", fixed.pk: "active"}
+    assert reported[0].startswith(f"{ScheduledTask.objects.get(pk=bad.pk)} cannot run: ")
+    assert "'registered_elsewhere' is not a registered task kind." in reported[0]
+    assert reported[1:] == ["1 task resumed."]
 
 
 def test_cancel_action__cancels_live_tasks_and_their_pending_runs(
@@ -362,6 +502,18 @@ def test_retry_action__needs_the_change_permission(staff_client, make_run):
     assert b"retry_runs" not in client.get(reverse(ACTION_URL["run"])).content
     client.post(reverse(ACTION_URL["run"]), {"action": "retry_runs", "_selected_action": [run.pk]})
     assert TaskRun.objects.get(pk=run.pk).status == "failed"
+
+
+def test_retry_action__refuses_runs_of_cancelled_tasks_and_says_so(admin_client, make_run):
+    live, orphan = make_run("failed"), make_run("failed")
+    orphan.task.cancel()
+    reported = act(admin_client, "run", "retry_runs", [live, orphan])
+    statuses = dict(TaskRun.objects.values_list("pk", "status"))
+    assert statuses == {live.pk: "retrying", orphan.pk: "failed"}
+    assert reported == [
+        "1 run put back in line for an immediate attempt.",
+        "1 selected run not retried: its task is cancelled.",
+    ]
 
 
 @pytest.mark.parametrize("model", ["taskrun", "sendlog"])

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from reminders import api, dispatch
 from reminders.models import ScheduledTask, TaskRun
+from reminders.timing import next_occurrence
 
 pytestmark = pytest.mark.django_db
 
@@ -121,3 +122,24 @@ def test_schedule__a_cancelled_task_scheduled_again_is_active_again():
     task = api.schedule("daily_report", "alice", cron="0 9 * * *", key="r")
     assert task.status == "active"
     assert task.next_run is not None
+
+
+def test_schedule__with_key_keeps_a_paused_task_paused_even_when_its_schedule_changes():
+    api.schedule("daily_report", "alice", cron="0 9 * * *", key="p")
+    ScheduledTask.objects.get(key="p").pause()
+    same = api.schedule("daily_report", "alice", cron="0 9 * * *", key="p", payload={"a": 1})
+    assert same.status == "paused"
+    before = timezone.now()
+    moved = api.schedule("daily_report", "alice", cron="0 10 * * *", key="p")
+    stored = ScheduledTask.objects.get(key="p")
+    assert (moved.status, stored.status) == ("paused", "paused")
+    assert stored.next_run == next_occurrence("0 10 * * *", stored.timezone, before)
+
+
+def test_schedule__a_task_in_error_scheduled_again_is_active_again():
+    task = api.schedule("daily_report", "alice", cron="0 9 * * *", key="e")
+    task.mark_error("unknown_kind", "not registered in run_reminders")
+    again = api.schedule("daily_report", "alice", cron="0 9 * * *", key="e")
+    stored = ScheduledTask.objects.get(key="e")
+    assert (again.status, stored.status, stored.error_code) == ("active", "active", "")
+    assert stored.next_run > timezone.now()

@@ -119,3 +119,38 @@ def test_checks__a_shared_rate_limit_cache_passes(settings):
     settings.CACHES = {**settings.CACHES, "rate": rate_cache("checks")}
     settings.REMINDERS_RATE_LIMIT_CACHE = "rate"
     assert check_settings() == []
+
+
+@pytest.mark.django_db
+def test_check_kinds__names_kinds_of_live_tasks_this_process_has_not_registered(make_task):
+    from reminders.checks import check_kinds
+    from reminders.models import ScheduledTask
+
+    tasks = [make_task(cron="0 9 * * *") for _ in range(4)]
+    ScheduledTask.objects.filter(pk__in=[tasks[0].pk, tasks[1].pk]).update(kind="crm_only")
+    ScheduledTask.objects.filter(pk=tasks[2].pk).update(kind="long_gone", status="cancelled")
+    assert check_kinds(databases=None) == []  # needs the database: only when asked for it
+    [message] = check_kinds(databases=["default"])
+    assert (message.id, message.level) == ("reminders.W003", checks.WARNING)
+    assert "'crm_only' (2 tasks)" in message.msg
+    assert "long_gone" not in message.msg
+    assert "AppConfig.ready()" in message.hint
+
+
+@pytest.mark.django_db
+def test_run_reminders__shows_the_database_checks_at_start_up(make_task, monkeypatch):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from reminders.models import ScheduledTask
+    from reminders.worker import ReminderWorker
+
+    task = make_task(cron="0 9 * * *")
+    ScheduledTask.objects.filter(pk=task.pk).update(kind="crm_only")
+    started = []
+    monkeypatch.setattr(ReminderWorker, "run", lambda worker: started.append(worker))
+    stderr = StringIO()
+    call_command("run_reminders", "--no-cluster", skip_checks=False, stderr=stderr)
+    assert "reminders.W003" in stderr.getvalue()
+    assert len(started) == 1  # a warning: the process starts all the same

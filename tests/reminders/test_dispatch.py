@@ -6,7 +6,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from reminders import dispatch
+from reminders import dispatch, signals
 from reminders.models import ScheduledTask, TaskRun
 from tests.support.jobs import queued, run_queued
 
@@ -188,3 +188,64 @@ def test_materialize__an_occurrence_planned_again_gets_its_cancelled_run_back(ma
     dispatch.claim("test", 10, now=at)
     assert run_queued() == 1
     assert len(outbox) == 1
+
+
+# One bad task never stops the rest ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad_fields", "code"),
+    [
+        ({"kind": "removed_by_a_deploy"}, "unknown_kind"),
+        ({"cron": "61 * * * *"}, "invalid_cron"),
+        ({"timezone": "Mars/Olympus"}, "invalid_timezone"),
+    ],
+    ids=["unknown kind", "bad stored cron", "bad stored zone"],
+)
+def test_materialize__a_task_that_cannot_be_planned_is_marked_and_the_others_get_their_runs(
+    make_task, django_capture_on_commit_callbacks, bad_fields, code
+):
+    first, bad, last = (make_task("daily_report", cron="0 9 * * *", tz="UTC") for _ in range(3))
+    ScheduledTask.objects.filter(pk=bad.pk).update(**bad_fields)  # bulk update, raw SQL…
+    due = first.next_run
+    told = []
+
+    def receiver(sender, **kwargs):
+        told.append(kwargs)
+
+    signals.task_error.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert dispatch.materialize(now=due) == 2
+    finally:
+        signals.task_error.disconnect(receiver)
+    assert set(TaskRun.objects.values_list("task", flat=True)) == {first.pk, last.pk}
+    bad.refresh_from_db()
+    assert (bad.status, bad.error_code) == ("error", code)
+    assert bad.error_message and bad.error_at is not None
+    assert [(t["task"].pk, t["code"]) for t in told] == [(bad.pk, code)]
+    assert told[0]["message"] == bad.error_message
+    # Out of the due set: the next tick does not try it again, nor tell ops twice.
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch.materialize(now=due + timedelta(days=1))
+    assert len(told) == 1
+    assert not bad.runs.exists()
+
+
+def test_materialize__anything_raised_while_planning_one_task_is_confined_to_it(
+    make_task, monkeypatch
+):
+    good, bad = make_task(), make_task()
+    planned = ScheduledTask.occurrence_after
+
+    def occurrence_after(task, moment):
+        if task.pk == bad.pk:
+            raise ZeroDivisionError("a bug in one schedule")
+        return planned(task, moment)
+
+    monkeypatch.setattr(ScheduledTask, "occurrence_after", occurrence_after)
+    dispatch.materialize()
+    assert list(TaskRun.objects.values_list("task", flat=True)) == [good.pk]
+    bad.refresh_from_db()
+    assert (bad.status, bad.error_code) == ("error", "planning_failed")
+    assert "a bug in one schedule" in bad.error_message

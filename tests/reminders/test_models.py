@@ -88,16 +88,44 @@ def test_ledger_key__is_the_exact_occurrence_for_a_task_firing_twice_a_day(make_
     assert task.ledger_key(occurrence) != task.ledger_key(occurrence + timedelta(hours=8))
 
 
-def test_pause_and_resume__replans_from_now(make_task):
+def test_pause_and_resume__only_from_the_right_status(make_task):
     task = make_task("daily_report", cron="0 9 * * *")
+    assert task.resume() is False
     assert task.pause() is True
     assert task.pause() is False
-    task.next_run = timezone.now() - timedelta(days=3)
-    task.save()
     assert task.resume() is True
     task.refresh_from_db()
     assert task.status == "active"
     assert task.next_run > timezone.now()
+
+
+def test_resume__the_latest_occurrence_missed_while_paused_runs_and_the_others_are_recorded(
+    make_task,
+):
+    task = make_task("follow_up", cron="0 * * * *", tz="UTC")
+    first = task.next_run
+    task.pause()
+    assert task.resume(now=first + timedelta(hours=3, minutes=30)) is True
+    runs = list(task.runs.order_by("occurrence").values_list("occurrence", "status", "error_code"))
+    assert runs == [
+        (first, "skipped", "paused"),
+        (first + timedelta(hours=1), "skipped", "paused"),
+        (first + timedelta(hours=2), "skipped", "paused"),
+        (first + timedelta(hours=3), "scheduled", ""),
+    ]
+    assert "paused" in task.runs.filter(status="skipped").first().error_message
+    task.refresh_from_db()
+    assert (task.status, task.next_run) == ("active", first + timedelta(hours=4))
+
+
+def test_resume__a_one_shot_whose_time_passed_while_paused_runs_now(make_task):
+    at = timezone.now() + timedelta(minutes=5)
+    task = make_task(at=at)
+    task.pause()
+    assert task.resume(now=at + timedelta(hours=1)) is True
+    assert list(task.runs.values_list("occurrence", "status")) == [(at, "scheduled")]
+    task.refresh_from_db()
+    assert (task.status, task.next_run) == ("completed", None)
 
 
 def test_retry_now__puts_a_failed_run_back_in_line(make_task):
@@ -153,3 +181,47 @@ def test_ledger__outlives_a_deleted_task(make_task):
     SendLog.objects.create(key="k", task=task, recipient="u", channel="memory", body="{}")
     task.delete()
     assert SendLog.objects.get(key="k").task_id is None
+
+
+def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(make_task):
+    from reminders import dispatch
+    from reminders.exceptions import UnplannableTask
+
+    task = make_task("follow_up", cron="0 * * * *", tz="UTC")
+    first = task.next_run
+    ScheduledTask.objects.filter(pk=task.pk).update(kind="registered_elsewhere")
+    dispatch.materialize(now=first)
+    task.refresh_from_db()
+    assert (task.status, task.error_code) == ("error", "unknown_kind")
+    with pytest.raises(UnplannableTask) as excinfo:
+        task.resume(now=first + timedelta(minutes=30))
+    assert excinfo.value.code == "unknown_kind"
+    assert "registered_elsewhere" in excinfo.value.message
+    task.refresh_from_db()
+    assert (task.status, task.error_at) == ("error", first + timedelta(minutes=30))
+    # Fixed (the kind registered again): resuming catches up like a resumed pause.
+    ScheduledTask.objects.filter(pk=task.pk).update(kind="follow_up")
+    task.refresh_from_db()
+    assert task.resume(now=first + timedelta(hours=2, minutes=30)) is True
+    task.refresh_from_db()
+    assert (task.status, task.error_code, task.error_message, task.error_at) == (
+        "active",
+        "",
+        "",
+        None,
+    )
+    runs = list(task.runs.order_by("occurrence").values_list("status", "error_code"))
+    assert runs == [("skipped", "task_error")] * 2 + [("scheduled", "")]
+    assert task.next_run == first + timedelta(hours=3)
+
+
+def test_retry_now__refuses_a_run_of_a_cancelled_task(make_task):
+    task = make_task()
+    run = task.new_run(timezone.now())
+    run.status = TaskRun.Status.FAILED
+    run.next_attempt_at = None
+    run.save()
+    task.cancel()
+    run.refresh_from_db()
+    assert run.retry_now() is False
+    assert TaskRun.objects.get(pk=run.pk).status == "failed"

@@ -1,6 +1,6 @@
 import pytest
 
-from reminders.models import TaskRun
+from reminders.models import ScheduledTask, TaskRun
 from reminders.worker import ReminderWorker
 from tests.support.jobs import queued, run_queued
 
@@ -42,3 +42,17 @@ def test_shutdown__hands_back_claimed_runs_no_worker_started(make_task):
     assert TaskRun.objects.get().status == "scheduled"
     assert len(queued()) == 1  # the job stays; when it runs it finds nothing to start
     assert run_queued() == 0
+
+
+def test_tick__a_task_of_a_kind_this_process_does_not_know_stops_nothing(make_task, outbox):
+    good = [make_task(recipient=f"good{i}") for i in range(2)]
+    bad = make_task(recipient="bad")
+    ScheduledTask.objects.filter(pk=bad.pk).update(kind="registered_elsewhere")
+    worker = ReminderWorker(with_cluster=False)
+    worker.tick()
+    assert sorted(TaskRun.objects.values_list("task", flat=True)) == [t.pk for t in good]
+    assert run_queued() == 2
+    assert sorted(m.recipient for m in outbox) == ["good0", "good1"]
+    assert ScheduledTask.objects.get(pk=bad.pk).status == "error"
+    worker.tick()  # and again: the bad task is not retried every tick
+    assert not TaskRun.objects.filter(task=bad).exists()

@@ -2,7 +2,9 @@ import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import router
 
+from reminders.models import ScheduledTask
 from reminders.worker import ReminderWorker
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -20,6 +22,8 @@ class Command(BaseCommand):
         "Run the reminders scheduler and its django-q2 workers until SIGTERM or Ctrl-C. "
         "Start one per host, or several: each occurrence is still sent once."
     )
+    # Checked in handle(), with the database: tasks of kinds this process does not know.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -29,6 +33,11 @@ class Command(BaseCommand):
             help="Seconds between scans for due work (default: REMINDERS_TICK_SECONDS).",
         )
         parser.add_argument(
+            "--skip-checks",
+            action="store_true",
+            help="Start without running the system checks (default: %(default)r).",
+        )
+        parser.add_argument(
             "--no-cluster",
             action="store_true",
             help="Only schedule and claim; leave execution to clusters run elsewhere "
@@ -36,5 +45,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["skip_checks"]:
+            self.check(databases=[router.db_for_write(ScheduledTask)])
         logging.getLogger("reminders").setLevel(LOG_LEVELS[options["verbosity"]])
         ReminderWorker(tick=options["tick"], with_cluster=not options["no_cluster"]).run()
