@@ -8,6 +8,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..exceptions import RecipientSendError
+from ..recipients import member_id_problem
+
 
 def render_body(msgtype: str, body: dict[str, Any]) -> str:
     """The canonical JSON of a message: the same message always gives the same bytes."""
@@ -134,6 +137,21 @@ class BaseSender(ABC):
 
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...
+
+    def validate_recipient(self, recipient: str) -> None:
+        """Raise ``RecipientSendError`` when this channel cannot send to ``recipient``.
+
+        The default is the model's rule, one WeCom member id. A channel may narrow it
+        (call this first, then refuse more), never widen it: the model has refused
+        anything else before the channel is asked."""
+        problem = member_id_problem(recipient)
+        if problem is not None:
+            raise RecipientSendError(f"Channel {self.alias!r}: {problem}", code="recipient")
+
+    def check_message(self, message: Message) -> None:  # noqa: B027 - optional hook
+        """Raise ``PayloadSendError`` when this channel cannot carry ``message`` (empty,
+        too large); asked when a task is scheduled, with its first occurrence's message,
+        so that the mistake is refused then rather than failing at every send."""
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Get ready to send at once (an access token in hand); called before a send's
