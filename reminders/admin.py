@@ -12,6 +12,7 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
 from django.http import HttpRequest
@@ -21,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds
+from . import kinds, validation
 from .conf import settings as conf
 from .exceptions import UnknownKind
 from .models import Priority, ScheduledTask, SendLog, TaskRun
@@ -75,6 +76,15 @@ class ScheduledTaskForm(forms.ModelForm):
             except UnknownKind:
                 cleaned["priority"] = Priority.NORMAL  # the kind's own error is on its field
         return cleaned
+
+    def _post_clean(self) -> None:
+        # The ModelForm builds the task and runs its full_clean; then come the checks that
+        # need the channel, the ones ``reminders.api.schedule`` runs after its full_clean.
+        super()._post_clean()  # type: ignore[misc]  # private, so not in django-stubs
+        try:
+            validation.check_sendable(self.instance, skip=set(self.errors))
+        except ValidationError as exc:
+            self.add_error(None, exc)
 
 
 # Shown, never edited: status changes only through the actions.
