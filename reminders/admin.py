@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, timing
+from . import kinds, timing, validation
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 from .models import Priority, ScheduledTask, SendLog, TaskRun
@@ -128,6 +128,15 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
             except UnknownKind:
                 cleaned["priority"] = Priority.NORMAL  # the kind's own error is on its field
         return cleaned
+
+    def _post_clean(self) -> None:
+        # The ModelForm builds the task and runs its full_clean; then come the checks that
+        # need the channel, the ones ``reminders.api.schedule`` runs after its full_clean.
+        super()._post_clean()  # type: ignore[misc]  # private, so not in django-stubs
+        try:
+            validation.check_sendable(self.instance, skip=set(self.errors))
+        except ValidationError as exc:
+            self.add_error(None, exc)
 
 
 # Shown, never edited: status changes only through the actions.

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from . import kinds, timing
+from . import kinds, timing, validation
 from .conf import settings as conf
 from .exceptions import UnknownKind
 from .models import Priority, ScheduledTask
@@ -36,8 +36,18 @@ def schedule(
     """Create a task, or with ``key`` create-or-update the task that has it.
 
     Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. Raises
-    ``ValidationError`` naming the parameter at fault; nothing is saved then.
+    ``ValidationError`` naming the parameter at fault; nothing is saved then. What is
+    refused, and why, is ``reminders.validation``'s to say.
     """
+    _require_text(
+        kind=kind,
+        recipient=recipient,
+        cron=cron,
+        tz=tz,
+        key=key,
+        channel=channel,
+        priority=priority,
+    )
     tz = tz or django_settings.TIME_ZONE
     try:
         default_priority = kinds.get(kind).priority
@@ -45,7 +55,7 @@ def schedule(
         default_priority = Priority.NORMAL
     fields: dict[str, Any] = {
         "kind": kind,
-        "recipient": recipient.strip() if isinstance(recipient, str) else recipient,
+        "recipient": recipient,
         "cron": (cron or "").strip(),
         "run_at": _aware(at, tz),
         "timezone": tz,
@@ -67,13 +77,31 @@ def schedule(
     raise RuntimeError("unreachable")  # pragma: no cover
 
 
-def _aware(at: datetime | None, tz: str) -> datetime | None:
-    if at is None or timezone.is_aware(at):
+def _require_text(**parameters: object) -> None:
+    """Text parameters are ``str`` (or None where optional): never coerced, so that what
+    is stored is what the caller wrote."""
+    errors = {
+        name: f"{name} must be text, not {type(value).__name__}."
+        for name, value in parameters.items()
+        if value is not None and not isinstance(value, str)
+    }
+    if errors:
+        raise ValidationError(errors)
+
+
+def _aware(at: object, tz: str) -> datetime | None:
+    if at is None:
+        return None
+    if not isinstance(at, datetime):
+        raise ValidationError({"at": f"at must be a datetime, not {type(at).__name__}."})
+    if timezone.is_aware(at):
         return at
     try:
         return timing.localize(at, timing.zone(tz))
-    except timing.InvalidSchedule:
-        return at.replace(tzinfo=timing.UTC)  # the tz error is reported by validation
+    except (timing.InvalidSchedule, OverflowError):
+        # A bad tz, or a time at the very ends of datetime's range: validation reports
+        # either on its own parameter.
+        return at.replace(tzinfo=timing.UTC)
 
 
 def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
@@ -90,7 +118,7 @@ def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
     for name, value in fields.items():
         setattr(task, name, value)
     try:
-        task.full_clean(validate_unique=False)
+        validation.clean_task(task)
     except ValidationError as exc:
         raise _renamed(exc) from None
     # Scheduling a cancelled task (or one in error) again revives it; a paused one stays

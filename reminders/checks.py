@@ -103,7 +103,8 @@ def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
         try:
             sender = get_sender(alias)
             sender.check()
-        except (RemindersError, ImproperlyConfigured) as exc:
+        # TypeError: OPTIONS without one the backend needs, or with one it does not take.
+        except (RemindersError, ImproperlyConfigured, TypeError) as exc:
             if not isinstance(exc, ChannelNotConfigured):
                 messages.append(
                     Error(f"Channel {alias!r} cannot be used: {exc}", id="reminders.E006")

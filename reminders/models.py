@@ -21,13 +21,12 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinLengthValidator
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, signals, timing
+from . import kinds, recipients, signals, timing
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 
@@ -68,6 +67,23 @@ def validate_channel(value: str) -> None:
             _("%(value)s is not a configured channel (known: %(known)s)."),
             code="unknown_channel",
             params={"value": value, "known": ", ".join(known)},
+        )
+
+
+def validate_recipient(value: str) -> None:
+    """One WeCom member id: never "@all", a "|" list or a control character."""
+    problem = recipients.member_id_problem(value)
+    if problem is not None:
+        raise ValidationError(problem.message, code=problem.code, params=problem.params)
+
+
+def validate_key(value: str) -> None:
+    char = recipients.control_character(value)
+    if char is not None:
+        raise ValidationError(
+            _("The key contains the control character %(char)s."),
+            code="control_character",
+            params={"char": char},
         )
 
 
@@ -120,7 +136,7 @@ class ScheduledTask(models.Model):
     recipient = models.CharField(
         _("recipient"),
         max_length=64,
-        validators=[MinLengthValidator(1)],
+        validators=[validate_recipient],
         help_text=_("WeCom user id."),
     )
     channel = models.CharField(_("channel"), max_length=64, validators=[validate_channel])
@@ -154,6 +170,7 @@ class ScheduledTask(models.Model):
         null=True,
         blank=True,
         unique=True,
+        validators=[validate_key],
         help_text=_("The CRM's own identifier: scheduling again with it updates this task."),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
@@ -171,8 +188,13 @@ class ScheduledTask(models.Model):
                 | (~Q(cron="") & Q(run_at__isnull=True)),
                 violation_error_message=_("Give exactly one of a cron expression and a time."),
             ),
+            # The member id rule of ``reminders.recipients``, for rows that bypass the
+            # model's validation (imports, bulk_create, raw SQL).
             models.CheckConstraint(
-                name="reminders_task_recipient_not_empty", condition=~Q(recipient="")
+                name="reminders_task_recipient_is_member_id",
+                condition=Q(recipient__regex=recipients.MEMBER_ID_SQL)
+                & ~Q(recipient__regex=recipients.OUTSIDE_MEMBER_ID_SQL),
+                violation_error_message=_("A recipient is one WeCom member id."),
             ),
         ]
         indexes = [

@@ -14,9 +14,12 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 CRON_FIELDS = 5
+# The longest gap between two occurrences of a schedule that fires at all: February 29
+# skips a century year that is not a leap year (2096, then 2104), so eight years.
+CRON_SEARCH_YEARS = 10
 
 
 class InvalidSchedule(ValueError):
@@ -37,6 +40,13 @@ def validate_cron(expression: str) -> None:
         raise InvalidSchedule(f"{expression!r} must have 5 fields (minute hour day month weekday).")
     if not croniter.is_valid(expression):
         raise InvalidSchedule(f"{expression!r} is not a valid cron expression.")
+    start = datetime.now(UTC).replace(tzinfo=None)
+    try:
+        croniter(expression, start, max_years_between_matches=CRON_SEARCH_YEARS).get_next(datetime)
+    except CroniterBadDateError:
+        raise InvalidSchedule(
+            f"{expression!r} never fires (no occurrence in {CRON_SEARCH_YEARS} years)."
+        ) from None
 
 
 @lru_cache(maxsize=1024)

@@ -60,3 +60,28 @@ def received() -> Iterator[list[tuple[str, int, str]]]:
     yield seen
     for name, handler in handlers.items():
         getattr(signals, name).disconnect(handler)
+
+
+@pytest.fixture
+def carrier_channels(settings: Any) -> None:
+    """Channels with limits of their own, beside the test settings' ones. Nothing here
+    is ever sent: they are for checks made when a task is scheduled."""
+    never = "http://127.0.0.1:9"  # the discard port: a send would fail, not reach anyone
+    wecom = {"api_base": never, "corp_id": "ww-corp", "corp_secret": "s", "agent_id": 1}
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender", "OPTIONS": wecom},
+        "wecom_split": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {**wecom, "oversize": "split"},
+        },
+        "robot": {
+            "BACKEND": "reminders.senders.robot.WeComRobotSender",
+            "OPTIONS": {"api_base": never, "key": "robot-key"},
+        },
+        # A gateway that sends text messages to mainland mobile numbers.
+        "sms": {
+            "BACKEND": "reminders.senders.http.HttpSender",
+            "OPTIONS": {"url": never, "recipient_pattern": r"1[3-9][0-9]{9}"},
+        },
+    }

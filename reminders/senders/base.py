@@ -10,6 +10,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..exceptions import RecipientSendError
+from ..recipients import member_id_problem
+
 REDACTED = "***"
 # Query parameters that carry credentials in the APIs we call; their values never
 # reach a message, whatever the exception text around them.
@@ -192,6 +195,21 @@ class BaseSender(ABC):
 
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...
+
+    def validate_recipient(self, recipient: str) -> None:
+        """Raise ``RecipientSendError`` when this channel cannot send to ``recipient``.
+
+        The default is the model's rule, one WeCom member id. A channel may narrow it
+        (call this first, then refuse more), never widen it: the model has refused
+        anything else before the channel is asked."""
+        problem = member_id_problem(recipient)
+        if problem is not None:
+            raise RecipientSendError(f"Channel {self.alias!r}: {problem}", code="recipient")
+
+    def check_message(self, message: Message) -> None:  # noqa: B027 - optional hook
+        """Raise ``PayloadSendError`` when this channel cannot carry ``message`` (empty,
+        too large); asked when a task is scheduled, with its first occurrence's message,
+        so that the mistake is refused then rather than failing at every send."""
 
     def prepare(self) -> None:  # noqa: B027 - optional hook
         """Get ready to send at once (an access token in hand); called before a send's

@@ -29,6 +29,11 @@ settings module. With ``login_url`` the sender first logs in for a token (shared
 every process through ``ProviderToken``), puts it in ``token_header`` (formatted with
 ``token_format``) or the body field ``token_body_field``, and logs in again once when
 the gateway answers 401 or a ``token_invalid_values`` code.
+
+``recipient_pattern`` (a regular expression the whole recipient must match, e.g.
+``"1[3-9][0-9]{9}"`` for a gateway that sends to mainland mobile numbers) narrows the
+recipients the channel accepts; every recipient is a WeCom member id first, whatever
+the pattern says.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from ..exceptions import (
     InDoubtSendError,
     PayloadSendError,
     PermanentSendError,
+    RecipientSendError,
     SendError,
     ThrottledSendError,
     TransientSendError,
@@ -424,9 +430,11 @@ class HttpSender(BaseSender):
         token_format: str = "{token}",  # noqa: S107 - a template, not a password
         token_body_field: str = "",
         token_invalid_values: Sequence[Any] = (),
+        recipient_pattern: str = "",
         **options: Any,
     ) -> None:
         super().__init__(alias, **options)
+        self.recipient_pattern = _compile_pattern(alias, recipient_pattern)
         if not url:
             raise ConfigurationSendError(f"Channel {alias!r}: OPTIONS needs a url.", code="url")
         if login_url and not (token_header or token_body_field):
@@ -542,8 +550,18 @@ class HttpSender(BaseSender):
 
     # -- sending ----------------------------------------------------------------------
 
+    def validate_recipient(self, recipient: str) -> None:
+        super().validate_recipient(recipient)
+        if self.recipient_pattern and not self.recipient_pattern.fullmatch(recipient):
+            raise RecipientSendError(
+                f"Channel {self.alias!r} sends only to recipients matching "
+                f"{self.recipient_pattern.pattern!r}, not {recipient!r}.",
+                code="recipient",
+            )
+
     def send(self, message: Message) -> SendResult:
         what = f"Channel {self.alias!r}"
+        self.validate_recipient(message.recipient)
         token = self._shared_token().get() if self.login_url else ""
         reply = self._call(message, token, what)
         if self.login_url and self._token_rejected(reply):
@@ -618,6 +636,18 @@ def _url_secrets(url: str) -> list[str]:
     found = [parts.password or ""]
     found += [value for _, _, value in (pair.partition("=") for pair in parts.query.split("&"))]
     return [item for item in found if item]
+
+
+def _compile_pattern(alias: str, pattern: str) -> re.Pattern[str] | None:
+    if not pattern:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigurationSendError(
+            f"Channel {alias!r}: recipient_pattern {pattern!r} is not a regular expression: {exc}.",
+            code="options",
+        ) from None
 
 
 def _secret_leaves(template: Any, rendered: Any, *, secret: bool = False) -> list[str]:

@@ -9,7 +9,8 @@
 
 A robot posts to the one group its key belongs to; the message's recipient is only
 mentioned (``mention_recipient``) or, by default, ignored. A ``text`` body may carry
-``mentioned_list`` (user ids or ``"@all"``) and ``mentioned_mobile_list``.
+``mentioned_list`` (member ids) and ``mentioned_mobile_list``; ``"@all"`` in either
+mentions the whole group and is refused unless OPTIONS ``allow_mention_all`` is true.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 from django.conf import settings as django_settings
 
 from ..exceptions import ConfigurationSendError, InDoubtSendError, PayloadSendError
+from ..recipients import member_id_problem
 from .base import BaseSender, Message, Rate, SendResult
 from .http import JsonClient, canonical_json, timeout_setting
 from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
@@ -32,7 +34,8 @@ class WeComRobotSender(BaseSender):
     """Posts to a group robot's webhook, ``/cgi-bin/webhook/send?key=KEY``.
 
     OPTIONS: ``key`` (the webhook key: a credential), ``api_base`` (default
-    ``WECOM_API_BASE``), ``timeout``, ``connect_timeout``, ``mention_recipient``.
+    ``WECOM_API_BASE``), ``timeout``, ``connect_timeout``, ``mention_recipient``,
+    ``allow_mention_all`` (default false).
     """
 
     # At most 20 messages a minute per robot, whatever the recipients.
@@ -47,6 +50,7 @@ class WeComRobotSender(BaseSender):
         timeout: float | None = None,
         connect_timeout: float | None = None,
         mention_recipient: bool = False,
+        allow_mention_all: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(alias, **options)
@@ -54,6 +58,13 @@ class WeComRobotSender(BaseSender):
         base = api_base or getattr(django_settings, "WECOM_API_BASE", DEFAULT_API_BASE)
         self.api_base = str(base).rstrip("/")
         self.mention_recipient = mention_recipient
+        if not isinstance(allow_mention_all, bool):
+            raise ConfigurationSendError(
+                f"Channel {alias!r}: allow_mention_all must be True or False, "
+                f"not {allow_mention_all!r}.",
+                code="options",
+            )
+        self.allow_mention_all = allow_mention_all
         self.client = JsonClient(
             timeout=float(timeout or timeout_setting()),
             connect_timeout=connect_timeout,
@@ -106,22 +117,52 @@ class WeComRobotSender(BaseSender):
             raise classify(errcode, self.client.redact(str(data.get("errmsg", ""))), what)
         return SendResult(code="0", detail={"errcode": 0})
 
+    def check_message(self, message: Message) -> None:
+        self._body(message)
+
     def _body(self, message: Message) -> dict[str, Any]:
         body = dict(message.body)
         what = f"WeCom robot {message.msgtype} message"
-        limit = {"text": CONTENT_LIMIT, "markdown": MARKDOWN_LIMIT}.get(message.msgtype)
-        if limit is not None:
-            content = body.get("content")
-            if not isinstance(content, str) or not content.strip():
-                raise PayloadSendError(f"{what}: the content is empty.", code="empty")
-            size = len(content.encode())
-            if size > limit:
-                raise PayloadSendError(
-                    f"{what}: the content is {size} bytes, over WeCom's limit of {limit}.",
-                    code="too-large",
-                )
-        if message.msgtype == "text" and self.mention_recipient and message.recipient:
-            mentioned = list(body.get("mentioned_list") or [])
-            if message.recipient not in mentioned:
-                body["mentioned_list"] = [*mentioned, message.recipient]
+        self._check_content(message.msgtype, body, what)
+        if message.msgtype == "text":
+            if self.mention_recipient and message.recipient:
+                mentioned = body.get("mentioned_list") or []
+                if isinstance(mentioned, list) and message.recipient not in mentioned:
+                    body["mentioned_list"] = [*mentioned, message.recipient]
+            self._check_mentions(body, what)
         return body
+
+    def _check_content(self, msgtype: str, body: dict[str, Any], what: str) -> None:
+        limit = {"text": CONTENT_LIMIT, "markdown": MARKDOWN_LIMIT}.get(msgtype)
+        if limit is None:
+            return
+        content = body.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise PayloadSendError(f"{what}: the content is empty.", code="empty")
+        size = len(content.encode())
+        if size > limit:
+            raise PayloadSendError(
+                f"{what}: the content is {size} bytes, over WeCom's limit of {limit}.",
+                code="too-large",
+            )
+
+    def _check_mentions(self, body: dict[str, Any], what: str) -> None:
+        """Each ``mentioned_list`` entry is one member id; ``"@all"`` only where allowed."""
+        for name in ("mentioned_list", "mentioned_mobile_list"):
+            entries = body.get(name) or []
+            if not isinstance(entries, list):
+                raise PayloadSendError(f"{what}: {name} must be a list.", code="mentions")
+            if "@all" in entries and not self.allow_mention_all:
+                raise PayloadSendError(
+                    f'{what}: {name} has "@all", which mentions everyone in the group; '
+                    f"channel {self.alias!r} does not allow it (OPTIONS allow_mention_all).",
+                    code="mention-all",
+                )
+        for entry in body.get("mentioned_list") or []:
+            if entry == "@all":
+                continue
+            problem = member_id_problem(entry) if isinstance(entry, str) else "not text"
+            if problem is not None:
+                raise PayloadSendError(
+                    f"{what}: mentioned_list entry {entry!r}: {problem}", code="mentions"
+                )

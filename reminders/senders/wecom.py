@@ -270,8 +270,9 @@ class WeComSender(BaseSender):
 
     def send(self, message: Message) -> SendResult:
         agent_id = self._require_credentials()
-        if not message.recipient:
-            raise RecipientSendError("WeCom message/send: no recipient.", code="recipient")
+        # Checked when the task was scheduled; checked again because "@all" or a "|"
+        # list in ``touser`` would reach the whole company or past the per-member limit.
+        self.validate_recipient(message.recipient)
         bodies = [self._payload(message, agent_id, part) for part in self._parts(message)]
         replies: list[dict[str, Any]] = []
         for index, body in enumerate(bodies, 1):
@@ -282,6 +283,9 @@ class WeComSender(BaseSender):
             self._check_recipients(message.recipient, reply, what)
             replies.append(reply)
         return self._result(replies)
+
+    def check_message(self, message: Message) -> None:
+        self._parts(message)
 
     def _parts(self, message: Message) -> list[dict[str, Any]]:
         """The message's body, or its parts when it is too long and splitting is on."""
@@ -370,17 +374,13 @@ class WeComSender(BaseSender):
         return data
 
     def _check_recipients(self, recipient: str, reply: dict[str, Any], what: str) -> None:
-        """errcode 0 with every one of our users listed invalid means nobody got it."""
-        if recipient == "@all":
-            return
+        """errcode 0 with our one recipient listed invalid means nobody got it."""
         refused = {
             user.lower()
             for name in ("invaliduser", "unlicenseduser")
             for user in str(reply.get(name) or "").split("|")
-            if user
         }
-        ours = {user.lower() for user in recipient.split("|") if user}
-        if ours and ours <= refused:
+        if recipient.lower() in refused:
             raise RecipientSendError(
                 f"{what}: WeCom did not deliver to {recipient} "
                 f"(invaliduser={reply.get('invaliduser') or ''!s}, "

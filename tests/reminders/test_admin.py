@@ -343,15 +343,40 @@ def test_change_task__shows_the_one_shot_time_in_the_tasks_zone_and_keeps_it(
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        ({"cron": ""}, "cron"),  # neither a cron expression nor a time
-        ({"cron": "0 25 * * *"}, "cron"),
-        ({"cron": "0 9 * * *", "run_at_0": "2026-01-01", "run_at_1": "09:00"}, "run_at"),
-        ({"timezone": "Mars/Olympus"}, "timezone"),
-        ({"kind": "no_such_kind"}, "kind"),
-        ({"channel": "carrier_pigeon"}, "channel"),
-        ({"payload": "[1, 2]"}, "payload"),
+        pytest.param({"cron": ""}, "cron", id="neither cron nor time"),
+        pytest.param({"cron": "0 25 * * *"}, "cron", id="cron out of range"),
+        pytest.param({"cron": "0 9 30 2 *"}, "cron", id="cron that never fires"),
+        pytest.param(
+            {"cron": "0 9 * * *", "run_at_0": "2026-01-01", "run_at_1": "09:00"},
+            "run_at",
+            id="both cron and time",
+        ),
+        pytest.param(
+            {"cron": "", "run_at_0": "9999-12-31", "run_at_1": "23:59"},
+            "run_at",
+            id="time in the year 9999",
+        ),
+        pytest.param({"timezone": "Mars/Olympus"}, "timezone", id="unknown zone"),
+        pytest.param({"kind": "no_such_kind"}, "kind", id="unknown kind"),
+        pytest.param({"channel": "carrier_pigeon"}, "channel", id="unknown channel"),
+        pytest.param({"recipient": "@all"}, "recipient", id="recipient @all is everyone"),
+        pytest.param({"recipient": "u1|u2"}, "recipient", id="recipient lists several"),
+        pytest.param({"recipient": "zhang san"}, "recipient", id="recipient with a space"),
+        pytest.param({"recipient": "ali\x07ce"}, "recipient", id="recipient control char"),
+        pytest.param({"channel": "sms", "recipient": "alice"}, "recipient", id="not for sms"),
+        pytest.param({"key": "crm\x07key"}, "key", id="key control char"),
+        pytest.param({"payload": "[1, 2]"}, "payload", id="payload not object"),
+        pytest.param({"payload": '{"content": null}'}, "payload", id="content null"),
+        pytest.param({"payload": '{"content": "  "}'}, "payload", id="content blank"),
+        pytest.param({"payload": '{"score": NaN}'}, "payload", id="payload NaN"),
+        pytest.param(
+            {"channel": "wecom", "payload": '{"content": "%s"}' % ("x" * 2049)},
+            "payload",
+            id="content too large for the channel",
+        ),
     ],
 )
+@pytest.mark.usefixtures("carrier_channels")
 def test_add_task__invalid_input_is_reported_on_its_field(admin_client, overrides, field):
     response = admin_client.post(
         reverse("admin:reminders_scheduledtask_add"), task_form(**overrides)
@@ -360,6 +385,16 @@ def test_add_task__invalid_input_is_reported_on_its_field(admin_client, override
     errors = response.context["adminform"].form.errors
     assert field in errors, errors
     assert not ScheduledTask.objects.exists()
+
+
+@pytest.mark.usefixtures("carrier_channels")
+def test_add_task__a_message_the_channel_carries_is_saved(admin_client):
+    response = admin_client.post(
+        reverse("admin:reminders_scheduledtask_add"),
+        task_form(channel="wecom", recipient="Li.Si-01@corp", payload='{"content": "Call ACME"}'),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert ScheduledTask.objects.get().recipient == "Li.Si-01@corp"
 
 
 # Task actions ------------------------------------------------------------------------

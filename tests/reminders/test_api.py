@@ -1,4 +1,4 @@
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -41,28 +41,99 @@ def test_schedule__naive_at_is_read_in_tz():
     assert task.run_at == datetime(2026, 7, 1, 7, 0, tzinfo=UTC)
 
 
+NEW_YORK = "America/New_York"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"kind": "no_such_kind", "cron": "0 9 * * *"}, "kind"),
-        ({"cron": "0 9 * * *", "at": datetime(2026, 1, 1, tzinfo=UTC)}, "cron"),
-        ({}, "at"),
-        ({"cron": "0 25 * * *"}, "cron"),
-        ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "tz"),
-        ({"cron": "0 9 * * *", "payload": ["not", "an", "object"]}, "payload"),
-        ({"cron": "0 9 * * *", "recipient": ""}, "recipient"),
-        ({"cron": "0 9 * * *", "recipient": "   "}, "recipient"),
-        ({"cron": "0 9 * * *", "recipient": "x" * 65}, "recipient"),
-        ({"cron": "0 9 * * *", "channel": "carrier_pigeon"}, "channel"),
-        ({"cron": "0 9 * * *", "priority": "urgent"}, "priority"),
+        pytest.param({"kind": "no_such_kind", "cron": "0 9 * * *"}, "kind", id="unknown kind"),
+        pytest.param({"kind": 7, "cron": "0 9 * * *"}, "kind", id="kind not text"),
+        # A recipient is one WeCom member id.
+        pytest.param({"recipient": ""}, "recipient", id="recipient empty"),
+        pytest.param({"recipient": "   "}, "recipient", id="recipient blank"),
+        pytest.param({"recipient": "x" * 65}, "recipient", id="recipient over 64 bytes"),
+        pytest.param({"recipient": "@all"}, "recipient", id="recipient @all is everyone"),
+        pytest.param({"recipient": "u1|u2"}, "recipient", id="recipient lists several"),
+        pytest.param({"recipient": "alice\n"}, "recipient", id="recipient with a newline"),
+        pytest.param({"recipient": "ali\x1bce"}, "recipient", id="recipient control char"),
+        pytest.param({"recipient": "-alice"}, "recipient", id="recipient bad first char"),
+        pytest.param({"recipient": "zhang san"}, "recipient", id="recipient with a space"),
+        pytest.param({"recipient": "张三"}, "recipient", id="recipient not a member id"),
+        pytest.param({"recipient": 10086}, "recipient", id="recipient not text"),
+        # The schedule: a cron that fires, or a time the zone database covers.
+        pytest.param({"at": datetime(2026, 1, 1, tzinfo=UTC)}, "cron", id="both cron and at"),
+        pytest.param({"cron": None}, "at", id="neither cron nor at"),
+        pytest.param({"cron": "0 25 * * *"}, "cron", id="cron out of range"),
+        pytest.param({"cron": "0 9 30 2 *"}, "cron", id="cron that never fires"),
+        pytest.param({"cron": "0 9 * *"}, "cron", id="cron with four fields"),
+        pytest.param({"cron": 9}, "cron", id="cron not text"),
+        pytest.param({"cron": None, "at": "2026-01-01 09:00"}, "at", id="at a string"),
+        pytest.param({"cron": None, "at": date(2026, 1, 1)}, "at", id="at a date"),
+        pytest.param(
+            {"cron": None, "at": datetime(9999, 12, 31, 23, 59), "tz": NEW_YORK},
+            "at",
+            id="at overflowing UTC",
+        ),
+        pytest.param(
+            {"cron": None, "at": datetime(9999, 12, 31, tzinfo=UTC)}, "at", id="at year 9999"
+        ),
+        pytest.param(
+            {"cron": None, "at": datetime(2100, 1, 1, tzinfo=UTC)}, "at", id="at past horizon"
+        ),
+        pytest.param(
+            {"cron": None, "at": datetime(1, 1, 1, 1), "tz": "Asia/Shanghai"},
+            "at",
+            id="at year 1",
+        ),
+        pytest.param({"tz": "Mars/Olympus"}, "tz", id="tz unknown"),
+        pytest.param({"tz": 8}, "tz", id="tz not text"),
+        # The payload: a JSON object whose content a channel can send.
+        pytest.param({"payload": ["not", "an", "object"]}, "payload", id="payload not object"),
+        pytest.param({"payload": {"content": None}}, "payload", id="content None"),
+        pytest.param({"payload": {"content": ""}}, "payload", id="content empty"),
+        pytest.param({"payload": {"content": " \n "}}, "payload", id="content blank"),
+        pytest.param({"payload": {"content": 42}}, "payload", id="content not text"),
+        pytest.param({"payload": {"score": float("nan")}}, "payload", id="payload NaN"),
+        pytest.param({"payload": {"a": [float("inf")]}}, "payload", id="payload Infinity"),
+        pytest.param({"payload": {"due": datetime(2026, 1, 1)}}, "payload", id="not JSON"),
+        pytest.param({"payload": {"note": "a\x00b"}}, "payload", id="payload NUL"),
+        pytest.param({"payload": {"note": "\ud800"}}, "payload", id="payload lone surrogate"),
+        # The rest.
+        pytest.param({"key": "crm:\n1"}, "key", id="key with a newline"),
+        pytest.param({"key": "k" * 201}, "key", id="key over 200"),
+        pytest.param({"key": 5}, "key", id="key not text"),
+        pytest.param({"channel": "carrier_pigeon"}, "channel", id="channel unknown"),
+        pytest.param({"priority": "urgent"}, "priority", id="priority unknown"),
     ],
 )
 def test_schedule__bad_input_names_the_field_and_saves_nothing(kwargs, field):
-    args = {"kind": "daily_report", "recipient": "alice", **kwargs}
+    args = {"kind": "daily_report", "recipient": "alice", "cron": "0 9 * * *", **kwargs}
+    if args["cron"] is None:
+        del args["cron"]
     with pytest.raises(ValidationError) as excinfo:
         api.schedule(args.pop("kind"), args.pop("recipient"), **args)
     assert field in error_fields(excinfo)
     assert not ScheduledTask.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("recipient", "reason"),
+    [("@all", "means everyone"), ("u1|u2", "lists several members"), ("a\tb", "control")],
+)
+def test_schedule__a_crowd_for_a_recipient_is_refused_with_the_reason(recipient, reason):
+    with pytest.raises(ValidationError) as excinfo:
+        api.schedule("follow_up", recipient, at=timezone.now())
+    [message] = excinfo.value.message_dict["recipient"]
+    assert "recipient" in message and reason in message
+
+
+def test_schedule__the_recipient_is_kept_as_written_never_trimmed():
+    with pytest.raises(ValidationError):
+        api.schedule("follow_up", " alice", at=timezone.now())
+    assert api.schedule("follow_up", "Li.Si-01@corp", at=timezone.now()).recipient == (
+        "Li.Si-01@corp"
+    )
 
 
 def test_schedule__with_key_twice_updates_and_never_duplicates():

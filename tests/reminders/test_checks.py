@@ -154,3 +154,62 @@ def test_run_reminders__shows_the_database_checks_at_start_up(make_task, monkeyp
     call_command("run_reminders", "--no-cluster", skip_checks=False, stderr=stderr)
     assert "reminders.W003" in stderr.getvalue()
     assert len(started) == 1  # a warning: the process starts all the same
+
+
+WECOM = "reminders.senders.wecom.WeComSender"
+HTTP = "reminders.senders.http.HttpSender"
+ROBOT = "reminders.senders.robot.WeComRobotSender"
+CREDENTIALS = {"corp_id": "c", "corp_secret": "s", "agent_id": 1}
+
+
+def channel(backend: str, **options) -> dict:
+    return {"bad": {"BACKEND": backend, "OPTIONS": options}}
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "error"),
+    [
+        pytest.param("REMINDERS_CHANNELS", {}, "reminders.E001", id="no channels"),
+        pytest.param("REMINDERS_CHANNELS", ["console"], "reminders.E001", id="not a dict"),
+        pytest.param("REMINDERS_TICK_SECONDS", 0, "reminders.E004", id="tick of 0"),
+        pytest.param("REMINDERS_LEASE_SECONDS", "five", "reminders.E004", id="lease not a number"),
+        pytest.param("REMINDERS_RETRY_DELAYS", "60,-1", "reminders.E004", id="negative retry"),
+        pytest.param(
+            "REMINDERS_CHANNELS",
+            channel(WECOM, **CREDENTIALS, oversize="truncate"),
+            "reminders.E006",
+            id="wecom oversize unknown",
+        ),
+        pytest.param(
+            "REMINDERS_CHANNELS",
+            channel(WECOM, **{**CREDENTIALS, "agent_id": "one"}),
+            "reminders.E006",
+            id="wecom agent id not a number",
+        ),
+        pytest.param(
+            "REMINDERS_CHANNELS",
+            channel(WECOM, **CREDENTIALS, duplicate_check_interval=5 * 3600),
+            "reminders.E006",
+            id="wecom duplicate check over 4 hours",
+        ),
+        pytest.param(
+            "REMINDERS_CHANNELS",
+            channel(HTTP, url="http://gw", recipient_pattern="1[3-9"),
+            "reminders.E006",
+            id="http recipient pattern not a regex",
+        ),
+        pytest.param("REMINDERS_CHANNELS", channel(HTTP), "reminders.E006", id="http without url"),
+        pytest.param(
+            "REMINDERS_CHANNELS",
+            channel(ROBOT, key="k", allow_mention_all="yes"),
+            "reminders.E006",
+            id="robot allow_mention_all not a bool",
+        ),
+    ],
+)
+def test_checks__bad_settings_are_errors_naming_them(settings, setting, value, error):
+    if setting == "REMINDERS_CHANNELS" and value and isinstance(value, dict):
+        value = {**settings.REMINDERS_CHANNELS, **value}
+    setattr(settings, setting, value)
+    messages = check_settings()
+    assert error in ids(messages)

@@ -161,18 +161,27 @@ def test_a_cancelled_task_s_claimed_run_is_cancelled_not_sent(make_task, outbox)
 
 
 @pytest.fixture
-def broken_kind():
+def breakable_kind():
+    """A CRM kind that renders when its tasks are scheduled; ``break_it()`` makes its
+    builder raise from then on (a deploy that changed it)."""
+
     def render(task, run):
-        raise ValueError("template variable 'customer' missing")
+        if broken:
+            raise ValueError("template variable 'customer' missing")
+        return kinds.Content("text", {"content": "renewal"})
 
-    kinds.register(kinds.Kind("broken", "Broken", render))
-    yield
-    kinds._registry.pop("broken", None)
+    broken: list[bool] = []
+    kinds.register(kinds.Kind("renewal", "Renewal", render))
+    yield lambda: broken.append(True)
+    kinds._registry.pop("renewal", None)
 
 
-def test_a_render_error_fails_its_run_only_and_tells_ops(make_task, outbox, received, broken_kind):
-    bad = make_task("broken")
+def test_a_render_error_fails_its_run_only_and_tells_ops(
+    make_task, outbox, received, breakable_kind
+):
+    bad = make_task("renewal")
     good = [make_task() for _ in range(3)]
+    breakable_kind()
     assert tick() == 3
     run = bad.runs.get()
     assert (run.status, run.error_code) == ("failed", "render")

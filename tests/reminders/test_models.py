@@ -1,7 +1,7 @@
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
 from reminders.models import ScheduledTask, SendLog, TaskRun
@@ -31,6 +31,32 @@ def test_database_requires_exactly_one_of_cron_and_run_at(fields):
 def test_database_rejects_an_empty_recipient():
     with pytest.raises(IntegrityError), transaction.atomic():
         raw_task(run_at=timezone.now(), recipient="").save()
+
+
+@pytest.mark.parametrize(
+    "recipient",
+    [
+        pytest.param("@all", id="everyone"),
+        pytest.param("u1|u2", id="a list"),
+        pytest.param("alice\n", id="a trailing newline"),
+        pytest.param("ali\x07ce", id="a control character"),
+        pytest.param("-alice", id="not starting with a letter or digit"),
+        pytest.param("zhang san", id="a space"),
+        pytest.param("张三", id="not ascii"),
+        pytest.param("x" * 65, id="65 bytes"),
+    ],
+)
+def test_database_rejects_a_recipient_that_is_not_one_member_id(recipient):
+    with pytest.raises((IntegrityError, DataError)), transaction.atomic():
+        ScheduledTask.objects.bulk_create([raw_task(run_at=timezone.now(), recipient=recipient)])
+
+
+def test_database_accepts_every_shape_of_member_id():
+    members = ["a", "9", "zhangsan", "Li.Si-01@corp_x", "Z" + "z" * 63]
+    ScheduledTask.objects.bulk_create(
+        [raw_task(run_at=timezone.now(), recipient=member) for member in members]
+    )
+    assert sorted(ScheduledTask.objects.values_list("recipient", flat=True)) == sorted(members)
 
 
 def test_database_keeps_one_run_per_task_and_occurrence(make_task):

@@ -76,6 +76,17 @@ def test_validate_cron__rejects(expression):
         timing.validate_cron(expression)
 
 
+@pytest.mark.parametrize("expression", ["0 9 30 2 *", "0 9 31 4,6,9,11 *"])
+def test_validate_cron__rejects_a_schedule_that_never_fires(expression):
+    with pytest.raises(timing.InvalidSchedule, match="never fires"):
+        timing.validate_cron(expression)
+
+
+@pytest.mark.parametrize("expression", ["0 9 29 2 *", "0 9 30 2 1", "@yearly"])
+def test_validate_cron__accepts_a_rare_schedule_that_fires(expression):
+    timing.validate_cron(expression)  # Feb 29 may be 8 years away; "30 2 1" is any Monday
+
+
 def test_zone__rejects_unknown_name():
     with pytest.raises(timing.InvalidSchedule, match="Mars/Olympus"):
         timing.zone("Mars/Olympus")

@@ -11,6 +11,7 @@ import pytest
 from reminders.exceptions import (
     ConfigurationSendError,
     PermanentSendError,
+    RecipientSendError,
     SendError,
     ThrottledSendError,
     TransientSendError,
@@ -181,6 +182,29 @@ def test_send__timeout_is_passing(make_http: Make, stub: StubServer) -> None:
         make_http(timeout=0.3).send(message())
 
     assert caught.value.code == "timeout"
+
+
+def test_recipient_pattern__narrows_the_recipients_never_widens_them(
+    make_http: Make, stub: StubServer
+) -> None:
+    stub.on(SEND, Canned({"result": {"code": 0, "id": "m1"}}))
+    sender = make_http(recipient_pattern=r"1[3-9][0-9]{9}")
+    sender.validate_recipient("13800138000")
+    sender.send(Message("13800138000", "text", {"content": "hi"}, "k"))
+
+    for recipient in ("zhangsan", "+8613800138000", "13800138000|13900139000"):
+        with pytest.raises(RecipientSendError):
+            sender.validate_recipient(recipient)
+    with pytest.raises(RecipientSendError):
+        sender.send(Message("zhangsan", "text", {"content": "hi"}, "k2"))
+    with pytest.raises(RecipientSendError, match="@all"):
+        make_http(recipient_pattern=".*").validate_recipient("@all")
+    assert len(stub.calls(SEND)) == 1
+
+
+def test_recipient_pattern__must_be_a_regular_expression(make_http: Make) -> None:
+    with pytest.raises(ConfigurationSendError, match="recipient_pattern"):
+        make_http(recipient_pattern="1[3-9")
 
 
 def test_duplicate_check__only_when_configured(make_http: Make) -> None:

@@ -29,15 +29,59 @@ def robot(stub: StubServer) -> Iterator[WeComRobotSender]:
     sender.close()
 
 
-def test_send__text_with_mentions_from_the_body(robot: WeComRobotSender, stub: StubServer) -> None:
+def test_send__text_with_mentions_from_the_body(stub: StubServer) -> None:
+    stub.on(WEBHOOK, ok())
+    robot = WeComRobotSender("ops", key=KEY, api_base=stub.url, allow_mention_all=True)
     body = {"content": "2 runs failed today", "mentioned_list": ["wangqing", "@all"]}
-
-    result = robot.send(Message("ops", "text", body, "alert-1"))
+    try:
+        result = robot.send(Message("ops", "text", body, "alert-1"))
+    finally:
+        robot.close()
 
     [request] = stub.calls(WEBHOOK)
     assert request.query == {"key": KEY}
     assert request.json == {"msgtype": "text", "text": body}
     assert result.code == "0"
+
+
+@pytest.mark.parametrize(
+    "mentions",
+    [
+        pytest.param({"mentioned_list": ["@all"]}, id="everyone"),
+        pytest.param({"mentioned_mobile_list": ["@all"]}, id="everyone by mobile"),
+        pytest.param({"mentioned_list": ["wangqing|lisi"]}, id="a list in one entry"),
+        pytest.param({"mentioned_list": ["wang qing"]}, id="not a member id"),
+        pytest.param({"mentioned_list": [42]}, id="not text"),
+        pytest.param({"mentioned_list": "wangqing"}, id="not a list"),
+    ],
+)
+def test_send__mentions_are_member_ids_and_never_everyone_by_default(
+    robot: WeComRobotSender, stub: StubServer, mentions: dict
+) -> None:
+    message = Message("ops", "text", {"content": "2 runs failed", **mentions}, "a")
+
+    with pytest.raises(PayloadSendError):
+        robot.check_message(message)
+    with pytest.raises(PayloadSendError):
+        robot.send(message)
+
+    assert stub.calls(WEBHOOK) == []
+
+
+def test_send__a_mentioned_recipient_is_one_member_too(stub: StubServer) -> None:
+    robot = WeComRobotSender("g", key=KEY, api_base=stub.url, mention_recipient=True)
+    try:
+        with pytest.raises(PayloadSendError, match="@all"):
+            robot.send(Message("@all", "text", {"content": "hi"}, "a"))
+    finally:
+        robot.close()
+
+    assert stub.calls(WEBHOOK) == []
+
+
+def test_options__allow_mention_all_must_be_true_or_false(stub: StubServer) -> None:
+    with pytest.raises(ConfigurationSendError, match="allow_mention_all"):
+        WeComRobotSender("ops", key=KEY, api_base=stub.url, allow_mention_all="yes")
 
 
 def test_send__mention_recipient_adds_it_once(stub: StubServer) -> None:

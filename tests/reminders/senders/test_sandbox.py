@@ -62,7 +62,7 @@ def channels(sandbox: WeComSandbox, settings: Any) -> None:
         },
         "robot": {
             "BACKEND": "reminders.senders.robot.WeComRobotSender",
-            "OPTIONS": {"key": ROBOT_KEY},
+            "OPTIONS": {"key": ROBOT_KEY, "allow_mention_all": True},
         },
     }
 

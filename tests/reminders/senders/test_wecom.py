@@ -430,15 +430,48 @@ def test_send__unlicensed_recipient_is_a_recipient_failure(
         make_wecom().send(text(to="zhangsan"))
 
 
-def test_send__partly_invalid_recipients_are_sent_and_recorded(
+def test_send__other_users_the_reply_lists_invalid_are_recorded(
     make_wecom: Make, wecom_stub: StubServer
 ) -> None:
     wecom_stub.on(SEND, ok(invaliduser="ghost", msgid="m7"))
 
-    result = make_wecom().send(text(to="zhangsan|ghost"))
+    result = make_wecom().send(text(to="zhangsan"))
 
-    assert result.message_id == "m7"
     assert (result.message_id, result.detail) == ("m7", {"invaliduser": "ghost"})
+
+
+@pytest.mark.parametrize(
+    "recipient",
+    [
+        pytest.param("@all", id="everyone"),
+        pytest.param("zhangsan|lisi", id="a list of members"),
+        pytest.param("zhangsan\n", id="a newline"),
+        pytest.param("", id="nobody"),
+        pytest.param("x" * 65, id="65 bytes"),
+        pytest.param("_zhangsan", id="not starting with a letter or digit"),
+    ],
+)
+def test_send__a_recipient_that_is_not_one_member_is_refused_and_never_sent(
+    make_wecom: Make, wecom_stub: StubServer, recipient: str
+) -> None:
+    with pytest.raises(RecipientSendError) as caught:
+        make_wecom().send(text(to=recipient))
+
+    assert (caught.value.retryable, caught.value.code) == (False, "recipient")
+    assert wecom_stub.calls(SEND) == []
+
+
+def test_check_message__refuses_what_send_would_refuse_without_a_request(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    sender.check_message(text("x" * CONTENT_LIMIT))
+
+    for content in ("x" * (CONTENT_LIMIT + 1), "  "):
+        with pytest.raises(PayloadSendError):
+            sender.check_message(text(content))
+    make_wecom(oversize="split").check_message(text("x" * (3 * CONTENT_LIMIT)))
+    assert wecom_stub.requests == []
 
 
 # -- secrets never leak -------------------------------------------------------------------
