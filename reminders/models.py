@@ -393,6 +393,8 @@ class ScheduledTask(models.Model):
             self.plan_first_run(now)
         runs = self.runs_owed(now, skip)
         TaskRun.objects.add_planned(runs)
+        # Runs planned before the pause that fell due meanwhile follow the same rule.
+        self.runs.all().skip_all_but_latest_due(now, skip)
         self.status = self.Status.ACTIVE if self.next_run else self.Status.COMPLETED
         self._clear_error()
         self.save(update_fields=["status", "next_run", *self.ERROR_FIELDS, "updated_at"])
@@ -489,6 +491,21 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
                 setattr(old, field, getattr(new, field))
             revived.append(old)
         TaskRun.objects.bulk_update(revived, REPLANNED_FIELDS)
+
+    def skip_all_but_latest_due(self, now: datetime, skip: SkipReason) -> int:
+        """Of the waiting runs due by ``now``, leave the latest occurrence to run and
+        record the others as skipped for ``skip``; returns how many were skipped."""
+        due = self.filter(status__in=TaskRun.WAITING, next_attempt_at__lte=now)
+        latest = due.order_by("-occurrence").values_list("occurrence", flat=True).first()
+        if latest is None:
+            return 0
+        return due.filter(occurrence__lt=latest).update(
+            status=TaskRun.Status.SKIPPED,
+            error_code=skip.code,
+            error_message=skip.message,
+            next_attempt_at=None,
+            finished_at=now,
+        )
 
     def pending(self) -> RunQuerySet:
         return self.filter(status__in=(*TaskRun.WAITING, TaskRun.Status.QUEUED))

@@ -144,6 +144,23 @@ def test_resume__the_latest_occurrence_missed_while_paused_runs_and_the_others_a
     assert (task.status, task.next_run) == ("active", first + timedelta(hours=4))
 
 
+def test_resume__runs_planned_before_the_pause_follow_the_missed_run_rule_too(make_task):
+    from reminders import dispatch
+
+    task = make_task("follow_up", cron="0 * * * *", tz="UTC")
+    first = task.next_run
+    dispatch.materialize(now=first)  # planned, then the task is paused before it goes
+    task.refresh_from_db()
+    task.pause()
+    assert task.resume(now=first + timedelta(hours=2, minutes=30)) is True
+    runs = list(task.runs.order_by("occurrence").values_list("occurrence", "status", "error_code"))
+    assert runs == [
+        (first, "skipped", "paused"),
+        (first + timedelta(hours=1), "skipped", "paused"),
+        (first + timedelta(hours=2), "scheduled", ""),
+    ]
+
+
 def test_resume__a_one_shot_whose_time_passed_while_paused_runs_now(make_task):
     at = timezone.now() + timedelta(minutes=5)
     task = make_task(at=at)
