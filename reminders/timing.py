@@ -10,7 +10,7 @@ its first instance.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -81,8 +81,8 @@ def next_occurrence(expression: str, tz_name: str, after: datetime) -> datetime:
     raise InvalidSchedule(f"{expression!r} has no occurrence after {after.isoformat()}.")
 
 
-def local_date(moment: datetime, tz_name: str) -> str:
-    return moment.astimezone(zone(tz_name)).date().isoformat()
+def local_date(moment: datetime, tz_name: str) -> date:
+    return moment.astimezone(zone(tz_name)).date()
 
 
 def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
