@@ -110,18 +110,19 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
         TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now).update(
-            status=TaskRun.Status.QUEUED,
-            lease_owner=owner,
-            lease_token=token,
-            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
             # A run still ``running`` under an expired lease lost its worker: that attempt
             # never ended, and a worker's death is not the provider's failure, so it is
             # not counted (delivery counts the death itself if a send was in hand).
+            # First: MariaDB evaluates SET left to right, with the values already set.
             attempts=Case(
                 When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
                 default=F("attempts"),
                 output_field=PositiveSmallIntegerField(),
             ),
+            status=TaskRun.Status.QUEUED,
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
         )
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)
