@@ -3,7 +3,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
-from django.test import TestCase
 from django.urls import reverse
 from django.utils import timezone
 
@@ -11,7 +10,7 @@ from reminders import api, dispatch, timing
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
-from tests.support.jobs import run_queued
+from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
 
@@ -19,14 +18,6 @@ ACTION_URL = {
     "task": "admin:reminders_scheduledtask_changelist",
     "run": "admin:reminders_taskrun_changelist",
 }
-
-
-def tick() -> int:
-    """One scheduler tick and one pass of the workers; returns messages sent."""
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.materialize()
-        dispatch.claim("test", 1000)
-        return run_queued()
 
 
 def act(client, model: str, action: str, objs) -> list[str]:

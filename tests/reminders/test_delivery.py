@@ -2,7 +2,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -12,18 +11,9 @@ from reminders.exceptions import PermanentSendError, ThrottledSendError, Transie
 from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
 from reminders.senders.base import SendResult
 from reminders.senders.memory import MemorySender
-from tests.support.jobs import run_queued
+from tests.support.jobs import run_queued, tick
 
 pytestmark = pytest.mark.django_db
-
-
-def tick(now=None) -> int:
-    """One scheduler tick and one pass of the workers; returns messages sent."""
-    # The test runs inside a transaction: run the on-commit hooks (signals) as they come.
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.materialize(now=now)
-        dispatch.claim("test", 1000, now=now)
-        return run_queued()
 
 
 def test_deliver__records_sent_in_ledger_and_run(make_task, outbox, received):

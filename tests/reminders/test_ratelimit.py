@@ -2,16 +2,15 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.test import TestCase
 from django.utils import timezone
 
-from reminders import dispatch, ratelimit
+from reminders import ratelimit
 from reminders.exceptions import ThrottledSendError
 from reminders.models import RateBucket, SendLog, TaskRun
 from reminders.senders.base import Limit, Rate
 from reminders.senders.memory import MemorySender
 from tests.settings import rate_cache
-from tests.support.jobs import run_queued
+from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
 
@@ -90,13 +89,6 @@ def test_pause__holds_the_bucket_for_everyone_and_never_shortens(store):
     assert slot.at == pytest.approx(until.timestamp())
     [later] = ratelimit.reserve([[limit]], max_wait=2.0, now=until.timestamp() + 1)
     assert later.reserved is True
-
-
-def tick(now=None) -> int:
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.materialize(now=now)
-        dispatch.claim("test", 1000, now=now)
-        return run_queued()
 
 
 @pytest.fixture
