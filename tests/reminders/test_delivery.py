@@ -1,3 +1,4 @@
+import json
 from datetime import timedelta
 
 import pytest
@@ -6,7 +7,7 @@ from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reminders import dispatch, signals
+from reminders import dispatch, kinds, signals
 from reminders.delivery import deliver
 from reminders.exceptions import PermanentSendError, ThrottledSendError, TransientSendError
 from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
@@ -62,7 +63,8 @@ def test_deliver__records_sent_in_ledger_and_run(make_task, outbox, received):
         "memory",
     )
     assert log.key == run.ledger_key
-    assert log.body == '{"msgtype":"text","text":{"content":"Call ACME back"}}'
+    content = json.dumps(f"Call ACME back\n{kinds.stamp(task, run)}", ensure_ascii=False)
+    assert log.body == f'{{"msgtype":"text","text":{{"content":{content}}}}}'
     assert log.provider_message_id.startswith("memory-")
     assert outbox[0].rendered == log.body
     assert received == [("run_sent", run.pk, "sent")]

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import TestCase
 
 from ops.sandbox import WeComSandbox
-from reminders import dispatch, signals
+from reminders import dispatch, kinds, signals
 from reminders.exceptions import (
     ConfigurationSendError,
     RecipientSendError,
@@ -172,7 +172,8 @@ def test_e2e__a_reply_lost_after_delivery_is_resent_and_received_once(
 
     run.refresh_from_db()
     assert (run.status, run.attempts) == ("sent", 2)
-    assert [entry.content for entry in sandbox.delivered(to="wangwu")] == ["Inquiry #88 waits"]
+    stamp = kinds.stamp(run.task, run)
+    assert [e.content for e in sandbox.delivered(to="wangwu")] == [f"Inquiry #88 waits\n{stamp}"]
     assert [entry.status for entry in sandbox.ledger()] == ["delivered", "suppressed"]
     first = sandbox.ledger()[0]
     assert SendLog.objects.get().provider_message_id == first.msgid
