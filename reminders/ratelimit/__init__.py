@@ -1,10 +1,11 @@
 """Rate limits shared by every process and host.
 
 Each limit is a generic cell rate algorithm (GCRA) bucket: one number, the "theoretical
-arrival time" of the next send. Reserving a send moves it on by one interval; a send may
-go out once the clock is within the burst tolerance of it. The result is a token bucket
-that needs one number of state and no background refill. A worker reserves a batch's
-slots right before sending it, and sleeps until the first if it lies ahead.
+arrival time" (tat) of the next send. A send that costs n slots (a message split into n
+parts) may go once ``tat + (n - 1) * interval - tolerance <= now`` and moves tat on by n
+intervals, so a limit counts what reaches the provider, not our calls. The result is a
+token bucket that needs one number of state and no background refill. A worker reserves
+a batch's slots right before sending it, and sleeps until the first if it lies ahead.
 
 A provider's "too fast" pauses a bucket for everyone (``pause``); runs that cannot get a
 slot soon wait for a later tick without spending a retry attempt.
@@ -81,7 +82,7 @@ def _allot(
     for limits in requests:
         ready = {
             limit.name: max(
-                tat.get(limit.name, now) - limit.rate.tolerance, paused.get(limit.name, now), now
+                _ready_at(limit, tat.get(limit.name, now)), paused.get(limit.name, now), now
             )
             for limit in limits
         }
@@ -93,11 +94,22 @@ def _allot(
             continue
         for limit in limits:
             if limit.name in tat:
-                tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
+                tat[limit.name] = max(tat[limit.name], at) + limit.cost * limit.rate.interval
         slots.append(Slot(at, True))
         if together:
             deadline = min(deadline, at)
     return slots
+
+
+def _ready_at(limit: Limit, tat: float) -> float:
+    """The earliest moment a send of ``limit.cost`` slots fits the bucket at ``tat``.
+
+    Up to the burst this is GCRA's own test. A send of more slots than the burst (ten
+    parts on a channel with a burst of five) could never fit; it goes whole once the
+    bucket has been idle for its excess as well, so every window at least that many
+    intervals long still sees at most ``burst + window * rate``.
+    """
+    return tat + (limit.cost - 1) * limit.rate.interval - limit.rate.tolerance
 
 
 def pause(name: str, seconds: float, reason: str) -> datetime:

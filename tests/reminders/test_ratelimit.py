@@ -81,6 +81,62 @@ def test_reserve__refuses_what_cannot_go_within_max_wait_and_keeps_bucket_order(
     assert [s.at - T0 for s in slots if s.reserved] == pytest.approx([0, 0.1, 0.2])
 
 
+def test_reserve__a_request_of_cost_n_moves_the_bucket_by_n_intervals(store):
+    limit = Limit("c", Rate(per_second=10, burst=1))
+    three_parts = Limit("c", Rate(per_second=10, burst=1), cost=3)
+    slots = ratelimit.reserve([[three_parts], [limit]], max_wait=60, now=T0)
+    # The first slot is the first part's; the next send waits for the other two parts'.
+    assert [s.at - T0 for s in slots] == pytest.approx([0, 0.3])
+
+
+def test_reserve__a_request_of_cost_n_waits_until_n_slots_fit_the_burst(store):
+    rate = Rate(per_second=10, burst=5)
+    singles = ratelimit.reserve([[Limit("c", rate)]] * 3, max_wait=60, now=T0)
+    [parts] = ratelimit.reserve([[Limit("c", rate, cost=3)]], max_wait=60, now=T0)
+    # Two of the burst's five are left at T0: the third part's slot frees 0.1 s later.
+    assert [s.at for s in singles] == [T0] * 3
+    assert parts.at == pytest.approx(T0 + 0.1)
+    [after] = ratelimit.reserve([[Limit("c", rate)]], max_wait=60, now=T0)
+    assert after.at == pytest.approx(T0 + 0.2)
+
+
+def test_reserve__mixed_costs_never_exceed_the_count_in_any_window(store):
+    rate = Rate.at_most(30, 60)
+    costs = [1 + (n * 7) % 4 for n in range(120)]  # 1 to 4 parts
+    requests = [[Limit("u", rate, cost=cost)] for cost in costs]
+    slots = ratelimit.reserve(requests, max_wait=100_000, now=T0)
+    assert all(slot.reserved for slot in slots)
+    moments = [slot.at for slot, cost in zip(slots, costs, strict=True) for _ in range(cost)]
+    assert most_in_any_window(moments, 60) <= 30
+    assert most_in_any_window(moments, 3600) <= 1000
+
+
+def test_reserve__a_request_beyond_max_wait_for_its_cost_is_refused(store):
+    rate = Rate(per_second=1, burst=2)
+    [single] = ratelimit.reserve([[Limit("c", rate)]], max_wait=2.0, now=T0)
+    [parts] = ratelimit.reserve([[Limit("c", rate, cost=5)]], max_wait=2.0, now=T0)
+    # tat is T0 + 1; five parts fit once tat + 4 intervals - tolerance (1 s) has come.
+    assert (single.reserved, parts.reserved) == (True, False)
+    assert parts.at == pytest.approx(T0 + 4)
+
+
+def test_reserve__costs_above_the_burst_keep_every_window_of_their_excess_and_longer():
+    """A request of more slots than the burst goes whole (parts are not spread out): it
+    waits until the bucket has been idle for its excess too, so any window at least that
+    long still sees at most burst + window x rate."""
+    rate = Rate(per_second=1, burst=2)
+    tat = {"c": 0.0}
+    now, moments = T0, []
+    for n in range(300):
+        now += [0, 0, 0.1, 0.5, 1, 3, 8][n % 7]
+        cost = 1 + (n * 3) % 5  # 1 to 5
+        [slot] = ratelimit._allot([[Limit("c", rate, cost)]], tat, {}, now, 1e9, False)
+        moments += [slot.at] * cost
+        now = max(now, slot.at)
+    for window in (3, 4, 10, 60):
+        assert most_in_any_window(moments, window) <= 2 + window
+
+
 def test_pause__holds_the_bucket_for_everyone_and_never_shortens(store):
     limit = Limit("wecom:channel", Rate(per_second=100, burst=1))
     until = ratelimit.pause("wecom:channel", 60, "45009 frequency limit")
