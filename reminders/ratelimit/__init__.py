@@ -7,8 +7,11 @@ intervals, so a limit counts what reaches the provider, not our calls. The resul
 token bucket that needs one number of state and no background refill. A worker reserves
 a batch's slots right before sending it, and sleeps until the first if it lies ahead.
 
-A provider's "too fast" pauses a bucket for everyone (``pause``); runs that cannot get a
-slot soon wait for a later tick without spending a retry attempt.
+A provider's "too fast" pauses a bucket for everyone (``pause``), for at most
+``REMINDERS_MAX_PAUSE_SECONDS``: one reply (a Retry-After of hours) must not silence a
+channel for longer than ops allow, and a capped pause is logged and says so in its
+reason. Runs that cannot get a slot soon wait for a later tick without spending a retry
+attempt.
 
 The buckets live in the database (``RateBucket`` rows, locked while a reservation reads
 and moves them), or in a Django cache shared by every process when
@@ -18,6 +21,7 @@ is the same; only where the numbers are kept differs.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +33,8 @@ from ..senders.base import Limit, Rate
 from .store import Store
 
 __all__ = ["Limit", "Rate", "Slot", "pause", "reserve"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,20 @@ def _ready_at(limit: Limit, tat: float) -> float:
 
 
 def pause(name: str, seconds: float, reason: str) -> datetime:
-    """Hold the bucket ``name`` back for everyone for ``seconds`` (never shortens a
-    pause); returns until when it is paused."""
+    """Hold the bucket ``name`` back for everyone for ``seconds``, at most
+    ``REMINDERS_MAX_PAUSE_SECONDS`` (never shortens a pause); returns until when it is
+    paused."""
+    cap = conf.MAX_PAUSE_SECONDS
+    if not seconds <= cap:  # also a NaN from a garbled Retry-After
+        logger.warning(
+            "%s: the provider asked for a pause of %s s, capped at %s s "
+            "(REMINDERS_MAX_PAUSE_SECONDS)",
+            name,
+            f"{seconds:g}",
+            f"{cap:g}",
+        )
+        reason = f"capped at {cap:g} s (asked {seconds:g} s): {reason}"
+        seconds = cap
     return _store().pause(name, seconds, reason[:200])
 
 

@@ -224,3 +224,53 @@ def test_deliver__a_paced_batch_takes_the_burst_at_once_then_the_pace(make_task,
     assert time.monotonic() - started >= 6 / (20 * 0.97) - 0.05
     assert len(outbox) == 9
     assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_pause__a_provider_asking_for_longer_than_the_cap_gets_the_cap_and_a_warning(
+    store, settings, caplog
+):
+    settings.REMINDERS_MAX_PAUSE_SECONDS = 120
+    before = timezone.now()
+    with caplog.at_level("WARNING", logger="reminders.ratelimit"):
+        until = ratelimit.pause("wecom:c:1:channel", 7200, "HTTP 429, Retry-After 7200")
+    assert before + timedelta(seconds=119) < until <= timezone.now() + timedelta(seconds=120)
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert "wecom:c:1:channel" in record.message
+    assert "7200" in record.message and "120" in record.message
+    if store == "database":
+        reason = RateBucket.objects.get(name="wecom:c:1:channel").pause_reason
+        assert reason.startswith("capped at 120 s (asked 7200 s): HTTP 429")
+
+
+def test_pause__within_the_cap_is_kept_as_asked_and_not_logged(store, caplog):
+    with caplog.at_level("WARNING", logger="reminders.ratelimit"):
+        until = ratelimit.pause("c", 60, "45009")
+    assert until > timezone.now() + timedelta(seconds=59)
+    assert caplog.records == []
+
+
+def test_pause__a_garbled_pause_is_capped_too(store, settings):
+    settings.REMINDERS_MAX_PAUSE_SECONDS = 30
+    until = ratelimit.pause("c", float("nan"), "Retry-After: nan")
+    assert until <= timezone.now() + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize("value", [0, -5, "soon"])
+def test_max_pause_seconds__must_be_a_positive_number(settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from reminders.conf import settings as conf
+
+    settings.REMINDERS_MAX_PAUSE_SECONDS = value
+    with pytest.raises(ImproperlyConfigured, match="REMINDERS_MAX_PAUSE_SECONDS"):
+        _ = conf.MAX_PAUSE_SECONDS
+
+
+def test_deliver__a_throttle_asking_for_hours_pauses_the_channel_for_the_cap(make_task, outbox):
+    make_task()
+    MemorySender.script[:] = [ThrottledSendError("Retry-After", code="429", pause_seconds=36_000)]
+    assert tick() == 0
+    bucket = RateBucket.objects.get(name="memory:channel")
+    assert bucket.paused_until <= timezone.now() + timedelta(seconds=300)
+    assert "capped at 300 s (asked 36000 s)" in bucket.pause_reason
