@@ -80,12 +80,14 @@ def stamp(task: ScheduledTask, run: TaskRun) -> str:
 
 
 def stamped(content: Content, line: str) -> Content:
-    """``content`` with ``line`` appended as its last line, where its type has room."""
+    """``content`` with ``line`` appended as its last line, where its type has room. An
+    empty text stays empty: the stamp must not turn it into a message the sender's
+    check for empty content would let through."""
     name = STAMPED_FIELDS.get(content.msgtype)
-    if name is None:
+    text = content.body.get(name, "") if name else ""
+    if not name or not isinstance(text, str) or not text.strip():
         return content
-    text = str(content.body.get(name, ""))
-    return Content(content.msgtype, {**content.body, name: f"{text}\n{line}" if text else line})
+    return Content(content.msgtype, {**content.body, name: f"{text}\n{line}"})
 
 
 @dataclass(frozen=True)

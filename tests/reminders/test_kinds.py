@@ -130,3 +130,16 @@ def test_render__built_in_wording_is_not_repeated_by_the_stamp(make_task):
     assert content.body["content"] == (
         f"Please submit your daily report.\n— 2026-12-03 09:00 · #{task.pk}"
     )
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        kinds.Content("text", {"content": "  "}),
+        kinds.Content("textcard", {"title": "Follow-up", "url": "https://x"}),
+        kinds.Content("image", {"media_id": "MEDIA"}),
+    ],
+)
+def test_render__leaves_what_has_no_text_to_stamp_as_the_kind_made_it(make_task, crm_kind, content):
+    task = make_task(crm_kind(content), "lisi", cron="0 9 * * *")
+    assert kinds.render(task, task.new_run(NINE_IN_SHANGHAI)) == content
