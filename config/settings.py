@@ -129,6 +129,8 @@ REMINDERS_CLAIM_BATCH = env.int("REMINDERS_CLAIM_BATCH", default=500)
 REMINDERS_MAX_IN_FLIGHT = env.int("REMINDERS_MAX_IN_FLIGHT", default=1000)
 REMINDERS_RUNS_PER_JOB = env.int("REMINDERS_RUNS_PER_JOB", default=20)
 REMINDERS_RATE_MAX_WAIT = env.float("REMINDERS_RATE_MAX_WAIT", default=2.0)
+# The longest pause a provider's "too fast" (Retry-After) may put on a channel.
+REMINDERS_MAX_PAUSE_SECONDS = env.float("REMINDERS_MAX_PAUSE_SECONDS", default=300.0)
 # Keep the shared rate limits in this cache instead of the database; it must be shared
 # by every process (e.g. CACHE_URL=redis://127.0.0.1:6379/0, which needs the "redis" extra).
 REMINDERS_RATE_LIMIT_CACHE = env.str("REMINDERS_RATE_LIMIT_CACHE", default="")

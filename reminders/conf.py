@@ -86,6 +86,14 @@ class Settings:
         return _positive_number("REMINDERS_RATE_MAX_WAIT", self._get("RATE_MAX_WAIT", 2.0))
 
     @property
+    def MAX_PAUSE_SECONDS(self) -> float:
+        """The longest a provider's "too fast" (Retry-After, a pause) may hold a channel;
+        longer ones are capped, and logged."""
+        return _positive_number(
+            "REMINDERS_MAX_PAUSE_SECONDS", self._get("MAX_PAUSE_SECONDS", 300.0)
+        )
+
+    @property
     def RATE_LIMIT_CACHE(self) -> str:
         """The alias of a Django cache shared by every process that keeps the rate limits;
         empty: the database keeps them."""

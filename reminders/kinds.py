@@ -2,6 +2,16 @@
 
 A CRM adds its own with :func:`register`. Each kind renders a message from its task's
 payload; ``payload["content"]`` overrides the built-in wording.
+
+Invariant: :func:`render`, which every caller goes through, stamps the message with its
+occurrence (the local date and time in the task's zone) and the task's id, as its last
+line ("— 2026-12-03 09:00 · #42"). A provider's duplicate check compares bodies, not our
+keys: without the stamp, two occurrences of one CRM-written text to one member inside
+the window would be merged and the second silently dropped. So two different
+occurrences never render byte-identical bodies for one recipient, while a run rendered
+again renders the same bytes (the stamp is a function of the task and the occurrence).
+The stamp goes in ``text`` and ``markdown`` content and a ``textcard`` description; a
+kind with another ``msgtype`` must tell its occurrences apart itself.
 """
 
 from __future__ import annotations
@@ -29,18 +39,55 @@ class Content:
     body: dict[str, Any]
 
 
+# Where the stamp goes in each message type that has room for it.
+STAMPED_FIELDS: dict[str, str] = {
+    "text": "content",
+    "markdown": "content",
+    "textcard": "description",
+}
+
+
 def _text(template: str) -> Callable[[ScheduledTask, TaskRun], Content]:
+    """A kind's text: ``payload["content"]`` if set, else ``template`` formatted with the
+    occurrence's ``{date}`` and ``{time}`` (which the stamp shows anyway)."""
+
     def render(task: ScheduledTask, run: TaskRun) -> Content:
         payload = task.payload or {}
         if "content" in payload:
             return Content("text", {"content": str(payload["content"])})
-        # The occurrence's own date and time keep two reminders to one person apart: a
-        # provider's duplicate check would merge identical bodies.
         local = run.occurrence.astimezone(timing.zone(task.timezone))
-        text = template.format(date=run.run_date.isoformat(), time=local.strftime("%H:%M"))
+        text = template.format(date=local.date().isoformat(), time=local.strftime("%H:%M"))
         return Content("text", {"content": text})
 
     return render
+
+
+def stamp(task: ScheduledTask, run: TaskRun) -> str:
+    """The occurrence's local date and time in the task's zone and the task's id:
+    ``"— 2026-12-03 09:00 · #42"``.
+
+    Seconds appear when the occurrence has them: ledger keys tell occurrences apart to
+    the second, so two runs of one task that both send differ here too. A wall-clock time
+    that a zone shows twice (the hour the clocks go back) gets its UTC offset.
+    """
+    local = run.occurrence.astimezone(timing.zone(task.timezone))
+    when = local.strftime("%Y-%m-%d %H:%M:%S" if local.second else "%Y-%m-%d %H:%M")
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        when += local.strftime(" UTC%z")
+    # An unsaved task (a message checked before the task is stored) has no id yet.
+    task_id = task.pk if task.pk is not None else "?"
+    return f"— {when} · #{task_id}"
+
+
+def stamped(content: Content, line: str) -> Content:
+    """``content`` with ``line`` appended as its last line, where its type has room. An
+    empty text stays empty: the stamp must not turn it into a message the sender's
+    check for empty content would let through."""
+    name = STAMPED_FIELDS.get(content.msgtype)
+    text = content.body.get(name, "") if name else ""
+    if not name or not isinstance(text, str) or not text.strip():
+        return content
+    return Content(content.msgtype, {**content.body, name: f"{text}\n{line}"})
 
 
 @dataclass(frozen=True)
@@ -78,16 +125,17 @@ def render(task: ScheduledTask, run: TaskRun) -> Content:
     """The message one run of ``task`` sends: its kind's content for that occurrence.
 
     Every caller that needs a task's message (delivery, validation at schedule time)
-    goes through here, so what is checked is what is sent.
+    goes through here, so what is checked is what is sent. The message is stamped with
+    the occurrence and the task (:func:`stamp`), whatever the kind rendered.
     """
-    return get(task.kind).render(task, run)
+    return stamped(get(task.kind).render(task, run), stamp(task, run))
 
 
 register(
     Kind(
         "daily_report",
         _("Daily report"),
-        _text("Please submit your daily report for {date}."),
+        _text("Please submit your daily report."),
         jitter_seconds=300,
     )
 )
@@ -95,7 +143,7 @@ register(
     Kind(
         "weekly_report",
         _("Weekly report"),
-        _text("Please submit your weekly report for the week of {date}."),
+        _text("Please submit your weekly report."),
         jitter_seconds=300,
     )
 )
@@ -103,7 +151,7 @@ register(
     Kind(
         "birthday",
         _("Birthday greeting"),
-        _text("Happy birthday! Best wishes from all of us. ({date})"),
+        _text("Happy birthday! Best wishes from all of us."),
         priority="high",
     )
 )
@@ -111,14 +159,14 @@ register(
     Kind(
         "follow_up",
         _("Follow-up reminder"),
-        _text("You have a customer follow-up due at {time} ({date})."),
+        _text("You have a customer follow-up due."),
     )
 )
 register(
     Kind(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
-        _text("A customer inquiry has been waiting too long for your reply ({date} {time})."),
+        _text("A customer inquiry has been waiting too long for your reply."),
         priority="high",
     )
 )

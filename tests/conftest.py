@@ -11,6 +11,9 @@ from reminders import api
 from reminders.models import ScheduledTask
 from reminders.senders.memory import MemorySender
 
+# The sandbox fixtures, and the check of every sandbox's ledger against ours.
+pytest_plugins = ["tests.support.sandbox"]
+
 
 @pytest.fixture(autouse=True)
 def _clean_outbox() -> Iterator[None]:

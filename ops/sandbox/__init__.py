@@ -16,7 +16,14 @@ reading the sandbox takes.
 """
 
 from .client import SandboxClient
-from .config import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET, DEV_ROBOT_KEY, SandboxConfig
+from .config import (
+    DEV_AGENT_ID,
+    DEV_CORP_ID,
+    DEV_CORP_SECRET,
+    DEV_ROBOT_KEY,
+    FaultRates,
+    SandboxConfig,
+)
 from .ledger import LedgerEntry
 from .limits import Window
 from .server import WeComSandbox
@@ -26,6 +33,7 @@ __all__ = [
     "DEV_CORP_ID",
     "DEV_CORP_SECRET",
     "DEV_ROBOT_KEY",
+    "FaultRates",
     "LedgerEntry",
     "SandboxClient",
     "SandboxConfig",

@@ -32,8 +32,45 @@ OVERFLOW_CHOICES = ("truncate", "reject")
 
 
 @dataclass(frozen=True)
+class FaultRates:
+    """Faults that strike sends at random, as a provider's do: the chance (0 to 1) that a
+    send is answered HTTP 5xx (``http_error``) or busy, errcode -1 (``busy``), and that
+    its reply, whatever it was, is lost after the send took effect (``lost_reply``) or
+    comes ``slow_delay`` seconds late (``slow_reply``).
+
+    The draws come from a generator seeded with ``seed``, four per send whatever they
+    decide: the same seed and the same order of sends meet the same faults.
+    """
+
+    http_error: float = 0.0
+    busy: float = 0.0
+    lost_reply: float = 0.0
+    slow_reply: float = 0.0
+    slow_delay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("http_error", "busy", "lost_reply", "slow_reply"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"the {name} rate must be a number, got {value!r}")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"the {name} rate must be within 0..1, got {value!r}")
+        if not self.slow_delay >= 0:
+            raise ValueError(f"slow_delay must be seconds >= 0, got {self.slow_delay!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"the seed must be an integer, got {self.seed!r}")
+
+    @property
+    def active(self) -> bool:
+        return any((self.http_error, self.busy, self.lost_reply, self.slow_reply))
+
+
+@dataclass(frozen=True)
 class SandboxConfig:
     """One WeCom app (corp id, secret, agent id), its robots, and the limits to enforce.
+
+    ``fault_rates`` are the random faults it starts (and is reset) with.
 
     ``overflow`` decides what happens to a text message over 2,048 bytes and a textcard
     title or description over its limit: ``"truncate"`` delivers it cut to the limit and
@@ -53,6 +90,7 @@ class SandboxConfig:
     overflow: str = "truncate"
     invalid_users: frozenset[str] = frozenset()
     ledger_limit: int = 100_000
+    fault_rates: FaultRates = FaultRates()
 
     def __post_init__(self) -> None:
         if not self.corp_id or not self.corp_secret:

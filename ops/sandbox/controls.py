@@ -130,6 +130,29 @@ def _overflow(value: Any) -> str:
     return str(value)
 
 
+def _rate(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"expected a rate (a number within 0..1), got {value!r}")
+    return float(value)
+
+
+def _set_rate(name: str, parse: Any) -> Any:
+    """A switch of the random faults (``FaultRates``)."""
+
+    def apply(state: SandboxState, value: Any) -> None:
+        state.faults.rates = replace(state.faults.rates, **{name: parse(value)})
+
+    return apply
+
+
+def _seed(state: SandboxState, value: Any) -> None:
+    """A new seed: the random faults start its sequence from here."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer seed, got {value!r}")
+    state.faults.rates = replace(state.faults.rates, seed=value)
+    state.random.seed(value)
+
+
 def _advance(state: SandboxState, value: Any) -> None:
     state.offset += _seconds(value)
 
@@ -144,6 +167,12 @@ CONTROLS: dict[str, Any] = {
     "config_error": _config_error,
     "delay": _set_fault("delay", _seconds),
     "slow": _slow,
+    "busy_rate": _set_rate("busy", _rate),
+    "http_error_rate": _set_rate("http_error", _rate),
+    "lost_reply_rate": _set_rate("lost_reply", _rate),
+    "slow_reply_rate": _set_rate("slow_reply", _rate),
+    "slow_reply_delay": _set_rate("slow_delay", _seconds),
+    "seed": _seed,
     "expire_tokens": _expire_tokens,
     "invalidate_tokens": _invalidate_tokens,
     "invalid_users": _invalid_users,

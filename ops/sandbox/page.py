@@ -28,6 +28,9 @@ def render(
     refresh: int,
 ) -> bytes:
     faults = {k: v for k, v in settings["faults"].items() if v not in (0, 0.0, [], None, 500)}
+    rates = {k: v for k, v in faults.pop("rates", {}).items() if v and k != "seed"}
+    if rates:
+        faults["random"] = {**rates, "seed": settings["faults"]["rates"]["seed"]}
     head = f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else ""
     summary = ", ".join(f"{escape(k)}: {v}" for k, v in counters.items()) or "nothing yet"
     rows = "\n".join(_row(entry) for entry in entries) or (

@@ -29,6 +29,7 @@ from .config import (
     DEV_CORP_SECRET,
     ROBOT_LIMIT,
     USER_LIMITS,
+    FaultRates,
     SandboxConfig,
 )
 from .ledger import DELIVERED, LedgerEntry
@@ -337,6 +338,7 @@ class WeComSandbox:
         overflow: str = "truncate",
         invalid_users: Iterable[str] = (),
         ledger_limit: int = 100_000,
+        fault_rates: FaultRates | None = None,
         verbose: bool = False,
     ) -> None:
         self.config = SandboxConfig.build(
@@ -352,6 +354,7 @@ class WeComSandbox:
             overflow=overflow,
             invalid_users=invalid_users,
             ledger_limit=ledger_limit,
+            fault_rates=fault_rates or FaultRates(),
         )
         self.state = SandboxState(self.config)
         self.verbose = verbose
@@ -444,7 +447,10 @@ class WeComSandbox:
         ``lost_replies`` (delivered, then the connection closes unanswered),
         ``errcodes`` (a list answered in order), ``config_error`` (N times 60020),
         ``gettoken_errcodes`` (for ``gettoken``); ``delay`` seconds before each reply,
-        for the next ``slow`` replies only if given. ``expire_tokens`` (42001 from now),
+        for the next ``slow`` replies only if given. Random faults (``FaultRates``), each
+        send meeting each with its chance: ``busy_rate``, ``http_error_rate``,
+        ``lost_reply_rate``, ``slow_reply_rate`` (0 to 1) with ``slow_reply_delay``
+        seconds, drawn from a generator that ``seed`` re-seeds. ``expire_tokens`` (42001 from now),
         ``invalidate_tokens`` (40014), ``invalid_users`` / ``valid_users`` (lists),
         ``advance`` (move the sandbox clock forward, seconds); and the settings
         ``rate_limit``, ``rate_burst``, ``token_ttl``, ``user_limits``, ``robot_limit``,

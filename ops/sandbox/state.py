@@ -16,6 +16,10 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
 * Fault switches act on ``message/send`` and ``webhook/send`` only (and
   ``gettoken_errcodes`` on ``gettoken``), in this order: HTTP errors, busy (-1),
   queued errcodes; lost and slow replies then apply to whatever the reply was.
+  Counted faults ("the next N sends") and random ones (``FaultRates``: each send meets
+  each fault with its probability) combine: a send meets a fault if either says so.
+  Random draws come from one generator seeded with the rates' ``seed``; re-seeding
+  (the ``seed`` switch, or a reset) starts the same sequence again.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import hashlib
 import itertools
 import json
 import math
+import random
 import secrets
 import threading
 import time
@@ -44,6 +49,7 @@ from .config import (
     TEXT_LIMIT,
     TEXTCARD_DESCRIPTION_LIMIT,
     TEXTCARD_TITLE_LIMIT,
+    FaultRates,
     SandboxConfig,
     mask,
 )
@@ -70,6 +76,7 @@ CONTROLLED = (
     "user_limits",
     "robot_limits",
     "offset",
+    "random",
 )
 
 
@@ -86,7 +93,8 @@ class Reply:
 
 @dataclass
 class Faults:
-    """The switches; counts are "the next N sends", ``slow=None`` means every reply."""
+    """The switches; counts are "the next N sends", ``slow=None`` means every reply;
+    ``rates`` strike at random."""
 
     busy: int = 0
     http_errors: int = 0
@@ -96,6 +104,17 @@ class Faults:
     gettoken_errcodes: list[int] = field(default_factory=list)
     delay: float = 0.0
     slow: int | None = None
+    rates: FaultRates = field(default_factory=FaultRates)
+
+
+@dataclass(frozen=True)
+class Chance:
+    """What the random faults decided for one send."""
+
+    http_error: bool = False
+    busy: bool = False
+    lost_reply: bool = False
+    slow_reply: bool = False
 
 
 class Rejected(Exception):
@@ -266,7 +285,8 @@ class SandboxState:
         ledger = getattr(self, "ledger", None)
         self.config = config
         self.offset = 0.0
-        self.faults = Faults()
+        self.faults = Faults(rates=config.fault_rates)
+        self.random = random.Random(config.fault_rates.seed)  # noqa: S311 - not crypto
         self.invalid_users = set(config.invalid_users)
         self.tokens: dict[str, float] = {}
         self.current_token = ""
@@ -344,7 +364,8 @@ class SandboxState:
     def _send(self, endpoint: str, query: dict[str, str], raw: bytes) -> Reply:
         with self.lock:
             self.stats[f"{endpoint} calls"] += 1
-            reply, entry = self._injected(endpoint)
+            chance = self._chance()
+            reply, entry = self._injected(endpoint, chance)
             if reply is None:
                 try:
                     if endpoint == MESSAGE_SEND:
@@ -354,18 +375,37 @@ class SandboxState:
                 except Rejected as exc:
                     reply = Reply(error_body(exc.errcode, exc.errmsg, **exc.extra))
                     entry = self._reject(endpoint, exc.errcode, exc.errmsg, raw, **exc.extra)
-            return self._deliver_reply(reply, entry)
+            return self._deliver_reply(reply, entry, chance)
 
-    def _injected(self, endpoint: str) -> tuple[Reply | None, LedgerEntry | None]:
+    def _chance(self) -> Chance:
+        """Four draws per send while any rate is set, whatever they decide, so that a
+        seed gives the same faults to the same order of sends; none otherwise."""
+        rates = self.faults.rates
+        if not rates.active:
+            return Chance()
+        draws = [self.random.random() for _ in range(4)]
+        return Chance(
+            http_error=draws[0] < rates.http_error,
+            busy=draws[1] < rates.busy,
+            lost_reply=draws[2] < rates.lost_reply,
+            slow_reply=draws[3] < rates.slow_reply,
+        )
+
+    def _counted(self, name: str) -> bool:
+        """Whether the count of fault ``name`` strikes this send; spends one if so."""
+        left: int = getattr(self.faults, name)
+        if left > 0:
+            setattr(self.faults, name, left - 1)
+        return left > 0
+
+    def _injected(self, endpoint: str, chance: Chance) -> tuple[Reply | None, LedgerEntry | None]:
         faults = self.faults
-        if faults.http_errors > 0:
-            faults.http_errors -= 1
+        if self._counted("http_errors") or chance.http_error:
             status = faults.http_status
             text = f"{status} injected by the sandbox"
             reply = Reply(text.encode(), status=status, content_type="text/plain; charset=utf-8")
             return reply, self._record(endpoint, REJECTED, None, text, http_status=status)
-        if faults.busy > 0:
-            faults.busy -= 1
+        if self._counted("busy") or chance.busy:
             return self._injected_errcode(endpoint, codes.BUSY)
         if faults.errcodes:
             return self._injected_errcode(endpoint, faults.errcodes.pop(0))
@@ -375,17 +415,19 @@ class SandboxState:
         errmsg = codes.message(errcode)
         return Reply(error_body(errcode, errmsg)), self._record(endpoint, REJECTED, errcode, errmsg)
 
-    def _deliver_reply(self, reply: Reply, entry: LedgerEntry | None) -> Reply:
+    def _deliver_reply(self, reply: Reply, entry: LedgerEntry | None, chance: Chance) -> Reply:
         faults = self.faults
-        lose = faults.lost_replies > 0
+        lose = self._counted("lost_replies") or chance.lost_reply
         if lose:
-            faults.lost_replies -= 1
             self.stats["lost replies"] += 1
         delay = 0.0
         if faults.delay > 0 and (faults.slow is None or faults.slow > 0):
             delay = faults.delay
             if faults.slow is not None:
                 faults.slow -= 1
+        if chance.slow_reply:
+            delay = max(delay, faults.rates.slow_delay)
+            self.stats["slow replies"] += 1
         if entry is not None and (lose or delay):
             self.ledger.replace(entry.id, reply_lost=lose, reply_delay=delay)
         return replace(reply, lose=lose, delay=delay) if lose or delay else reply

@@ -1,13 +1,17 @@
 """Rate limits shared by every process and host.
 
 Each limit is a generic cell rate algorithm (GCRA) bucket: one number, the "theoretical
-arrival time" of the next send. Reserving a send moves it on by one interval; a send may
-go out once the clock is within the burst tolerance of it. The result is a token bucket
-that needs one number of state and no background refill. A worker reserves a batch's
-slots right before sending it, and sleeps until the first if it lies ahead.
+arrival time" (tat) of the next send. A send that costs n slots (a message split into n
+parts) may go once ``tat + (n - 1) * interval - tolerance <= now`` and moves tat on by n
+intervals, so a limit counts what reaches the provider, not our calls. The result is a
+token bucket that needs one number of state and no background refill. A worker reserves
+a batch's slots right before sending it, and sleeps until the first if it lies ahead.
 
-A provider's "too fast" pauses a bucket for everyone (``pause``); runs that cannot get a
-slot soon wait for a later tick without spending a retry attempt.
+A provider's "too fast" pauses a bucket for everyone (``pause``), for at most
+``REMINDERS_MAX_PAUSE_SECONDS``: one reply (a Retry-After of hours) must not silence a
+channel for longer than ops allow, and a capped pause is logged and says so in its
+reason. Runs that cannot get a slot soon wait for a later tick without spending a retry
+attempt.
 
 The buckets live in the database (``RateBucket`` rows, locked while a reservation reads
 and moves them), or in a Django cache shared by every process when
@@ -17,6 +21,7 @@ is the same; only where the numbers are kept differs.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +33,8 @@ from ..senders.base import Limit, Rate
 from .store import Store
 
 __all__ = ["Limit", "Rate", "Slot", "pause", "reserve"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ def _allot(
     for limits in requests:
         ready = {
             limit.name: max(
-                tat.get(limit.name, now) - limit.rate.tolerance, paused.get(limit.name, now), now
+                _ready_at(limit, tat.get(limit.name, now)), paused.get(limit.name, now), now
             )
             for limit in limits
         }
@@ -93,16 +100,39 @@ def _allot(
             continue
         for limit in limits:
             if limit.name in tat:
-                tat[limit.name] = max(tat[limit.name], at) + limit.rate.interval
+                tat[limit.name] = max(tat[limit.name], at) + limit.cost * limit.rate.interval
         slots.append(Slot(at, True))
         if together:
             deadline = min(deadline, at)
     return slots
 
 
+def _ready_at(limit: Limit, tat: float) -> float:
+    """The earliest moment a send of ``limit.cost`` slots fits the bucket at ``tat``.
+
+    Up to the burst this is GCRA's own test. A send of more slots than the burst (ten
+    parts on a channel with a burst of five) could never fit; it goes whole once the
+    bucket has been idle for its excess as well, so every window at least that many
+    intervals long still sees at most ``burst + window * rate``.
+    """
+    return tat + (limit.cost - 1) * limit.rate.interval - limit.rate.tolerance
+
+
 def pause(name: str, seconds: float, reason: str) -> datetime:
-    """Hold the bucket ``name`` back for everyone for ``seconds`` (never shortens a
-    pause); returns until when it is paused."""
+    """Hold the bucket ``name`` back for everyone for ``seconds``, at most
+    ``REMINDERS_MAX_PAUSE_SECONDS`` (never shortens a pause); returns until when it is
+    paused."""
+    cap = conf.MAX_PAUSE_SECONDS
+    if not seconds <= cap:  # also a NaN from a garbled Retry-After
+        logger.warning(
+            "%s: the provider asked for a pause of %s s, capped at %s s "
+            "(REMINDERS_MAX_PAUSE_SECONDS)",
+            name,
+            f"{seconds:g}",
+            f"{cap:g}",
+        )
+        reason = f"capped at {cap:g} s (asked {seconds:g} s): {reason}"
+        seconds = cap
     return _store().pause(name, seconds, reason[:200])
 
 

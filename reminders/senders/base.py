@@ -97,10 +97,12 @@ PACE_MARGIN = 0.97
 
 @dataclass(frozen=True)
 class Limit:
-    """A named bucket shared by every process (``wecom:channel``) and its pace."""
+    """A named bucket shared by every process (``wecom:channel``) and its pace; a send
+    spends ``cost`` slots of it (a message split into n parts is n messages)."""
 
     name: str
     rate: Rate
+    cost: int = 1
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,16 @@
 """Keeps messages in a list, like Django's locmem e-mail backend: for tests.
 
-``MemorySender.outbox`` holds what was sent in this process. ``MemorySender.script``
+``MemorySender.outbox`` holds what was delivered in this process. ``MemorySender.script``
 scripts the next sends, in order: an exception is raised, a ``SendResult`` is returned
 (the message counts as sent), ``None`` is a plain success, a number is a success that
-takes that many seconds. With the option ``duplicate_check`` it drops a message whose
-key and body it already holds, as WeCom does with ``enable_duplicate_check``.
+takes that many seconds.
+
+With the option ``duplicate_check`` it is exactly as forgiving as WeCom with
+``enable_duplicate_check``, and no more: a body identical to one the same app
+(``rate_scope``) delivered to the same recipient within ``duplicate_check_seconds`` is
+accepted but not delivered, whatever its idempotency key. It goes to
+``MemorySender.suppressed`` instead of ``outbox``, and the reply carries the first
+delivery's message id, as the WeCom sandbox answers.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ from .base import BaseSender, Message, SendResult
 
 class MemorySender(BaseSender):
     outbox: ClassVar[list[Message]] = []
+    suppressed: ClassVar[list[Message]] = []
     script: ClassVar[list[BaseException | SendResult | float | None]] = []
     duplicate_check_seconds = 3600
+    # (rate scope, recipient, rendered body) -> (when it was delivered, its message id)
+    _deliveries: ClassVar[dict[tuple[str, str, str], tuple[float, str]]] = {}
     _ids = itertools.count(1)
 
     def __init__(self, alias: str, *, duplicate_check: bool = False, **options: Any) -> None:
@@ -29,7 +38,9 @@ class MemorySender(BaseSender):
     @classmethod
     def clear(cls) -> None:
         cls.outbox.clear()
+        cls.suppressed.clear()
         cls.script.clear()
+        cls._deliveries.clear()
 
     def send(self, message: Message) -> SendResult:
         outcome = self.script.pop(0) if self.script else None
@@ -38,6 +49,25 @@ class MemorySender(BaseSender):
         if isinstance(outcome, float | int):
             time.sleep(outcome)
             outcome = None
-        if not (self.supports_duplicate_check and message in self.outbox):
-            self.outbox.append(message)
-        return outcome or SendResult(message_id=f"memory-{next(self._ids)}")
+        first = self._earlier_delivery(message)
+        if first is not None:
+            self.suppressed.append(message)
+            return outcome or SendResult(message_id=first)
+        result = outcome or SendResult(message_id=f"memory-{next(self._ids)}")
+        self.outbox.append(message)
+        self._deliveries[self._dedup_key(message)] = (time.time(), result.message_id)
+        return result
+
+    def _dedup_key(self, message: Message) -> tuple[str, str, str]:
+        """What the provider compares: per app (the rate scope), recipient and body."""
+        return (self.rate_scope, message.recipient, message.rendered)
+
+    def _earlier_delivery(self, message: Message) -> str | None:
+        """The message id of an identical body delivered to the same recipient within
+        the window, if the duplicate check is on and there is one."""
+        if not self.supports_duplicate_check:
+            return None
+        earlier = self._deliveries.get(self._dedup_key(message))
+        if earlier is None or time.time() - earlier[0] >= self.duplicate_check_seconds:
+            return None
+        return earlier[1]

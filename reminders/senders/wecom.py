@@ -19,6 +19,7 @@ Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` li
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -33,7 +34,7 @@ from ..exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from .base import BaseSender, Message, Rate, SendResult
+from .base import BaseSender, Limit, Message, Rate, SendResult
 from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .tokens import SharedToken, token_name
 
@@ -191,6 +192,16 @@ class WeComSender(BaseSender):
     def rate_scope(self) -> str:
         """WeCom counts limits per app: every alias of one app shares its buckets."""
         return str(self.options.get("rate_scope") or f"wecom:{self.corp_id}:{self.agent_id}")
+
+    def limits(self, message: Message) -> list[Limit]:
+        """The app's channel and the member's buckets; a message split into n parts is n
+        messages to WeCom, so it spends n slots of each. One that cannot be split or is
+        invalid costs 1: its send reports the error."""
+        try:
+            cost = len(self._parts(message))
+        except SendError:
+            cost = 1
+        return [replace(limit, cost=cost) for limit in super().limits(message)]
 
     def channel_rate(self) -> Rate | None:
         """OPTIONS ``rate_limit``, else ``WECOM_RATE_LIMIT`` messages a second."""

@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from ops.management.commands.reminders_demo import demo_tasks
 from reminders import dispatch
-from reminders.models import ScheduledTask, TaskRun
+from reminders.models import ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import run_queued
+from tests.support.sandbox import assert_ledger_matches, running_sandbox, wecom_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -119,3 +120,36 @@ def test_demo__unknown_time_zone_is_a_command_error():
     with pytest.raises(CommandError, match="Mars/Olympus"):
         demo("--tz", "Mars/Olympus")
     assert not ScheduledTask.objects.exists()
+
+
+def test_demo__through_the_wecom_sandbox_every_message_is_delivered_none_suppressed(settings):
+    """`make run` sends the demo to the sandbox: its every-minute follow-up has fixed
+    content, which WeCom's duplicate check would merge were occurrences not told apart."""
+    with running_sandbox() as sandbox:
+        for name, value in wecom_settings(sandbox.base_url).items():
+            setattr(settings, name, value)
+        settings.REMINDERS_CHANNELS = {
+            **settings.REMINDERS_CHANNELS,
+            "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
+        }
+        settings.REMINDERS_DEFAULT_CHANNEL = "wecom"
+        demo()
+        start = timezone.now()
+        # Five minutes of `make run`, then the next morning's reports.
+        moments = [start + timedelta(minutes=n, seconds=1) for n in range(5)]
+        moments.append(start + timedelta(days=1, hours=1))
+        for moment in moments:
+            with TestCase.captureOnCommitCallbacks(execute=True):
+                dispatch.materialize(now=moment)
+                dispatch.claim("test", 100, now=moment)
+                run_queued()
+
+        sends = [e for e in sandbox.ledger() if e.endpoint == "message/send"]
+        assert sends and {e.status for e in sends} == {"delivered"}, [
+            (e.status, e.touser, e.content) for e in sends if e.status != "delivered"
+        ]
+        every_minute = sandbox.delivered(to="zhaoliu")
+        assert len(every_minute) >= 5
+        assert len({e.content for e in every_minute}) == len(every_minute)
+        assert set(SendLog.objects.values_list("status", flat=True)) == {"sent"}
+        assert_ledger_matches(sandbox)

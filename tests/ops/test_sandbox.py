@@ -21,6 +21,7 @@ from ops.sandbox import (
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     DEV_ROBOT_KEY,
+    FaultRates,
     LedgerEntry,
     SandboxClient,
     WeComSandbox,
@@ -703,6 +704,132 @@ def test_fault__switches_act_on_robot_sends_too(api: Api, sandbox: WeComSandbox)
     sandbox.control(busy=1)
 
     assert api.robot({"msgtype": "text", "text": {"content": "x"}})["errcode"] == -1
+
+
+# Random faults --------------------------------------------------------------------------
+
+
+def outcomes(api: Api, count: int) -> list[Any]:
+    """What each of ``count`` sends met: an errcode, an HTTP status, or "lost"."""
+    seen: list[Any] = []
+    for n in range(count):
+        try:
+            reply = api.post("/cgi-bin/message/send", text(f"m{n}"), access_token=api.token)
+        except requests.ConnectionError:
+            seen.append("lost")
+            continue
+        seen.append(reply.json()["errcode"] if reply.status_code == 200 else reply.status_code)
+    return seen
+
+
+def test_random_faults__strike_at_their_rates_and_are_recorded(
+    api: Api, sandbox: WeComSandbox
+) -> None:
+    sandbox.control(busy_rate=0.2, http_error_rate=0.1, lost_reply_rate=0.1, seed=7)
+
+    seen = outcomes(api, 400)
+
+    share = {o: seen.count(o) / len(seen) for o in set(seen)}
+    assert 0.12 < share[-1] < 0.28  # busy: 20% of the 90% that got past the 5xx
+    assert 0.05 < share[500] < 0.15
+    assert 0.05 < share["lost"] < 0.15
+    entries = sandbox.ledger()
+    assert len(entries) == 400
+    lost = [e for e in entries if e.reply_lost]
+    assert len(lost) == seen.count("lost")
+    # A lost reply is lost after the send took effect: most of them were delivered.
+    assert {e.status for e in lost} <= {"delivered", "rejected"}
+    assert sandbox.stats()["lost replies"] == len(lost)
+
+
+def test_random_faults__the_same_seed_meets_the_same_faults() -> None:
+    runs = []
+    for seed in (11, 11, 12):
+        with running_sandbox() as sandbox:
+            sandbox.control(busy_rate=0.3, http_error_rate=0.2, seed=seed)
+            api = Api(sandbox.base_url)
+            try:
+                runs.append(outcomes(api, 60))
+            finally:
+                api.close()
+
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_random_faults__a_new_seed_restarts_the_sequence(api: Api, sandbox: WeComSandbox) -> None:
+    sandbox.control(busy_rate=0.5, seed=3)
+    first = outcomes(api, 30)
+    sandbox.control(seed=3)
+
+    assert outcomes(api, 30) == first
+
+
+def test_random_faults__a_lost_reply_is_delivered_and_a_retry_suppressed(
+    api: Api, sandbox: WeComSandbox
+) -> None:
+    sandbox.control(lost_reply_rate=1.0)
+
+    with pytest.raises(requests.ConnectionError):
+        api.send(deduplicated())
+    sandbox.control(lost_reply_rate=0)
+    retry = api.send(deduplicated())
+
+    lost = only(sandbox.delivered())
+    assert (lost.reply_lost, retry["msgid"]) == (True, lost.msgid)
+    assert sandbox.ledger()[-1].status == "suppressed"
+
+
+def test_random_faults__slow_replies_come_late_by_the_delay(
+    api: Api, sandbox: WeComSandbox
+) -> None:
+    api.token  # noqa: B018 - fetched first: gettoken is never slowed
+    sandbox.control(slow_reply_rate=1.0, slow_reply_delay=0.3)
+
+    started = time.monotonic()
+    assert api.send(text())["errcode"] == 0
+    took = time.monotonic() - started
+
+    assert took >= 0.3
+    assert only(sandbox.delivered()).reply_delay == 0.3
+    assert sandbox.stats()["slow replies"] == 1
+
+
+def test_random_faults__given_at_start_come_back_with_a_reset() -> None:
+    with running_sandbox(fault_rates=FaultRates(busy=1.0, seed=5)) as sandbox:
+        api = Api(sandbox.base_url)
+        try:
+            assert outcomes(api, 2) == [-1, -1]
+            sandbox.control(busy_rate=0)
+            assert outcomes(api, 1) == [0]
+            sandbox.reset()
+            assert outcomes(api, 1) == [-1]
+            assert sandbox.control()["faults"]["rates"]["busy"] == 1.0
+        finally:
+            api.close()
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [{"busy_rate": 1.5}, {"lost_reply_rate": -0.1}, {"http_error_rate": "often"}, {"seed": 1.5}],
+)
+def test_random_faults__bad_rates_and_seeds_are_refused(api: Api, switches: Any) -> None:
+    reply = api.post("/sandbox/control", switches)
+
+    assert reply.status_code == 400
+    assert api.send(text())["errcode"] == 0
+
+
+def test_random_faults__from_the_command_line() -> None:
+    with sandbox_process("--busy-rate", "1", "--seed", "3", "--verbosity", "0") as process:
+        api = Api(process.base_url)
+        try:
+            assert outcomes(api, 3) == [-1, -1, -1]
+        finally:
+            api.close()
+        rates = process.client.control()["faults"]["rates"]
+
+    assert (rates["busy"], rates["seed"]) == (1.0, 3)
 
 
 def test_control__over_http_sets_and_reports_switches(api: Api, sandbox: WeComSandbox) -> None:

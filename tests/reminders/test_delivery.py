@@ -1,3 +1,4 @@
+import json
 from datetime import timedelta
 
 import pytest
@@ -5,7 +6,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reminders import dispatch
+from reminders import dispatch, kinds
 from reminders.delivery import deliver
 from reminders.exceptions import PermanentSendError, ThrottledSendError, TransientSendError
 from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
@@ -35,7 +36,8 @@ def test_deliver__records_sent_in_ledger_and_run(make_task, outbox, received):
         "memory",
     )
     assert log.key == run.ledger_key
-    assert log.body == '{"msgtype":"text","text":{"content":"Call ACME back"}}'
+    content = json.dumps(f"Call ACME back\n{kinds.stamp(task, run)}", ensure_ascii=False)
+    assert log.body == f'{{"msgtype":"text","text":{{"content":{content}}}}}'
     assert log.provider_message_id.startswith("memory-")
     assert outbox[0].rendered == log.body
     assert received == [("run_sent", run.pk, "sent")]

@@ -80,6 +80,62 @@ def test_reserve__refuses_what_cannot_go_within_max_wait_and_keeps_bucket_order(
     assert [s.at - T0 for s in slots if s.reserved] == pytest.approx([0, 0.1, 0.2])
 
 
+def test_reserve__a_request_of_cost_n_moves_the_bucket_by_n_intervals(store):
+    limit = Limit("c", Rate(per_second=10, burst=1))
+    three_parts = Limit("c", Rate(per_second=10, burst=1), cost=3)
+    slots = ratelimit.reserve([[three_parts], [limit]], max_wait=60, now=T0)
+    # The first slot is the first part's; the next send waits for the other two parts'.
+    assert [s.at - T0 for s in slots] == pytest.approx([0, 0.3])
+
+
+def test_reserve__a_request_of_cost_n_waits_until_n_slots_fit_the_burst(store):
+    rate = Rate(per_second=10, burst=5)
+    singles = ratelimit.reserve([[Limit("c", rate)]] * 3, max_wait=60, now=T0)
+    [parts] = ratelimit.reserve([[Limit("c", rate, cost=3)]], max_wait=60, now=T0)
+    # Two of the burst's five are left at T0: the third part's slot frees 0.1 s later.
+    assert [s.at for s in singles] == [T0] * 3
+    assert parts.at == pytest.approx(T0 + 0.1)
+    [after] = ratelimit.reserve([[Limit("c", rate)]], max_wait=60, now=T0)
+    assert after.at == pytest.approx(T0 + 0.2)
+
+
+def test_reserve__mixed_costs_never_exceed_the_count_in_any_window(store):
+    rate = Rate.at_most(30, 60)
+    costs = [1 + (n * 7) % 4 for n in range(120)]  # 1 to 4 parts
+    requests = [[Limit("u", rate, cost=cost)] for cost in costs]
+    slots = ratelimit.reserve(requests, max_wait=100_000, now=T0)
+    assert all(slot.reserved for slot in slots)
+    moments = [slot.at for slot, cost in zip(slots, costs, strict=True) for _ in range(cost)]
+    assert most_in_any_window(moments, 60) <= 30
+    assert most_in_any_window(moments, 3600) <= 1000
+
+
+def test_reserve__a_request_beyond_max_wait_for_its_cost_is_refused(store):
+    rate = Rate(per_second=1, burst=2)
+    [single] = ratelimit.reserve([[Limit("c", rate)]], max_wait=2.0, now=T0)
+    [parts] = ratelimit.reserve([[Limit("c", rate, cost=5)]], max_wait=2.0, now=T0)
+    # tat is T0 + 1; five parts fit once tat + 4 intervals - tolerance (1 s) has come.
+    assert (single.reserved, parts.reserved) == (True, False)
+    assert parts.at == pytest.approx(T0 + 4)
+
+
+def test_reserve__costs_above_the_burst_keep_every_window_of_their_excess_and_longer():
+    """A request of more slots than the burst goes whole (parts are not spread out): it
+    waits until the bucket has been idle for its excess too, so any window at least that
+    long still sees at most burst + window x rate."""
+    rate = Rate(per_second=1, burst=2)
+    tat = {"c": 0.0}
+    now, moments = T0, []
+    for n in range(300):
+        now += [0, 0, 0.1, 0.5, 1, 3, 8][n % 7]
+        cost = 1 + (n * 3) % 5  # 1 to 5
+        [slot] = ratelimit._allot([[Limit("c", rate, cost)]], tat, {}, now, 1e9, False)
+        moments += [slot.at] * cost
+        now = max(now, slot.at)
+    for window in (3, 4, 10, 60):
+        assert most_in_any_window(moments, window) <= 2 + window
+
+
 def test_pause__holds_the_bucket_for_everyone_and_never_shortens(store):
     limit = Limit("wecom:channel", Rate(per_second=100, burst=1))
     until = ratelimit.pause("wecom:channel", 60, "45009 frequency limit")
@@ -160,3 +216,53 @@ def test_deliver__a_paced_batch_takes_the_burst_at_once_then_the_pace(make_task,
     assert time.monotonic() - started >= 6 / (20 * 0.97) - 0.05
     assert len(outbox) == 9
     assert set(TaskRun.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_pause__a_provider_asking_for_longer_than_the_cap_gets_the_cap_and_a_warning(
+    store, settings, caplog
+):
+    settings.REMINDERS_MAX_PAUSE_SECONDS = 120
+    before = timezone.now()
+    with caplog.at_level("WARNING", logger="reminders.ratelimit"):
+        until = ratelimit.pause("wecom:c:1:channel", 7200, "HTTP 429, Retry-After 7200")
+    assert before + timedelta(seconds=119) < until <= timezone.now() + timedelta(seconds=120)
+    [record] = caplog.records
+    assert record.levelname == "WARNING"
+    assert "wecom:c:1:channel" in record.message
+    assert "7200" in record.message and "120" in record.message
+    if store == "database":
+        reason = RateBucket.objects.get(name="wecom:c:1:channel").pause_reason
+        assert reason.startswith("capped at 120 s (asked 7200 s): HTTP 429")
+
+
+def test_pause__within_the_cap_is_kept_as_asked_and_not_logged(store, caplog):
+    with caplog.at_level("WARNING", logger="reminders.ratelimit"):
+        until = ratelimit.pause("c", 60, "45009")
+    assert until > timezone.now() + timedelta(seconds=59)
+    assert caplog.records == []
+
+
+def test_pause__a_garbled_pause_is_capped_too(store, settings):
+    settings.REMINDERS_MAX_PAUSE_SECONDS = 30
+    until = ratelimit.pause("c", float("nan"), "Retry-After: nan")
+    assert until <= timezone.now() + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize("value", [0, -5, "soon"])
+def test_max_pause_seconds__must_be_a_positive_number(settings, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from reminders.conf import settings as conf
+
+    settings.REMINDERS_MAX_PAUSE_SECONDS = value
+    with pytest.raises(ImproperlyConfigured, match="REMINDERS_MAX_PAUSE_SECONDS"):
+        _ = conf.MAX_PAUSE_SECONDS
+
+
+def test_deliver__a_throttle_asking_for_hours_pauses_the_channel_for_the_cap(make_task, outbox):
+    make_task()
+    MemorySender.script[:] = [ThrottledSendError("Retry-After", code="429", pause_seconds=36_000)]
+    assert tick() == 0
+    bucket = RateBucket.objects.get(name="memory:channel")
+    assert bucket.paused_until <= timezone.now() + timedelta(seconds=300)
+    assert "capped at 300 s (asked 36000 s)" in bucket.pause_reason

@@ -2,11 +2,17 @@
 
 * ``wecom_sandbox`` (fixture): a started ``WeComSandbox`` with the test credentials,
   stopped after the test; ``make_wecom_sandbox`` builds ones with other options.
-  Register them with ``pytest_plugins = ["tests.support.sandbox"]`` in the root
-  conftest, or use ``running_sandbox()`` in a fixture of your own.
+  The root conftest registers this module as a plugin (``pytest_plugins``), which also
+  installs the ledger check below; or use ``running_sandbox()`` in a fixture of your own.
 * ``sandbox_process()``: ``manage.py wecom_sandbox --port 0`` as a child process, for
   tests where several processes send; it yields the URL and a ``SandboxClient``.
 * ``wecom_settings(base_url)``: the ``WECOM_*`` settings that point a sender at it.
+* ``assert_ledger_matches(box)``: our ledger (``SendLog`` rows ``sent``) against the
+  sandbox's own. A test double is never more forgiving than the provider: every sandbox
+  started with ``running_sandbox()`` or ``sandbox_process()`` (and the fixtures built on
+  them) is checked this way when a test that uses the database returns, so a message
+  the sandbox suppressed or rejected but the engine recorded as sent fails the test. A
+  bare ``WeComSandbox`` is not watched.
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ops.sandbox import SandboxClient, WeComSandbox
+from ops.sandbox import LedgerEntry, SandboxClient, WeComSandbox
+from ops.sandbox.ledger import DELIVERED
+from reminders.models import SendLog
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,11 +60,126 @@ def wecom_settings(base_url: str) -> dict[str, Any]:
     }
 
 
+# -- our ledger against the sandbox's ---------------------------------------------------
+
+APP_SEND = "message/send"
+# The channel the tests point at a sandbox (tests/settings.py declares it for processes).
+SANDBOX_CHANNELS = ("wecom",)
+
+
+def ledger_mismatches(
+    entries: Iterable[LedgerEntry], *, channels: Collection[str] = SANDBOX_CHANNELS
+) -> list[str]:
+    """What our ledger claims that the sandbox's contradicts, one line each.
+
+    Each ``sent`` row of ``channels`` must name (in ``provider_message_id``, or every part
+    in ``reply_detail["msgids"]``) a delivery to its recipient, and no delivery may be
+    claimed by two rows with different keys: a message the sandbox suppressed as a
+    duplicate answers with the msgid of the earlier delivery it was merged into.
+    """
+    entries = [e for e in entries if e.endpoint == APP_SEND]
+    delivered = {e.msgid: e for e in entries if e.status == DELIVERED and e.msgid}
+    problems: list[str] = []
+    claimed: dict[str, set[str]] = defaultdict(set)
+    rows = SendLog.objects.filter(status=SendLog.Status.SENT, channel__in=channels)
+    for key, recipient, msgid, detail in rows.order_by("pk").values_list(
+        "key", "recipient", "provider_message_id", "reply_detail"
+    ):
+        for part in (detail or {}).get("msgids") or [msgid]:
+            claimed[part].add(key)
+            entry = delivered.get(part)
+            if entry is None:
+                problems.append(
+                    f"{key} to {recipient}: recorded sent with msgid {part!r}, "
+                    f"which no delivery has ({_outcomes(entries, recipient)})"
+                )
+            elif recipient not in entry.delivered_to:
+                problems.append(
+                    f"{key} to {recipient}: msgid {part!r} was delivered to "
+                    f"{list(entry.delivered_to)} only"
+                )
+    for part, keys in claimed.items():
+        if len(keys) > 1 and part:
+            problems.append(
+                f"one delivery ({part!r}) is recorded as sent by {len(keys)} keys: "
+                f"{sorted(keys)}; the others were suppressed as duplicates"
+            )
+    return problems
+
+
+def _outcomes(entries: list[LedgerEntry], recipient: str) -> str:
+    mine = [e for e in entries if recipient in e.touser]
+    return "the sandbox's entries to them: " + (
+        ", ".join(f"#{e.id} {e.status} {e.errcode} msgid={e.msgid!r}" for e in mine) or "none"
+    )
+
+
+def assert_ledger_matches(
+    box: WeComSandbox | SandboxClient | Iterable[LedgerEntry],
+    *,
+    channels: Collection[str] = SANDBOX_CHANNELS,
+) -> None:
+    """Fail if a ``sent`` row is not a delivery of the sandbox (see ``ledger_mismatches``)."""
+    entries = box.ledger() if isinstance(box, WeComSandbox | SandboxClient) else list(box)
+    problems = ledger_mismatches(entries, channels=channels)
+    assert not problems, "the ledger says sent what the sandbox did not deliver:\n" + "\n".join(
+        problems
+    )
+
+
+@dataclass
+class Watched:
+    """A sandbox started in the current test, and how to read its ledger then."""
+
+    name: str
+    read: Callable[[], list[LedgerEntry]]
+
+
+_watched: list[Watched] = []
+
+
+def _watch(name: str, read: Callable[[], list[LedgerEntry]]) -> Watched:
+    watched = Watched(name, read)
+    _watched.append(watched)
+    return watched
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _watched.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """After a test's body returns, and before any teardown (the database still holds
+    its rows, the sandboxes still run): the ledger of every sandbox it started agrees
+    with ours. A failed test is left to its own failure."""
+    try:
+        result = yield
+        if "_django_db_helper" in item.fixturenames:
+            for watched in _watched:
+                problems = ledger_mismatches(watched.read())
+                if problems:
+                    pytest.fail(
+                        f"{watched.name}: the ledger says sent what the sandbox did not "
+                        "deliver:\n" + "\n".join(problems),
+                        pytrace=False,
+                    )
+        return result
+    finally:
+        _watched.clear()
+
+
+# -- sandboxes ---------------------------------------------------------------------------
+
+
 @contextlib.contextmanager
 def running_sandbox(**options: Any) -> Iterator[WeComSandbox]:
-    """A sandbox serving on a free port of 127.0.0.1 for the length of the block."""
+    """A sandbox serving on a free port of 127.0.0.1 for the length of the block;
+    watched (``assert_ledger_matches``) when the test returns."""
     sandbox = WeComSandbox(**{**DEFAULTS, **options})
     sandbox.start()
+    _watch(repr(sandbox), sandbox.ledger)
     try:
         yield sandbox
     finally:
@@ -119,7 +243,11 @@ def sandbox_process(
             raise RuntimeError(f"the sandbox did not start: {line!r}\n{popen.stderr.read()}")
         base_url = line.strip().partition("=")[2]
         with SandboxClient(base_url) as client:
-            yield SandboxProcess(popen, base_url, client)
+            watched = _watch(f"sandbox process {base_url}", client.ledger)
+            try:
+                yield SandboxProcess(popen, base_url, client)
+            finally:
+                _keep_ledger(watched, client)
     finally:
         if popen.poll() is None:
             popen.send_signal(signal.SIGTERM)
@@ -130,6 +258,21 @@ def sandbox_process(
                 popen.wait()
         popen.stdout.close()
         popen.stderr.close()
+
+
+def _keep_ledger(watched: Watched, client: SandboxClient) -> None:
+    """Read the ledger of a sandbox process before it stops, for the check at the end."""
+    try:
+        entries = client.ledger()
+    except Exception as exc:  # a sandbox that died: the check says so
+        error = exc
+
+        def unreadable() -> list[LedgerEntry]:
+            raise AssertionError(f"{watched.name}: its ledger could not be read: {error!r}")
+
+        watched.read = unreadable
+    else:
+        watched.read = lambda: entries
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ class RecordingSender(BaseSender):
     can kill the process between the provider's delivery and our record of it.
     ``$RECORD_FAIL_FIRST`` (n) fails the first n sends of each key with a passing error.
     With ``duplicate_check`` it behaves like WeCom with ``enable_duplicate_check``: a body
-    already delivered under the same key is accepted and not delivered again.
+    already delivered to the same recipient within ``duplicate_check_seconds`` is accepted
+    and not delivered again, whatever its key; the reply carries the first delivery's id.
     """
 
     duplicate_check_seconds = 3600
@@ -44,16 +46,15 @@ class RecordingSender(BaseSender):
         if seen < fail_first:
             self._failures[message.idempotency_key] = seen + 1
             raise TransientSendError("provider busy", code="-1")
-        duplicate = self.supports_duplicate_check and any(
-            row["key"] == message.idempotency_key and row["body"] == message.rendered
-            for row in self.delivered()
-        )
-        if not duplicate:
+        first = self._earlier_delivery(message)
+        message_id = first["id"] if first else f"rec-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        if first is None:
             line = json.dumps(
                 {
                     "key": message.idempotency_key,
                     "to": message.recipient,
                     "body": message.rendered,
+                    "id": message_id,
                     "pid": os.getpid(),
                     "at": time.time(),
                 }
@@ -67,4 +68,21 @@ class RecordingSender(BaseSender):
         delay = float(os.environ.get("RECORD_DELAY", "0"))
         if delay:
             time.sleep(delay)
-        return SendResult(message_id=f"rec-{os.getpid()}", code="0")
+        return SendResult(message_id=message_id, code="0")
+
+    def _earlier_delivery(self, message: Message) -> dict[str, Any] | None:
+        """An identical body delivered to the same recipient within the window, if the
+        duplicate check is on: what the provider compares is the request, not our key."""
+        if not self.supports_duplicate_check:
+            return None
+        since = time.time() - self.duplicate_check_seconds
+        return next(
+            (
+                row
+                for row in self.delivered()
+                if row["to"] == message.recipient
+                and row["body"] == message.rendered
+                and row["at"] > since
+            ),
+            None,
+        )

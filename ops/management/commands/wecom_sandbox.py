@@ -14,6 +14,7 @@ from ops.sandbox import (
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     DEV_ROBOT_KEY,
+    FaultRates,
     WeComSandbox,
     Window,
 )
@@ -31,6 +32,20 @@ def positive(value: str) -> float:
     number = float(value)
     if number <= 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return number
+
+
+def rate(value: str) -> float:
+    number = float(value)
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a rate within 0..1")
+    return number
+
+
+def seconds(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of seconds >= 0")
     return number
 
 
@@ -119,6 +134,42 @@ class Command(BaseCommand):
             "or answer 45002 (default: %(default)r)",
         )
         parser.add_argument(
+            "--busy-rate",
+            type=rate,
+            default=0.0,
+            help="chance that a send is answered busy, errcode -1 (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--http-error-rate",
+            type=rate,
+            default=0.0,
+            help="chance that a send is answered HTTP 500 (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--lost-reply-rate",
+            type=rate,
+            default=0.0,
+            help="chance that a reply is lost after the send took effect (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--slow-reply-rate",
+            type=rate,
+            default=0.0,
+            help="chance that a reply comes --slow-reply-delay seconds late (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--slow-reply-delay",
+            type=seconds,
+            default=2.0,
+            help="how late a slow reply comes, seconds (default: %(default)r)",
+        )
+        parser.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="seed of the random faults: the same seed, the same faults (default: %(default)r)",
+        )
+        parser.add_argument(
             "--invalid-user",
             action="append",
             dest="invalid_users",
@@ -147,6 +198,14 @@ class Command(BaseCommand):
                 robot_limit=options["robot_limit"],
                 overflow=options["overflow"],
                 invalid_users=options["invalid_users"],
+                fault_rates=FaultRates(
+                    http_error=options["http_error_rate"],
+                    busy=options["busy_rate"],
+                    lost_reply=options["lost_reply_rate"],
+                    slow_reply=options["slow_reply_rate"],
+                    slow_delay=options["slow_reply_delay"],
+                    seed=options["seed"],
+                ),
                 verbose=verbose,
             )
             sandbox.serve_until_signalled(

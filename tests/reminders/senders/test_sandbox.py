@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import TestCase
+from django.utils import timezone
 
 from ops.sandbox import WeComSandbox
-from reminders import dispatch, signals
+from reminders import dispatch, kinds, signals
 from reminders.exceptions import (
     ConfigurationSendError,
     RecipientSendError,
@@ -32,7 +33,10 @@ from tests.support.jobs import run_queued
 from tests.support.processes import REPO, database_url
 from tests.support.sandbox import (
     CORP_SECRET,
+    DEFAULTS,
     ROBOT_KEY,
+    assert_ledger_matches,
+    ledger_mismatches,
     running_sandbox,
     sandbox_process,
     wecom_settings,
@@ -51,6 +55,10 @@ def sandbox() -> Iterator[WeComSandbox]:
 def channels(sandbox: WeComSandbox, settings: Any) -> None:
     """``wecom`` and ``robot`` channels on the sandbox, configured as ``make run`` would:
     the app sender from the ``WECOM_*`` settings alone."""
+    use_sandbox(sandbox, settings)
+
+
+def use_sandbox(sandbox: WeComSandbox, settings: Any) -> None:
     for name, value in wecom_settings(sandbox.base_url).items():
         setattr(settings, name, value)
     settings.WECOM_TIMEOUT = 1.0
@@ -172,7 +180,8 @@ def test_e2e__a_reply_lost_after_delivery_is_resent_and_received_once(
 
     run.refresh_from_db()
     assert (run.status, run.attempts) == ("sent", 2)
-    assert [entry.content for entry in sandbox.delivered(to="wangwu")] == ["Inquiry #88 waits"]
+    stamp = kinds.stamp(run.task, run)
+    assert [e.content for e in sandbox.delivered(to="wangwu")] == [f"Inquiry #88 waits\n{stamp}"]
     assert [entry.status for entry in sandbox.ledger()] == ["delivered", "suppressed"]
     first = sandbox.ledger()[0]
     assert SendLog.objects.get().provider_message_id == first.msgid
@@ -194,6 +203,57 @@ def test_e2e__busy_and_5xx_are_retried_and_delivered_once(
     run.refresh_from_db()
     assert (run.status, run.attempts) == ("sent", 2)
     assert len(sandbox.delivered(to="zhaoliu")) == 1
+
+
+def two_follow_ups_an_hour_apart(make_task: Any) -> None:
+    """Two follow-ups the CRM wrote the same text for, to one member, sent an hour apart."""
+    now = timezone.now()
+    for at in (now, now + timedelta(hours=1)):
+        make_task("follow_up", "lisi", at=at, channel="wecom", payload={"content": "Call ACME"})
+    assert tick() == 1
+    assert tick(now=now + timedelta(hours=1, minutes=1)) == 1
+
+
+def test_e2e__the_same_text_twice_to_one_member_is_delivered_twice(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    two_follow_ups_an_hour_apart(make_task)
+
+    assert [e.status for e in sandbox.ledger()] == ["delivered", "delivered"]
+    assert [e.content.split("\n")[0] for e in sandbox.delivered(to="lisi")] == ["Call ACME"] * 2
+    assert_ledger_matches(sandbox)
+
+
+def test_e2e__without_the_stamp_wecom_merges_them_and_the_ledger_check_says_so(
+    make_task: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What render did before it stamped messages: the kind's content alone.
+    monkeypatch.setattr(kinds, "render", lambda task, run: kinds.get(task.kind).render(task, run))
+    # A bare sandbox: the automatic check would fail this test, which is its point.
+    with WeComSandbox(**DEFAULTS) as bare:
+        use_sandbox(bare, settings)
+        two_follow_ups_an_hour_apart(make_task)
+
+    assert [e.status for e in bare.ledger()] == ["delivered", "suppressed"]
+    assert set(SendLog.objects.values_list("status", flat=True)) == {"sent"}  # the lie
+    [problem] = ledger_mismatches(bare.ledger())
+    assert "recorded as sent by 2 keys" in problem
+    with pytest.raises(AssertionError, match="suppressed as duplicates"):
+        assert_ledger_matches(bare)
+
+
+def test_ledger_check__fails_on_a_rejected_message_recorded_as_sent(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    task = make_task(recipient="ghost", channel="wecom")
+    tick()  # 81013: every recipient invalid, the run failed
+    assert ledger_mismatches(sandbox.ledger()) == []
+
+    SendLog.objects.filter(task=task).update(status="sent")
+
+    [problem] = ledger_mismatches(sandbox.ledger())
+    assert "which no delivery has" in problem and "rejected 81013" in problem
+    SendLog.objects.filter(task=task).update(status="failed")  # for the automatic check
 
 
 # -- the senders alone --------------------------------------------------------------------

@@ -749,3 +749,29 @@ def test_limits__per_app_channel_rate_and_per_member_rate(settings) -> None:
     assert member.rate == Rate.at_most(30, 60)
     assert member.name == "wecom:c:1:to:alice"
     assert channel.name == same_app.limits(Message("bob", "text", {}, "k"))[0].name
+
+
+@pytest.mark.parametrize(
+    ("options", "content", "cost"),
+    [
+        ({"oversize": "split"}, "short", 1),
+        ({"oversize": "split"}, "".join(f"{n:03d} 客户跟进记录\n" for n in range(400)), None),
+        ({"oversize": "reject"}, "x" * 5000, 1),  # refused by the send, not the limiter
+        ({"oversize": "split"}, "", 1),  # empty: refused by the send
+    ],
+)
+def test_limits__a_split_message_spends_one_slot_per_part(settings, options, content, cost) -> None:
+    from reminders.senders.base import Message
+    from reminders.senders.wecom import split_content
+
+    settings.WECOM_RATE_LIMIT = 40
+    sender = WeComSender(
+        "a", api_base="http://127.0.0.1:9", corp_id="c", corp_secret="s", agent_id=1, **options
+    )
+    expected = cost or len(split_content(content))
+    limits = sender.limits(Message("alice", "text", {"content": content}, "k"))
+    assert [(limit.name, limit.cost) for limit in limits] == [
+        ("wecom:c:1:channel", expected),
+        ("wecom:c:1:to:alice", expected),
+    ]
+    assert expected > 1 or cost == 1

@@ -1,0 +1,116 @@
+"""``MemorySender`` with ``duplicate_check`` drops what WeCom's check drops: an identical
+body to the same recipient inside the window, whatever our key; so tests see the loss."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import TestCase
+from django.utils import timezone
+
+from reminders import dispatch, kinds
+from reminders.models import SendLog
+from reminders.senders import get_sender
+from reminders.senders.base import Message
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import run_queued
+
+
+def text(to: str, content: str, key: str) -> Message:
+    return Message(to, "text", {"content": content}, key)
+
+
+def test_duplicate_check__an_identical_body_to_one_recipient_is_suppressed_whatever_the_key():
+    sender = MemorySender("dedup", duplicate_check=True)
+    first = sender.send(text("lisi", "Call ACME", "task-1:09:00"))
+    second = sender.send(text("lisi", "Call ACME", "task-2:10:00"))
+
+    assert [m.idempotency_key for m in MemorySender.outbox] == ["task-1:09:00"]
+    assert [m.idempotency_key for m in MemorySender.suppressed] == ["task-2:10:00"]
+    assert second.message_id == first.message_id  # as WeCom's sandbox answers
+
+
+def test_duplicate_check__another_recipient_or_body_is_delivered():
+    sender = MemorySender("dedup", duplicate_check=True)
+    sender.send(text("lisi", "Call ACME", "k1"))
+    sender.send(text("wangwu", "Call ACME", "k2"))
+    sender.send(text("lisi", "Call Globex", "k3"))
+
+    assert len(MemorySender.outbox) == 3
+    assert MemorySender.suppressed == []
+
+
+def test_duplicate_check__lapses_after_the_window(monkeypatch):
+    sender = MemorySender("dedup", duplicate_check=True)
+    sender.send(text("lisi", "Call ACME", "k1"))
+    monkeypatch.setattr(MemorySender, "duplicate_check_seconds", 0)
+    sender.send(text("lisi", "Call ACME", "k2"))
+
+    assert len(MemorySender.outbox) == 2
+
+
+def test_without_duplicate_check__everything_is_delivered():
+    sender = MemorySender("plain")
+    sender.send(text("lisi", "Call ACME", "k1"))
+    sender.send(text("lisi", "Call ACME", "k1"))
+
+    assert len(MemorySender.outbox) == 2
+    assert MemorySender.suppressed == []
+
+
+def test_re_sending_one_message__is_suppressed_like_a_retry_after_a_lost_reply():
+    sender = MemorySender("dedup", duplicate_check=True)
+    message = text("lisi", "Call ACME", "k1")
+    first = sender.send(message)
+    again = sender.send(Message.from_rendered("lisi", message.rendered, "k1"))
+
+    assert (len(MemorySender.outbox), len(MemorySender.suppressed)) == (1, 1)
+    assert again.message_id == first.message_id
+
+
+# -- through the engine ------------------------------------------------------------------
+
+
+def tick(now=None) -> int:
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("test", 1000, now=now)
+        return run_queued()
+
+
+def two_follow_ups_an_hour_apart(make_task) -> None:
+    """Two follow-ups the CRM wrote the same text for, to one member, sent an hour apart."""
+    now = timezone.now()
+    for at in (now, now + timedelta(hours=1)):
+        make_task(
+            "follow_up", "lisi", at=at, channel="memory_dedup", payload={"content": "Call ACME"}
+        )
+    assert tick() == 1
+    assert tick(now=now + timedelta(hours=1, minutes=1)) == 1
+
+
+@pytest.mark.django_db
+def test_engine__the_same_text_twice_to_one_member_is_delivered_twice(make_task):
+    two_follow_ups_an_hour_apart(make_task)
+
+    assert [m.recipient for m in MemorySender.outbox] == ["lisi", "lisi"]
+    assert MemorySender.suppressed == []
+    assert SendLog.objects.filter(status="sent").count() == 2
+
+
+@pytest.mark.django_db
+def test_engine__without_the_stamp_the_double_shows_the_silent_merge(make_task, monkeypatch):
+    # What render did before it stamped messages: the kind's content alone.
+    monkeypatch.setattr(kinds, "render", lambda task, run: kinds.get(task.kind).render(task, run))
+
+    two_follow_ups_an_hour_apart(make_task)
+
+    # The ledger says both were sent; the provider delivered one.
+    assert SendLog.objects.filter(status="sent").count() == 2
+    assert len(MemorySender.outbox) == len(MemorySender.suppressed) == 1
+    assert len(set(SendLog.objects.values_list("provider_message_id", flat=True))) == 1
+
+
+def test_get_sender__the_test_settings_dedup_channel_checks_duplicates():
+    assert get_sender("memory_dedup").supports_duplicate_check is True
