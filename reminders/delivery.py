@@ -759,7 +759,7 @@ def _record_failure(job: Job, error: SendError) -> None:
     run = job.run
     now = timezone.now()
     delays = conf.RETRY_DELAYS
-    doubt = job.in_doubt or isinstance(error, InDoubtSendError)
+    doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
     resend_safe = job.sender is not None and (
         job.sender.supports_duplicate_check or job.sender.retry_in_doubt
     )

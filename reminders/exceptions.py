@@ -37,6 +37,9 @@ class SendError(RemindersError):
 
     retryable = False
     category = "error"
+    # The same bytes are refused whenever they are sent (no such member, a malformed
+    # body): an earlier attempt of them cannot have been delivered either.
+    refuses_these_bytes = False
 
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
@@ -92,9 +95,11 @@ class RecipientSendError(PermanentSendError):
     """The recipient does not exist or may not receive messages."""
 
     category = "recipient"
+    refuses_these_bytes = True
 
 
 class PayloadSendError(PermanentSendError):
     """The message itself is invalid (empty, too large, bad type)."""
 
     category = "payload"
+    refuses_these_bytes = True

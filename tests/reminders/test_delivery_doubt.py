@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from reminders import dispatch
 from reminders.delivery import reserve, start
-from reminders.exceptions import InDoubtSendError, TransientSendError
+from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued, tick
@@ -202,3 +202,18 @@ def test_deaths_mid_send_are_counted_apart_and_a_run_that_keeps_killing_workers_
     assert "2 workers died" in run.error_message
     assert SendLog.objects.get().status == "unknown"
     assert received == [("run_unknown", run.pk, "unknown")]
+
+
+def test_a_recipient_refused_on_an_in_doubt_resend__no_attempt_ever_arrived(
+    make_task, outbox, received
+):
+    task = make_task(channel="memory_dedup")
+    MemorySender.script[:] = [TIMEOUT, RecipientSendError("no such member", code="81013")]
+    tick()
+    run = task.runs.get()
+    tick(now=later(run))
+    # The member does not exist: the first attempt of these bytes cannot have arrived.
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "81013")
+    assert SendLog.objects.get().status == "failed"
+    assert received == [("run_failed", run.pk, "failed")]

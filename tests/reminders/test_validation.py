@@ -30,7 +30,14 @@ def test_schedule__content_larger_than_the_channel_carries_is_refused_on_payload
     errors = refused(channel=channel, payload={"content": "x" * (CONTENT_LIMIT + 1)})
 
     [message] = errors["payload"]
-    assert channel in message and f"{CONTENT_LIMIT + 1} bytes" in message
+    assert channel in message and f"over WeCom's limit of {CONTENT_LIMIT}" in message
+
+
+def test_schedule__content_that_fits_only_without_the_occurrence_stamp_is_refused():
+    # What is checked is what would be sent: the content and the stamp under it.
+    errors = refused(channel="wecom", payload={"content": "x" * CONTENT_LIMIT})
+    [message] = errors["payload"]
+    assert f"over WeCom's limit of {CONTENT_LIMIT}" in message
 
 
 @pytest.mark.parametrize("channel", ["wecom", "robot"])
