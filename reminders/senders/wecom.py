@@ -10,8 +10,8 @@
 Every message is sent with WeCom's duplicate check on and rendered to the same bytes
 every time, so a re-send after a lost reply is dropped by WeCom instead of reaching the
 employee twice. That check compares content, not our idempotency key: two different
-reminders with identical text to the same user inside the interval are merged too, so
-kinds should render something that tells occurrences apart.
+reminders with identical text to the same user inside the interval would be merged
+too, which is why ``reminders.kinds.render`` stamps every message with its occurrence.
 
 Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` lists them.
 """
