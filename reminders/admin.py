@@ -124,7 +124,7 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
         cleaned = self.cleaned_data
         if not cleaned.get("priority"):
             try:
-                cleaned["priority"] = kinds.get(cleaned.get("kind") or "").priority
+                cleaned["priority"] = kinds.policy(cleaned.get("kind") or "").priority
             except UnknownKind:
                 cleaned["priority"] = Priority.NORMAL  # the kind's own error is on its field
         return cleaned

@@ -50,7 +50,7 @@ def schedule(
     )
     tz = tz or django_settings.TIME_ZONE
     try:
-        default_priority = kinds.get(kind).priority
+        default_priority = kinds.policy(kind).priority
     except UnknownKind:
         default_priority = Priority.NORMAL
     fields: dict[str, Any] = {

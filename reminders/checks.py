@@ -20,7 +20,8 @@ from django.utils.module_loading import import_string
 
 from . import kinds
 from .conf import settings as conf
-from .exceptions import ChannelNotConfigured, RemindersError
+from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
+from .policies import PolicyError
 from .senders import get_sender
 
 
@@ -56,6 +57,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             getattr(conf, name)
         except ImproperlyConfigured as exc:
             errors.append(Error(str(exc), id="reminders.E004"))
+    errors.extend(_check_kinds_settings())
     errors.extend(_check_cluster())
     errors.extend(_check_rate_limit_cache())
     return errors
@@ -124,6 +126,29 @@ def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
                     id="reminders.W002",
                 )
             )
+    return messages
+
+
+def _check_kinds_settings() -> list[CheckMessage]:
+    """``REMINDERS_KINDS``: every override names a policy field with a value it takes."""
+    try:
+        overrides = conf.KINDS
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="reminders.E009")]
+    messages: list[CheckMessage] = []
+    for name, values in overrides.items():
+        try:
+            kinds.get(name).policy.with_overrides(values)
+        except UnknownKind:
+            messages.append(
+                Warning(
+                    f"REMINDERS_KINDS names {name!r}, which no code registered.",
+                    hint=f"Registered kinds: {', '.join(kinds.names())}.",
+                    id="reminders.W004",
+                )
+            )
+        except PolicyError as exc:
+            messages.append(Error(f"REMINDERS_KINDS[{name!r}]: {exc}", id="reminders.E009"))
     return messages
 
 

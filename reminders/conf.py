@@ -41,6 +41,16 @@ class Settings:
         return channels
 
     @property
+    def KINDS(self) -> dict[str, dict[str, Any]]:
+        """Per-kind policy overrides: ``{"daily_report": {"jitter_seconds": 120}}``."""
+        kinds = self._get("KINDS", {})
+        if not isinstance(kinds, dict) or not all(isinstance(v, dict) for v in kinds.values()):
+            raise ImproperlyConfigured(
+                "REMINDERS_KINDS must be a dict of kind names to dicts of policy settings."
+            )
+        return kinds
+
+    @property
     def DEFAULT_CHANNEL(self) -> str:
         return str(self._get("DEFAULT_CHANNEL", "console"))
 

@@ -379,7 +379,7 @@ class Others:
         holders = TaskRun.objects.in_bulk([pk for pk in held if pk is not None])
         days = Q()
         for run in runs:
-            if run.task.fires_at_most_daily:
+            if run.task.keyed_by_day:
                 begin, end = timing.local_day(run.occurrence, run.task.timezone)
                 days |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
         same_day: list[TaskRun] = []
@@ -396,7 +396,7 @@ class Others:
     def day_of(self, run: TaskRun) -> list[TaskRun]:
         """Other runs of ``run``'s task on its local day, for a task that fires at most
         once a day (in the task's zone as it is now)."""
-        if not run.task.fires_at_most_daily:
+        if not run.task.keyed_by_day:
             return []
         begin, end = timing.local_day(run.occurrence, run.task.timezone)
         return [
@@ -758,7 +758,7 @@ def _record_failure(job: Job, error: SendError) -> None:
     """
     run = job.run
     now = timezone.now()
-    delays = conf.RETRY_DELAYS
+    delays = _retry_delays(run.task)
     doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
     resend_safe = job.sender is not None and (
         job.sender.supports_duplicate_check or job.sender.retry_in_doubt
@@ -802,3 +802,12 @@ def _record_failure(job: Job, error: SendError) -> None:
         error.message,
         "; will retry" if will_retry else "",
     )
+
+
+def _retry_delays(task: ScheduledTask) -> list[int]:
+    """The task's kind's retry delays, or ``REMINDERS_RETRY_DELAYS``."""
+    try:
+        own = kinds.policy(task.kind).retry_delays
+    except UnknownKind:
+        own = ()
+    return list(own) or conf.RETRY_DELAYS

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 from django.utils.translation import gettext_lazy as _
 
 from . import timing
+from .conf import settings as conf
 from .exceptions import UnknownKind
+from .policies import Policy
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
@@ -95,11 +97,8 @@ class Kind:
     name: str
     label: str | _StrPromise
     render: Callable[[ScheduledTask, TaskRun], Content] = field(compare=False)
-    priority: str = "normal"
-    # Stagger: a deterministic offset in [0, jitter) plus a batch slot by recipient hash.
-    jitter_seconds: int = 0
-    batches: int = 1
-    batch_interval_seconds: int = 60
+    # When its messages go; ``REMINDERS_KINDS`` overrides it field by field.
+    policy: Policy = field(default_factory=Policy)
 
 
 _registry: dict[str, Kind] = {}
@@ -121,6 +120,12 @@ def names() -> list[str]:
     return sorted(_registry)
 
 
+def policy(name: str) -> Policy:
+    """The policy kind ``name`` runs under: its own, with the overrides of
+    ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply)."""
+    return get(name).policy.with_overrides(conf.KINDS.get(name, {}))
+
+
 def render(task: ScheduledTask, run: TaskRun) -> Content:
     """The message one run of ``task`` sends: its kind's content for that occurrence.
 
@@ -136,7 +141,12 @@ register(
         "daily_report",
         _("Daily report"),
         _text("Please submit your daily report."),
-        jitter_seconds=300,
+        Policy(
+            jitter_seconds=300,
+            batches=10,
+            batch_interval_seconds=60,
+            missed="compensate",
+        ),
     )
 )
 register(
@@ -144,7 +154,12 @@ register(
         "weekly_report",
         _("Weekly report"),
         _text("Please submit your weekly report."),
-        jitter_seconds=300,
+        Policy(
+            jitter_seconds=300,
+            batches=10,
+            batch_interval_seconds=60,
+            missed="compensate",
+        ),
     )
 )
 register(
@@ -152,7 +167,7 @@ register(
         "birthday",
         _("Birthday greeting"),
         _text("Happy birthday! Best wishes from all of us."),
-        priority="high",
+        Policy(priority="high", send_by="12:00", missed="skip"),
     )
 )
 register(
@@ -160,6 +175,7 @@ register(
         "follow_up",
         _("Follow-up reminder"),
         _text("You have a customer follow-up due."),
+        Policy(max_lateness_seconds=2 * 3600),
     )
 )
 register(
@@ -167,6 +183,6 @@ register(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
         _text("A customer inquiry has been waiting too long for your reply."),
-        priority="high",
+        Policy(priority="high", max_lateness_seconds=30 * 60),
     )
 )

@@ -225,6 +225,18 @@ class ScheduledTask(models.Model):
     def fires_at_most_daily(self) -> bool:
         return bool(self.cron) and timing.fires_at_most_daily(self.cron)
 
+    @property
+    def keyed_by_day(self) -> bool:
+        """Whether this task sends at most one message a local day: its kind's policy
+        says so (``key_per``), or, by default, its schedule fires at most daily."""
+        try:
+            key_per = kinds.policy(self.kind).key_per
+        except UnknownKind:
+            key_per = "auto"
+        if key_per == "auto":
+            return self.fires_at_most_daily
+        return key_per == "day"
+
     def occurrence_after(self, moment: datetime) -> datetime | None:
         """The schedule's first occurrence strictly after ``moment``; None when exhausted."""
         if self.cron:
@@ -327,21 +339,21 @@ class ScheduledTask(models.Model):
         otherwise. Delivery also refuses a second message on one local day for such a
         task whatever the keys (a schedule that went from twice a day to daily).
         """
-        if self.fires_at_most_daily:
+        if self.keyed_by_day:
             start, _ = timing.local_day(occurrence, self.timezone)
             return f"{self.pk}:{start.isoformat(timespec='minutes')}"
         return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
     def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
         """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given."""
-        kind = kinds.get(self.kind)
+        policy = kinds.policy(self.kind)
         delay = timing.stagger(
             task_id=self.pk,
             recipient=self.recipient,
             occurrence=occurrence,
-            jitter_seconds=kind.jitter_seconds,
-            batches=kind.batches,
-            batch_interval_seconds=kind.batch_interval_seconds,
+            jitter_seconds=policy.jitter_seconds,
+            batches=policy.batches,
+            batch_interval_seconds=policy.batch_interval_seconds,
         )
         run = TaskRun(
             task=self,

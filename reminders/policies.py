@@ -1,0 +1,114 @@
+"""A kind's timing rules (its policy), and how the settings override them per kind.
+
+Every rule about *when* a kind's messages go lives in one ``Policy``: priority, stagger,
+send-by deadline, what becomes of missed occurrences, retry delays, working-day
+calendar, and whether the idempotency key is per day or per occurrence. A kind declares
+its own in the registry (``reminders.kinds``); ``REMINDERS_KINDS`` overrides any of them
+by name, per kind::
+
+    REMINDERS_KINDS = {"daily_report": {"jitter_seconds": 120, "missed": "skip"}}
+
+Invariants: a ``Policy`` is valid once built (every field is checked in
+``__post_init__``, naming the field and the reason), and an override names only fields
+that exist, so a typo in settings is a system-check error (``reminders.E009``), never a
+silently ignored rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .exceptions import RemindersError
+
+PRIORITIES = ("high", "normal", "low")
+MISSED_RULES = ("skip", "latest", "compensate")
+KEY_GRANULARITIES = ("auto", "day", "occurrence")
+_CLOCK = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
+
+
+class PolicyError(RemindersError, ImproperlyConfigured):
+    """A policy field that does not exist, or a value it cannot take."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """When a kind's messages go. Every duration is in seconds.
+
+    * ``priority``: claim order and reserved capacity (``high``, ``normal``, ``low``).
+    * ``jitter_seconds``, ``batches``, ``batch_interval_seconds``: the stagger, a
+      deterministic offset in [0, jitter) plus a batch slot by a hash of the recipient.
+    * ``send_by``: the latest local time ("12:00") on the occurrence's day a message may
+      still go; ``max_lateness_seconds``: how long after its due time. Past either the
+      run is not sent late but ``expired``.
+    * ``missed``: an occurrence that passed unsent (downtime, a pause): ``skip`` them
+      all, run the ``latest`` (the others skipped), or ``compensate`` (made up at the
+      next occurrence, at most ``compensate_max_age_seconds`` old).
+    * ``retry_delays``: before each retry of a passing error; empty: the setting
+      ``REMINDERS_RETRY_DELAYS``.
+    * ``calendar``: the working-day calendar occurrences must fall on; "": every day.
+    * ``key_per``: the idempotency key's granularity: ``day`` (one message a local
+      day), ``occurrence``, or ``auto`` (per day for a schedule firing at most daily).
+    """
+
+    priority: str = "normal"
+    jitter_seconds: int = 0
+    batches: int = 1
+    batch_interval_seconds: int = 60
+    send_by: str = ""
+    max_lateness_seconds: int | None = None
+    missed: str = "latest"
+    compensate_max_age_seconds: int = 7 * 24 * 3600
+    retry_delays: tuple[int, ...] = ()
+    calendar: str = ""
+    key_per: str = "auto"
+
+    def __post_init__(self) -> None:
+        _one_of("priority", self.priority, PRIORITIES)
+        _one_of("missed", self.missed, MISSED_RULES)
+        _one_of("key_per", self.key_per, KEY_GRANULARITIES)
+        _whole("jitter_seconds", self.jitter_seconds, minimum=0)
+        _whole("batches", self.batches, minimum=1)
+        _whole("batch_interval_seconds", self.batch_interval_seconds, minimum=0)
+        _whole("compensate_max_age_seconds", self.compensate_max_age_seconds, minimum=1)
+        if self.max_lateness_seconds is not None:
+            _whole("max_lateness_seconds", self.max_lateness_seconds, minimum=1)
+        if self.send_by and not (isinstance(self.send_by, str) and _CLOCK.fullmatch(self.send_by)):
+            raise PolicyError(f"send_by must be a local time as HH:MM, not {self.send_by!r}.")
+        if not isinstance(self.retry_delays, tuple):
+            raise PolicyError("retry_delays must be a tuple of seconds.")
+        for delay in self.retry_delays:
+            _whole("retry_delays", delay, minimum=1)
+        if not isinstance(self.calendar, str):
+            raise PolicyError(f"calendar must be a calendar's name, not {self.calendar!r}.")
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
+        """This policy with ``overrides`` (field name to value) applied; raises
+        ``PolicyError`` naming an unknown field or a bad value."""
+        if not isinstance(overrides, Mapping):
+            raise PolicyError(f"A kind's overrides must be a dict, not {overrides!r}.")
+        known = {field.name for field in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise PolicyError(
+                f"Unknown policy setting(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})."
+            )
+        values = dict(overrides)
+        if isinstance(values.get("retry_delays"), list):
+            values["retry_delays"] = tuple(values["retry_delays"])
+        return replace(self, **values)
+
+
+def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise PolicyError(f"{name} must be one of {', '.join(allowed)}, not {value!r}.")
+
+
+def _whole(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PolicyError(f"{name} must be a whole number of at least {minimum}, not {value!r}.")
