@@ -135,6 +135,7 @@ REMINDERS_MAX_PAUSE_SECONDS = env.float("REMINDERS_MAX_PAUSE_SECONDS", default=3
 # by every process (e.g. CACHE_URL=redis://127.0.0.1:6379/0, which needs the "redis" extra).
 REMINDERS_RATE_LIMIT_CACHE = env.str("REMINDERS_RATE_LIMIT_CACHE", default="")
 REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
+REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
 
 # --- django-q2 -----------------------------------------------------------------------
 # Our own loop claims and enqueues due runs; django-q2 only executes them. Delivery is

@@ -52,7 +52,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="reminders.E003",
             )
         )
-    for name in ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS", "MAX_WORKER_DEATHS"):
+    names = ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS", "MAX_WORKER_DEATHS", "RUN_TIMEOUT")
+    for name in names:
         try:
             getattr(conf, name)
         except ImproperlyConfigured as exc:

@@ -122,6 +122,11 @@ class Settings:
         )
 
     @property
+    def RUN_TIMEOUT(self) -> float:
+        """Seconds a run may be ``running`` before ``run_stuck`` reports it (once)."""
+        return _positive_number("REMINDERS_RUN_TIMEOUT", self._get("RUN_TIMEOUT", 600))
+
+    @property
     def JOB_TIMEOUT(self) -> float | None:
         """Seconds django-q2 lets one job run before it kills the worker
         (``Q_CLUSTER['timeout']``); None when it sets none."""

@@ -30,6 +30,10 @@ truth:
   the run of a re-planned occurrence; one that did makes that run a ``skipped``
   duplicate. A task that fires at most once a day never sends twice on one local day,
   whatever its keys (a schedule changed from twice a day to daily).
+* A run is never sent after its deadline (its kind's ``send_by`` and lateness): a key
+  never tried or ``failed`` is left as it is and the run ends ``expired``, as does a run
+  whose next retry would come too late. A key in doubt is decided as above, never
+  expired: that would say the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A job stops taking new sends when its time is nearly up and hands the rest
   back, and renews its lease while it makes progress.
@@ -67,7 +71,7 @@ from .exceptions import (
     ThrottledSendError,
     UnknownKind,
 )
-from .models import ScheduledTask, SendLog, TaskRun
+from .models import EXPIRED_CODE, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
 from .senders.base import UNLIMITED, Limit, render_body
 
@@ -155,17 +159,17 @@ class Budget:
         self.lease_until = now + conf.LEASE_SECONDS
 
 
-def deliver(token: str, run_ids: Sequence[int]) -> int:
+def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) -> int:
     """Start the runs of one claim and send them at their rate-limit slots; returns how
     many were sent. Runs that cannot go soon wait for a later claim, without spending
-    an attempt.
+    an attempt. ``now``: the time the runs start at (default: the clock's).
 
     Runs go in batches that may leave back to back: one reservation of slots and ledger
     keys, the sends, one record of what was sent. A batch is a whole claim on an
     unlimited channel and usually one message on a busy paced one.
     """
     budget = Budget.begin()
-    jobs = start(token, run_ids)
+    jobs = start(token, run_ids, now)
     if not jobs:
         return 0
     sent = 0
@@ -173,8 +177,8 @@ def deliver(token: str, run_ids: Sequence[int]) -> int:
     pending = jobs
     while pending:
         if budget.nearly_up():
-            now = time.time()
-            _defer([(job, now) for job in pending], "job_time", "The job's time ran out first.")
+            moment = time.time()
+            _defer([(job, moment) for job in pending], "job_time", "The job's time ran out first.")
             break
         budget.renew(pending)
         batch, rest = _next_batch(pending)
@@ -338,10 +342,10 @@ def _wait(runs: Sequence[TaskRun], until: datetime, code: str, message: str) -> 
 # Starting -------------------------------------------------------------------------------
 
 
-def start(token: str, run_ids: Sequence[int]) -> list[Job]:
+def start(token: str, run_ids: Sequence[int], now: datetime | None = None) -> list[Job]:
     """Take the claimed runs that are still ours and decide, from the ledger and the
     task's other runs, which may be sent; finish or put back the others."""
-    now = timezone.now()
+    now = now or timezone.now()
     execution = uuid.uuid4().hex
     with transaction.atomic():
         TaskRun.objects.filter(
@@ -421,6 +425,8 @@ def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -
     if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
         return None
     if row is None or row.status == SendLog.Status.FAILED:
+        if _expired(run, now):
+            return None
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
         return _fresh_job(run, row)
@@ -448,6 +454,23 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
         until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
         _wait([run], until, "day_busy", "Another run of this task's day is being sent.")
         return False
+    return True
+
+
+def _expired(run: TaskRun, now: datetime) -> bool:
+    """True, and the run ended ``expired``, when its deadline has passed: a message
+    never delivered is not sent late. Its ledger key is left as it is."""
+    if run.deadline is None or now <= run.deadline:
+        return False
+    _expire(run, f"Not sent by its deadline, {run.deadline.isoformat()}.", now)
+    return True
+
+
+def _expire(run: TaskRun, message: str, now: datetime) -> bool:
+    """End the attempt in hand as ``expired`` and tell ops, while the run is ours."""
+    if not run.close_attempt(TaskRun.Status.EXPIRED, code=EXPIRED_CODE, message=message, now=now):
+        return False
+    transaction.on_commit(partial(signals.run_expired.send, TaskRun, run=run))
     return True
 
 
@@ -748,16 +771,24 @@ def _known_pks(rows: list[SendLog]) -> None:
             missing[key].pk = pk
 
 
-def _record_failure(job: Job, error: SendError) -> None:
-    """Record an attempt that did not end in ``sent``.
+@dataclass(frozen=True)
+class Outcome:
+    """How a failed attempt ends: the run's status, its retry time if it waits for
+    one, and whether the message may have been delivered (the ledger row's truth)."""
 
-    In doubt (this answer, or an earlier attempt of the same bytes): the row says
-    ``unknown`` and the run retries only where a re-send is safe; otherwise, or when
-    the retries are spent, the run is ``unknown`` and ops are told. Certain failures
-    are ``failed``: retried while they may pass, else final with ``run_failed``.
-    """
+    status: str
+    doubt: bool
+    code: str
+    message: str
+    retry_at: datetime | None = None
+
+
+def _failure_outcome(job: Job, error: SendError, now: datetime) -> Outcome:
+    """In doubt (this answer, or an earlier attempt of the same bytes) the run retries
+    only where a re-send is safe, else it is ``unknown``; certain failures retry while
+    they may pass, else are ``failed``. A retry that would come after the run's
+    deadline is not waited for: the run is ``expired`` (``unknown`` if in doubt)."""
     run = job.run
-    now = timezone.now()
     delays = _retry_delays(run.task)
     doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
     resend_safe = job.sender is not None and (
@@ -765,43 +796,76 @@ def _record_failure(job: Job, error: SendError) -> None:
     )
     attempts_left = run.attempts <= len(delays)
     will_retry = error.retryable and attempts_left and (resend_safe or not doubt)
+    retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None
+    if retry_at is not None and run.deadline is not None and retry_at > run.deadline:
+        if not doubt:
+            message = (
+                f"{error.message} ({error.code}); its retry at {retry_at.isoformat()} would "
+                f"come after its deadline, {run.deadline.isoformat()}."
+            )
+            return Outcome(TaskRun.Status.EXPIRED, False, EXPIRED_CODE, message)
+        will_retry, retry_at = False, None
     if doubt and job.sender is not None and job.sender.retry_in_doubt and will_retry:
         # The channel accepts a possible duplicate: the key is an ordinary failure.
         doubt = False
-    retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None
     if will_retry:
         status = TaskRun.Status.RETRYING
     else:
         status = TaskRun.Status.UNKNOWN if doubt else TaskRun.Status.FAILED
+    return Outcome(status, doubt, error.code, error.message, retry_at)
+
+
+def _record_failure(job: Job, error: SendError) -> None:
+    """Record an attempt that did not end in ``sent``, as ``_failure_outcome`` decides;
+    a final outcome tells ops (``run_unknown``, ``run_expired`` or ``run_failed``)."""
+    run = job.run
+    now = timezone.now()
+    outcome = _failure_outcome(job, error, now)
     with _recording():
         if not run.close_attempt(
-            status, code=error.code, message=error.message, retry_at=retry_at, now=now
+            outcome.status,
+            code=outcome.code,
+            message=outcome.message,
+            retry_at=outcome.retry_at,
+            now=now,
         ):
             # Our lease ran out and another worker holds the run: it decides from the
             # ledger as it finds it, and this attempt's outcome is not ours to write.
             logger.warning("run %s: taken over before its failure was recorded", run.pk)
             return
         SendLog.objects.filter(pk=job.ledger.pk).exclude(status=SendLog.Status.SENT).update(
-            status=SendLog.Status.UNKNOWN if doubt else SendLog.Status.FAILED,
+            status=SendLog.Status.UNKNOWN if outcome.doubt else SendLog.Status.FAILED,
             reply_code=error.code[:64],
             error_message=error.message,
             updated_at=now,
         )
-        if will_retry:
-            ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
-        elif status == TaskRun.Status.UNKNOWN:
-            transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
-        else:
-            transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
+        _tell_failure(run, outcome, error)
     logger.warning(
         "run %s attempt %d %s (%s): %s%s",
         run.pk,
         run.attempts,
-        "in doubt" if doubt else "failed",
+        "in doubt" if outcome.doubt else "failed",
         error.code,
         error.message,
-        "; will retry" if will_retry else "",
+        _LOGGED_ENDINGS.get(outcome.status, ""),
     )
+
+
+_LOGGED_ENDINGS: dict[str, str] = {
+    TaskRun.Status.RETRYING: "; will retry",
+    TaskRun.Status.EXPIRED: "; its retry would be past its deadline",
+}
+
+
+def _tell_failure(run: TaskRun, outcome: Outcome, error: SendError) -> None:
+    if outcome.status == TaskRun.Status.RETRYING:
+        ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
+    elif outcome.status == TaskRun.Status.UNKNOWN:
+        transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
+    elif outcome.status == TaskRun.Status.EXPIRED:
+        transaction.on_commit(lambda: signals.run_expired.send(TaskRun, run=run))
+    else:
+        transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
 
 
 def _retry_delays(task: ScheduledTask) -> list[int]:

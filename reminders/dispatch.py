@@ -139,6 +139,24 @@ def _of_self() -> tuple[str, ...]:
     return ("self",) if connection.features.has_select_for_update_of else ()
 
 
+def expire_overdue(now: datetime | None = None) -> int:
+    """End waiting runs past their deadline as ``expired`` rather than claim them (runs
+    whose key may have been delivered are left to delivery); returns how many."""
+    expired = TaskRun.objects.expire_overdue(now or timezone.now(), limit=conf.CLAIM_BATCH)
+    if expired:
+        logger.warning("%d runs expired: their deadline passed before they were sent", len(expired))
+    return len(expired)
+
+
+def report_stuck(now: datetime | None = None) -> int:
+    """Tell ops, once per run, of runs running longer than ``REMINDERS_RUN_TIMEOUT``;
+    returns how many were reported now."""
+    reported = TaskRun.objects.report_stuck(now or timezone.now(), limit=conf.CLAIM_BATCH)
+    for run in reported:
+        logger.error("run %s has been running since %s", run.pk, run.started_at)
+    return len(reported)
+
+
 def in_flight(owner: str) -> int:
     """Runs ``owner`` claimed that no worker has started yet."""
     return TaskRun.objects.filter(status=TaskRun.Status.QUEUED, lease_owner=owner).count()

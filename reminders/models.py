@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -113,6 +113,8 @@ class SkipReason(NamedTuple):
 MISSED = SkipReason("missed", "Occurrence passed while no scheduler was running.")
 PASSED_WHILE_PAUSED = SkipReason("paused", "Occurrence passed while the task was paused.")
 PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task could not be planned.")
+# The error code of a run that reached its deadline unsent.
+EXPIRED_CODE = "deadline"
 
 
 class TaskQuerySet(models.QuerySet["ScheduledTask"]):
@@ -363,6 +365,7 @@ class ScheduledTask(models.Model):
             next_attempt_at=occurrence + delay,
             priority=self.priority_rank,
             ledger_key=self.ledger_key(occurrence),
+            deadline=policy.deadline(occurrence, occurrence + delay, self.timezone),
         )
         if skip is not None:
             run.status = TaskRun.Status.SKIPPED
@@ -451,6 +454,7 @@ REPLANNED_FIELDS = [
     "error_message",
     "finished_at",
     "is_compensation",
+    "deadline",
 ]
 
 
@@ -534,6 +538,66 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
     def failed(self) -> RunQuerySet:
         return self.filter(status=TaskRun.Status.FAILED)
 
+    def overdue(self, now: datetime) -> RunQuerySet:
+        """Waiting runs past their deadline that no worker may have sent: none whose own
+        ledger row is ``sending`` or ``unknown`` (delivery decides those)."""
+        in_doubt = SendLog.objects.filter(
+            run=models.OuterRef("pk"),
+            status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
+        )
+        return self.filter(status__in=TaskRun.WAITING, deadline__lt=now).exclude(
+            models.Exists(in_doubt)
+        )
+
+    def expire_overdue(self, now: datetime, limit: int = 500) -> list[TaskRun]:
+        """End ``overdue`` runs as ``expired`` (up to ``limit``) and tell ops through
+        ``signals.run_expired`` once the transaction commits; returns them.
+
+        The rows are locked (``SKIP LOCKED``) and the UPDATE re-checks their state, so a
+        run is expired, and told, once however many schedulers tick; it reads only the
+        run's own columns, never the ledger, so that it locks no more than it changes.
+        """
+        with transaction.atomic():
+            candidates = self.overdue(now).order_by("deadline").values_list("pk", flat=True)
+            if connection.features.has_select_for_update_skip_locked:
+                candidates = candidates.select_for_update(skip_locked=True)
+            ids = list(candidates[:limit])
+            if not ids:
+                return []
+            TaskRun.objects.filter(pk__in=ids, status__in=TaskRun.WAITING, deadline__lt=now).update(
+                status=TaskRun.Status.EXPIRED,
+                error_code=EXPIRED_CODE,
+                error_message="Its deadline passed before it could be sent.",
+                next_attempt_at=None,
+                finished_at=now,
+            )
+            expired = list(
+                TaskRun.objects.filter(
+                    pk__in=ids, status=TaskRun.Status.EXPIRED, finished_at=now
+                ).select_related("task")
+            )
+            for run in expired:
+                transaction.on_commit(partial(signals.run_expired.send, TaskRun, run=run))
+        return expired
+
+    def stuck(self, now: datetime, timeout: float) -> RunQuerySet:
+        """Runs ``running`` for more than ``timeout`` seconds, not yet reported."""
+        return self.filter(
+            status=TaskRun.Status.RUNNING,
+            started_at__lt=now - timedelta(seconds=timeout),
+            stuck_reported_at__isnull=True,
+        )
+
+    def report_stuck(self, now: datetime, limit: int = 500) -> list[TaskRun]:
+        """Record and tell (``signals.run_stuck``) the runs running for longer than
+        ``REMINDERS_RUN_TIMEOUT``, each once: a compare-and-set on the attempt in hand,
+        so several schedulers report it once. The run is otherwise left to its lease."""
+        reported = []
+        for run in self.stuck(now, conf.RUN_TIMEOUT).select_related("task")[:limit]:
+            if run.mark_stuck(now):
+                reported.append(run)
+        return reported
+
     def release(self, owner: str) -> int:
         """Hand back runs this owner claimed but no worker started yet."""
         return self.filter(status=TaskRun.Status.QUEUED, lease_owner=owner).update(
@@ -558,10 +622,18 @@ class TaskRun(models.Model):
         SKIPPED = "skipped", _("Skipped")
         CANCELLED = "cancelled", _("Cancelled")
         UNKNOWN = "unknown", _("Outcome unknown")
+        EXPIRED = "expired", _("Expired")
 
     WAITING = (Status.SCHEDULED, Status.RETRYING)
     LEASED = (Status.QUEUED, Status.RUNNING)
-    FINISHED = (Status.SENT, Status.FAILED, Status.SKIPPED, Status.CANCELLED, Status.UNKNOWN)
+    FINISHED = (
+        Status.SENT,
+        Status.FAILED,
+        Status.SKIPPED,
+        Status.CANCELLED,
+        Status.UNKNOWN,
+        Status.EXPIRED,
+    )
     RETRYABLE = (*WAITING, Status.FAILED, Status.UNKNOWN)
 
     task = models.ForeignKey(
@@ -596,6 +668,18 @@ class TaskRun(models.Model):
     error_code = models.CharField(_("error code"), max_length=64, blank=True)
     error_message = models.TextField(_("error"), blank=True)
     is_compensation = models.BooleanField(_("make-up run"), default=False)
+    deadline = models.DateTimeField(
+        _("deadline"),
+        null=True,
+        blank=True,
+        help_text=_("Not sent after this, but expired (the kind's send-by and lateness)."),
+    )
+    stuck_reported_at = models.DateTimeField(
+        _("reported stuck"),
+        null=True,
+        blank=True,
+        help_text=_("When ops were told it was running for too long."),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
     objects = RunQuerySet.as_manager()
@@ -632,6 +716,18 @@ class TaskRun(models.Model):
                 condition=Q(status__in=["queued", "running"]),
             ),
             models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
+            # Expiring waiting runs past their deadline.
+            models.Index(
+                fields=["deadline"],
+                name="reminders_run_deadline_idx",
+                condition=Q(status__in=["scheduled", "retrying"], deadline__isnull=False),
+            ),
+            # Running runs not yet reported stuck.
+            models.Index(
+                fields=["started_at"],
+                name="reminders_run_stuck_idx",
+                condition=Q(status="running", stuck_reported_at__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -699,6 +795,20 @@ class TaskRun(models.Model):
         self.lease_owner = ""
         self.lease_token = ""
         self.lease_expires_at = None
+
+    def mark_stuck(self, now: datetime) -> bool:
+        """Record that this attempt was reported stuck, and tell ops once the transaction
+        commits; False if it was reported already or the attempt ended meanwhile."""
+        marked = TaskRun.objects.filter(
+            pk=self.pk,
+            lease_token=self.lease_token,
+            status=TaskRun.Status.RUNNING,
+            stuck_reported_at__isnull=True,
+        ).update(stuck_reported_at=now)
+        if marked:
+            self.stuck_reported_at = now
+            transaction.on_commit(partial(signals.run_stuck.send, TaskRun, run=self))
+        return bool(marked)
 
     @property
     def lateness(self) -> timedelta | None:
@@ -832,3 +942,41 @@ class RateBucket(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class HeartbeatQuerySet(models.QuerySet["SchedulerHeartbeat"]):
+    def stale(self, now: datetime, seconds: float) -> HeartbeatQuerySet:
+        """Schedulers that have not ticked for more than ``seconds``."""
+        return self.filter(last_tick_at__lt=now - timedelta(seconds=seconds))
+
+    def beat(self, owner: str, *, host: str, pid: int, started_at: datetime, now: datetime) -> None:
+        """Record a tick of scheduler ``owner``: one UPDATE, or its row the first time."""
+        if self.filter(owner=owner).update(last_tick_at=now):
+            return
+        self.update_or_create(
+            owner=owner,
+            defaults={"host": host, "pid": pid, "started_at": started_at, "last_tick_at": now},
+        )
+
+    def stop(self, owner: str) -> None:
+        """Scheduler ``owner`` stopped gracefully."""
+        self.filter(owner=owner).delete()
+
+
+class SchedulerHeartbeat(models.Model):
+    """One running ``run_reminders`` process and when its scheduler last ticked."""
+
+    owner = models.CharField(_("owner"), max_length=200, unique=True)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("process id"))
+    started_at = models.DateTimeField(_("started"))
+    last_tick_at = models.DateTimeField(_("last tick"))
+
+    objects = HeartbeatQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("scheduler heartbeat")
+        verbose_name_plural = _("scheduler heartbeats")
+
+    def __str__(self) -> str:
+        return f"{self.owner} (last tick {self.last_tick_at.isoformat()})"

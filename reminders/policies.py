@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from . import timing
 from .exceptions import RemindersError
 
 PRIORITIES = ("high", "normal", "low")
@@ -85,6 +87,18 @@ class Policy:
             _whole("retry_delays", delay, minimum=1)
         if not isinstance(self.calendar, str):
             raise PolicyError(f"calendar must be a calendar's name, not {self.calendar!r}.")
+
+    def deadline(self, occurrence: datetime, due_at: datetime, tz_name: str) -> datetime | None:
+        """The last moment a run of ``occurrence`` (due at ``due_at``, staggered) may be
+        sent: ``send_by`` on the occurrence's local day in ``tz_name``, or
+        ``max_lateness_seconds`` after ``due_at``, the earlier of the two; None without
+        either."""
+        limits = []
+        if self.send_by:
+            limits.append(timing.local_time_on_day(occurrence, tz_name, self.send_by))
+        if self.max_lateness_seconds is not None:
+            limits.append(due_at + timedelta(seconds=self.max_lateness_seconds))
+        return min(limits, default=None)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Policy:
         """This policy with ``overrides`` (field name to value) applied; raises

@@ -10,7 +10,7 @@ its first instance.
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -93,6 +93,15 @@ def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
     start = localize(datetime.combine(day, datetime.min.time()), tz)
     end = localize(datetime.combine(day + timedelta(days=1), datetime.min.time()), tz)
     return start, end
+
+
+def local_time_on_day(moment: datetime, tz_name: str, clock: str) -> datetime:
+    """``clock`` ("12:00") on ``moment``'s local day in ``tz_name``, aware; a time inside
+    a DST gap moves past it, as occurrences do."""
+    tz = zone(tz_name)
+    hour, minute = (int(part) for part in clock.split(":"))
+    day = moment.astimezone(tz).date()
+    return localize(datetime.combine(day, time(hour, minute)), tz)
 
 
 def fraction(*parts: object) -> float:

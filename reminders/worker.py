@@ -2,8 +2,11 @@
 
 Run any number of these, on any number of hosts, against one database. Each one:
 
-* every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs and claims due
+* every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs, expires waiting
+  runs past their deadline, reports runs running too long (``run_stuck``) and claims due
   runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time;
+* records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
+  and removes it when it stops gracefully;
 * starts the django-q2 cluster that executes them in a child process of its own
   session, with stop signals blocked in all of its processes, so that a SIGTERM sent to
   the process group or to every process (systemd's ``KillMode=control-group``) stops
@@ -18,19 +21,25 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
+from datetime import datetime, timedelta
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from django.db import DatabaseError, close_old_connections, connections
+from django.utils import timezone
 
 from . import dispatch
 from .conf import settings as conf
+from .models import SchedulerHeartbeat
 
 logger = logging.getLogger(__name__)
 
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# A scheduler writes its heartbeat at most this often (seconds).
+HEARTBEAT_SECONDS = 5.0
 
 
 def _run_cluster(parent_pid: int) -> None:
@@ -67,6 +76,8 @@ class ReminderWorker:
         self.owner = f"{conf.WORKER_ID}:{os.getpid()}"
         self.cluster: BaseProcess | None = None
         self._stopping = threading.Event()
+        self.started_at = timezone.now()
+        self._beat_at: datetime | None = None
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -97,6 +108,7 @@ class ReminderWorker:
         self.stop()
 
     def shutdown(self) -> None:
+        self._stop_beating()
         released = self._release()
         if self.cluster is not None:
             self._stop_cluster()
@@ -112,18 +124,43 @@ class ReminderWorker:
             logger.exception("could not hand back claimed runs; their lease will expire")
             return 0
 
+    def _stop_beating(self) -> None:
+        try:
+            SchedulerHeartbeat.objects.stop(self.owner)
+        except DatabaseError:
+            logger.exception("could not remove this scheduler's heartbeat")
+
     # One tick --------------------------------------------------------------------------
 
-    def tick(self) -> bool:
-        """Materialize and claim once; True when there was more work than one tick takes."""
-        dispatch.materialize()
+    def tick(self, now: datetime | None = None) -> bool:
+        """Materialize, expire, report and claim once; True when there was more work
+        than one tick takes."""
+        now = now or timezone.now()
+        self._beat(now)
+        dispatch.materialize(now)
+        dispatch.expire_overdue(now)
+        dispatch.report_stuck(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
         limit = min(room, conf.CLAIM_BATCH)
         if limit <= 0:
             return False
-        claimed = dispatch.claim(self.owner, limit)
+        claimed = dispatch.claim(self.owner, limit, now)
         # Loop again at once only when the batch size, not back-pressure, was the limit.
         return limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit
+
+    def _beat(self, now: datetime) -> None:
+        """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""
+        last = self._beat_at
+        if last is not None and last <= now < last + timedelta(seconds=HEARTBEAT_SECONDS):
+            return
+        SchedulerHeartbeat.objects.beat(
+            self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started_at=self.started_at,
+            now=now,
+        )
+        self._beat_at = now
 
     def _tick_safely(self) -> bool:
         close_old_connections()

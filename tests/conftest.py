@@ -52,7 +52,14 @@ def received() -> Iterator[list[tuple[str, int, str]]]:
 
     seen: list[tuple[str, int, str]] = []
     handlers = {}
-    for name in ("run_sent", "run_failed", "run_unknown", "task_error"):
+    for name in (
+        "run_sent",
+        "run_failed",
+        "run_unknown",
+        "run_expired",
+        "run_stuck",
+        "task_error",
+    ):
 
         def handler(sender: Any, name: str = name, **kwargs: Any) -> None:
             subject = kwargs.get("run") or kwargs["task"]

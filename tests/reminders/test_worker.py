@@ -1,7 +1,12 @@
-import pytest
+import os
+import socket
+from datetime import timedelta
 
-from reminders.models import ScheduledTask, TaskRun
-from reminders.worker import ReminderWorker
+import pytest
+from django.utils import timezone
+
+from reminders.models import ScheduledTask, SchedulerHeartbeat, TaskRun
+from reminders.worker import HEARTBEAT_SECONDS, ReminderWorker
 from tests.support.jobs import queued, run_queued
 
 pytestmark = pytest.mark.django_db
@@ -56,3 +61,51 @@ def test_tick__a_task_of_a_kind_this_process_does_not_know_stops_nothing(make_ta
     assert ScheduledTask.objects.get(pk=bad.pk).status == "error"
     worker.tick()  # and again: the bad task is not retried every tick
     assert not TaskRun.objects.filter(task=bad).exists()
+
+
+def test_tick__records_the_scheduler_s_heartbeat(db, now):
+    worker = ReminderWorker(with_cluster=False)
+    worker.tick(now=now)
+    beat = SchedulerHeartbeat.objects.get()
+    assert (beat.owner, beat.host, beat.pid) == (worker.owner, socket.gethostname(), os.getpid())
+    assert (beat.started_at, beat.last_tick_at) == (worker.started_at, now)
+
+
+def test_tick__writes_the_heartbeat_at_most_every_few_seconds(db, now):
+    worker = ReminderWorker(with_cluster=False)
+    worker.tick(now=now)
+    soon = now + timedelta(seconds=HEARTBEAT_SECONDS - 1)
+    worker.tick(now=soon)
+    assert SchedulerHeartbeat.objects.get().last_tick_at == now
+    later = now + timedelta(seconds=HEARTBEAT_SECONDS)
+    worker.tick(now=later)
+    assert SchedulerHeartbeat.objects.get().last_tick_at == later
+
+
+def test_heartbeat__stale_finds_schedulers_that_stopped_ticking(db, now):
+    quiet, busy = ReminderWorker(with_cluster=False), ReminderWorker(with_cluster=False)
+    busy.owner = "other-host:2"
+    quiet.tick(now=now)
+    busy.tick(now=now + timedelta(seconds=50))
+    stale = SchedulerHeartbeat.objects.stale(now + timedelta(seconds=60), seconds=30)
+    assert list(stale.values_list("owner", flat=True)) == [quiet.owner]
+    assert SchedulerHeartbeat.objects.count() == 2
+
+
+def test_heartbeat__comes_back_if_its_row_was_removed(db, now):
+    worker = ReminderWorker(with_cluster=False)
+    worker.tick(now=now)
+    SchedulerHeartbeat.objects.all().delete()  # an operator cleared stale rows
+    worker.tick(now=now + timedelta(seconds=HEARTBEAT_SECONDS))
+    assert SchedulerHeartbeat.objects.get().owner == worker.owner
+
+
+@pytest.mark.django_db(transaction=True)
+def test_shutdown__removes_the_heartbeat():
+    worker = ReminderWorker(with_cluster=False)
+    other = ReminderWorker(with_cluster=False)
+    other.owner = "other-host:3"
+    worker.tick(now=timezone.now())
+    other.tick(now=timezone.now())
+    worker.shutdown()
+    assert list(SchedulerHeartbeat.objects.values_list("owner", flat=True)) == [other.owner]

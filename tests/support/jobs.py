@@ -18,13 +18,14 @@ def queued() -> list[dict[str, Any]]:
     return [SignedPackage.loads(row.payload) for row in OrmQ.objects.order_by("id")]
 
 
-def run_queued(*, keep: bool = False) -> int:
-    """Execute every queued job as a django-q2 worker would; returns messages sent."""
+def run_queued(*, keep: bool = False, now: datetime | None = None) -> int:
+    """Execute every queued job as a django-q2 worker would; returns messages sent.
+    ``now``: the clock the workers decide deadlines by (default: the real one)."""
     sent = 0
     for row in list(OrmQ.objects.order_by("id")):
         job = SignedPackage.loads(row.payload)
         assert job["func"] == "reminders.delivery.deliver", job["func"]
-        sent += deliver(*job["args"], **job["kwargs"])
+        sent += deliver(*job["args"], **job["kwargs"], now=now)
         if not keep:
             row.delete()
     return sent
