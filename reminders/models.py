@@ -8,8 +8,29 @@ Only ``active`` tasks are planned. A task this process cannot plan (its kind is 
 registered here, its stored cron or zone is invalid) is put in ``error`` with the reason,
 out of the due set, and ops are told once; it never stops the planning of the others.
 Occurrences a task did not run on time (no scheduler, paused, in error) are never
-silently dropped nor all sent at once: the latest runs, the others are ``skipped`` runs
-that say why.
+silently dropped nor all sent at once. What becomes of them is the kind's ``missed``
+rule (``ScheduledTask.runs_owed``):
+
+* ``latest``: the most recent runs now, the others are ``skipped`` runs that say why.
+* ``skip``: none is sent late. Every occurrence that passed while nothing ran is a
+  ``skipped`` run, the most recent one too unless it is planned at most
+  ``REMINDERS_MISSED_GRACE_SECONDS`` after its time (an ordinary tick).
+* ``compensate``: as ``latest``, and each occurrence that passed unsent (skipped as
+  missed, paused or in error) or whose run ended for good unsent (``failed``,
+  ``expired``) is made up at the next occurrence the task plans, if at most
+  ``compensate_max_age_seconds`` old (older ones are skipped, saying they were too old):
+  a make-up run (``is_compensation``), due with that occurrence's run, for the missed
+  occurrence (its occurrence plus ``MAKEUP_OFFSET``, so its date and stamp are the
+  missed one's), under the missed occurrence's key plus ``MAKEUP_SUFFIX``; its message
+  says what it makes up (``kinds.makeup_line``).
+
+Invariants: nothing missed is silent (a skipped run says why, or that a make-up covers
+it; beyond ``REMINDERS_MISSED_RUNS_RECORDED`` per tick the rest are counted on the
+oldest recorded run and in the log). Nothing is made up twice: one make-up run per
+missed occurrence (one run per task and occurrence), one ledger row per make-up key,
+and a make-up is never made up again. A make-up never replaces the day's own message:
+it is a message of its own, under a key of its own, and the missed occurrence's key and
+run are left as they were.
 """
 
 from __future__ import annotations
