@@ -398,16 +398,26 @@ class ScheduledTask(models.Model):
             skip.code,
             f"{skip.message} It was too old to make up (older than {max_age} seconds).",
         )
+        young = [o for o in missed if o >= since]
         runs = [self.new_run(o, skip=made_up if o >= since else too_old) for o in missed]
         lost = self.lost_occurrences(since, before=self.next_run or latest)
-        owed = [*lost, *(o for o in missed if o >= since)]
+        owed = self._makeups_owed([*lost, *young], latest)
         return [*runs, own, *(self.new_makeup(o, own) for o in owed)]
+
+    def _makeups_owed(self, occurrences: list[datetime], latest: datetime) -> list[datetime]:
+        """Of ``occurrences``, one per ledger key (the first), leaving out the latest's
+        key: for a task keyed by day, the day's own message covers its day."""
+        own = self.ledger_key(latest)
+        first: dict[str, datetime] = {}
+        for occurrence in sorted(occurrences):
+            first.setdefault(self.ledger_key(occurrence), occurrence)
+        return [occurrence for key, occurrence in first.items() if key != own]
 
     def lost_occurrences(self, since: datetime, before: datetime) -> list[datetime]:
         """Occurrences in [``since``, ``before``) that no message went out for and no
-        make-up covers yet: their run ended for good without sending (``failed``,
-        ``expired``: by status name) or was skipped as missed (downtime, a pause, an
-        error). A make-up run's own failure is not made up again."""
+        make-up covers yet (none under their key): their run ended for good without
+        sending (``failed``, ``expired``: by status name) or was skipped as missed
+        (downtime, a pause, an error). A make-up run's own failure is not made up again."""
         if self.pk is None:
             return []
         lost = Q(status__in=LOST_STATUSES) | Q(
@@ -416,10 +426,14 @@ class ScheduledTask(models.Model):
         rows = (
             self.runs.filter(occurrence__gte=since, occurrence__lt=before)
             .filter(Q(is_compensation=True) | lost)
-            .values_list("occurrence", "is_compensation")
+            .values_list("occurrence", "is_compensation", "ledger_key")
         )
-        covered = {occurrence - MAKEUP_OFFSET for occurrence, makeup in rows if makeup}
-        return sorted(o for o, makeup in rows if not makeup and o not in covered)
+        covered = {key for _, makeup, key in rows if makeup}
+        return sorted(
+            o
+            for o, makeup, _ in rows
+            if not makeup and f"{self.ledger_key(o)}{MAKEUP_SUFFIX}" not in covered
+        )
 
     def _log_owed(self, runs: list[TaskRun], owed: Owed, skip: SkipReason) -> None:
         skipped = sum(run.status == TaskRun.Status.SKIPPED for run in runs)
@@ -535,8 +549,8 @@ class ScheduledTask(models.Model):
         return True
 
     def _catch_up(self, now: datetime, skip: SkipReason) -> None:
+        self.check_plannable()
         if self.next_run is None:
-            self.check_plannable()
             self.plan_first_run(now)
         self._skip_planned_due(now, skip)
         TaskRun.objects.add_planned(self.runs_owed(now, skip))
@@ -549,12 +563,11 @@ class ScheduledTask(models.Model):
         too: all are skipped when a later occurrence is owed (``runs_owed`` then runs it,
         and makes them up under ``compensate``); otherwise the latest still runs, unless
         the rule is ``skip`` and it is late. Make-up runs wait, they are late anyway."""
+        since = datetime.min.replace(tzinfo=timing.UTC)
         if self.next_run is not None and self.next_run <= now:
-            since: datetime | None = None
-        elif kinds.policy(self.kind).missed == "skip":
-            since = now - timedelta(seconds=conf.MISSED_GRACE_SECONDS)
-        else:
-            since = datetime.min.replace(tzinfo=timing.UTC)
+            since = self.next_run  # what runs_owed plans again is kept, not re-planned
+        if kinds.policy(self.kind).missed == "skip":
+            since = max(since, now - timedelta(seconds=conf.MISSED_GRACE_SECONDS))
         self.runs.all().skip_all_but_latest_due(now, skip, keep_latest_since=since)
 
     ERROR_FIELDS: ClassVar[tuple[str, ...]] = ("error_code", "error_message", "error_at")
