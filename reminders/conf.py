@@ -90,6 +90,14 @@ class Settings:
         return int(self._get("MISSED_RUNS_RECORDED", 50))
 
     @property
+    def MISSED_GRACE_SECONDS(self) -> float:
+        """How late an occurrence of a kind whose missed rule is ``skip`` may still be
+        planned: one planned later than this after its time passed while nothing ran."""
+        return _positive_number(
+            "REMINDERS_MISSED_GRACE_SECONDS", self._get("MISSED_GRACE_SECONDS", 300.0)
+        )
+
+    @property
     def RATE_MAX_WAIT(self) -> float:
         """Seconds a worker may hold a run waiting for its rate-limit slot; later slots
         go back in line for another claim."""

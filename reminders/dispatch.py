@@ -42,12 +42,14 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
 def materialize(now: datetime | None = None, limit: int = 500) -> int:
     """Create the runs of every task that is due and advance its ``next_run``.
 
-    After downtime a task may owe several occurrences: the latest is run, the earlier
-    ones are recorded as skipped (``missed``) so the gap is visible, up to
-    ``REMINDERS_MISSED_RUNS_RECORDED`` of them. A task that cannot be planned is put in
-    ``error`` (and ops told) while the others are planned as usual. Returns the number of
-    runs planned (one another scheduler planned first is counted too, though not created
-    twice).
+    After downtime a task may owe several occurrences: its kind's missed rule decides
+    (``ScheduledTask.runs_owed``): the latest is run (unless the rule is ``skip`` and it
+    is late), the earlier ones are recorded as skipped (``missed``) so the gap is
+    visible, up to ``REMINDERS_MISSED_RUNS_RECORDED`` of them, and under ``compensate``
+    the missed ones and earlier runs that failed for good get make-up runs. A task that
+    cannot be planned is put in ``error`` (and ops told) while the others are planned as
+    usual. Returns the number of runs planned (one another scheduler planned first is
+    counted too, though not created twice).
     """
     now = now or timezone.now()
     with transaction.atomic():

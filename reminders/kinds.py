@@ -131,9 +131,23 @@ def render(task: ScheduledTask, run: TaskRun) -> Content:
 
     Every caller that needs a task's message (delivery, validation at schedule time)
     goes through here, so what is checked is what is sent. The message is stamped with
-    the occurrence and the task (:func:`stamp`), whatever the kind rendered.
+    the occurrence and the task (:func:`stamp`), whatever the kind rendered; a make-up
+    run's message says so first (:func:`makeup_line`).
     """
-    return stamped(get(task.kind).render(task, run), stamp(task, run))
+    content = get(task.kind).render(task, run)
+    if run.is_compensation:
+        content = stamped(content, makeup_line(task, run))
+    return stamped(content, stamp(task, run))
+
+
+def makeup_line(task: ScheduledTask, run: TaskRun) -> str:
+    """What marks a make-up run's message, the line before the stamp: the occurrence it
+    makes up, ``"Make-up for 2026-12-02, missed."`` (with the time for a task that may
+    fire more than once a day). A function of the run alone, so a re-send is the same
+    bytes."""
+    local = run.occurrence.astimezone(timing.zone(task.timezone))
+    when = local.strftime("%Y-%m-%d" if task.keyed_by_day else "%Y-%m-%d %H:%M")
+    return f"Make-up for {when}, missed."
 
 
 register(

@@ -8,8 +8,29 @@ Only ``active`` tasks are planned. A task this process cannot plan (its kind is 
 registered here, its stored cron or zone is invalid) is put in ``error`` with the reason,
 out of the due set, and ops are told once; it never stops the planning of the others.
 Occurrences a task did not run on time (no scheduler, paused, in error) are never
-silently dropped nor all sent at once: the latest runs, the others are ``skipped`` runs
-that say why.
+silently dropped nor all sent at once. What becomes of them is the kind's ``missed``
+rule (``ScheduledTask.runs_owed``):
+
+* ``latest``: the most recent runs now, the others are ``skipped`` runs that say why.
+* ``skip``: none is sent late. Every occurrence that passed while nothing ran is a
+  ``skipped`` run, the most recent one too unless it is planned at most
+  ``REMINDERS_MISSED_GRACE_SECONDS`` after its time (an ordinary tick).
+* ``compensate``: as ``latest``, and each occurrence that passed unsent (skipped as
+  missed, paused or in error) or whose run ended for good unsent (``failed``,
+  ``expired``) is made up at the next occurrence the task plans, if at most
+  ``compensate_max_age_seconds`` old (older ones are skipped, saying they were too old):
+  a make-up run (``is_compensation``), due with that occurrence's run, for the missed
+  occurrence (its occurrence plus ``MAKEUP_OFFSET``, so its date and stamp are the
+  missed one's), under the missed occurrence's key plus ``MAKEUP_SUFFIX``; its message
+  says what it makes up (``kinds.makeup_line``).
+
+Invariants: nothing missed is silent (a skipped run says why, or that a make-up covers
+it; beyond ``REMINDERS_MISSED_RUNS_RECORDED`` per tick the rest are counted on the
+oldest recorded run and in the log). Nothing is made up twice: one make-up run per
+missed occurrence (one run per task and occurrence), one ledger row per make-up key,
+and a make-up is never made up again. A make-up never replaces the day's own message:
+it is a message of its own, under a key of its own, and the missed occurrence's key and
+run are left as they were.
 """
 
 from __future__ import annotations
@@ -115,6 +136,31 @@ PASSED_WHILE_PAUSED = SkipReason("paused", "Occurrence passed while the task was
 PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task could not be planned.")
 # The error code of a run that reached its deadline unsent.
 EXPIRED_CODE = "deadline"
+
+# Skipped runs whose occurrence passed unsent: the ``compensate`` rule makes them up.
+MISSED_CODES = (MISSED.code, PASSED_WHILE_PAUSED.code, PASSED_IN_ERROR.code)
+# Runs that ended for good without sending, by status name (``expired`` comes with
+# deadlines): the ``compensate`` rule makes them up too.
+LOST_STATUSES = ("failed", "expired")
+# A make-up run's occurrence is its missed occurrence plus this: one run per task and
+# occurrence holds for both, while its stamp (to the second) and run date are the
+# missed occurrence's. Its ledger key is the missed occurrence's plus the suffix.
+MAKEUP_OFFSET = timedelta(microseconds=1)
+MAKEUP_SUFFIX = ":makeup"
+
+
+class Owed(NamedTuple):
+    """The occurrences a task owes at a tick: the recorded ones (the latest last), how
+    many earlier ones were left out (``REMINDERS_MISSED_RUNS_RECORDED``), and the next."""
+
+    occurrences: list[datetime]
+    dropped: int
+    upcoming: datetime | None
+
+
+def _on_time(occurrence: datetime, now: datetime) -> bool:
+    """Whether an occurrence planned at ``now`` is still on time for the ``skip`` rule."""
+    return (now - occurrence).total_seconds() <= conf.MISSED_GRACE_SECONDS
 
 
 class TaskQuerySet(models.QuerySet["ScheduledTask"]):
@@ -289,10 +335,13 @@ class ScheduledTask(models.Model):
             raise UnplannableTask(str(exc), code="invalid_timezone") from None
 
     def runs_owed(self, now: datetime, skip: SkipReason = MISSED) -> list[TaskRun]:
-        """The runs of the occurrences due up to ``now``, from ``next_run`` on: the latest
-        is run, the earlier ones (the last ``REMINDERS_MISSED_RUNS_RECORDED``; older ones
-        are only logged) are recorded as skipped for ``skip``. Advances ``next_run``, and
-        completes an exhausted schedule, in memory: the caller saves.
+        """The runs of the occurrences due up to ``now``, from ``next_run`` on, by the
+        kind's missed rule (see the module docstring): the latest runs unless the rule
+        is ``skip`` and it is late; the earlier ones are recorded as skipped for ``skip``
+        (the last ``REMINDERS_MISSED_RUNS_RECORDED``; how many older ones passed is
+        logged and said on the oldest recorded); under ``compensate`` each missed or
+        lost occurrence young enough gets a make-up run due with the latest. Advances
+        ``next_run``, and completes an exhausted schedule, in memory: the caller saves.
 
         Raises ``UnplannableTask`` when the task cannot be planned, whatever the cause;
         the task is left as it was then.
@@ -301,35 +350,122 @@ class ScheduledTask(models.Model):
             self.check_plannable()
             if self.next_run is None or self.next_run > now:
                 return []
-            (*missed, latest), upcoming = self._occurrences_owed(self.next_run, now)
-            runs = [self.new_run(when, skip=skip) for when in missed]
-            runs.append(self.new_run(latest))
+            owed = self._occurrences_owed(self.next_run, now)
+            runs = self._plan_owed(owed, now, skip)
         except UnplannableTask:
             raise
         except Exception as exc:
             raise UnplannableTask(
                 f"Planning failed: {type(exc).__name__}: {exc}", code="planning_failed"
             ) from exc
-        if missed:
-            logger.warning("task %s: %d occurrences %s", self.pk, len(missed), skip.code)
-        self.next_run = upcoming
-        if upcoming is None:
+        self._log_owed(runs, owed, skip)
+        self.next_run = owed.upcoming
+        if owed.upcoming is None:
             self.status = self.Status.COMPLETED
         return runs
 
-    def _occurrences_owed(
-        self, first: datetime, now: datetime
-    ) -> tuple[list[datetime], datetime | None]:
+    def _plan_owed(self, owed: Owed, now: datetime, skip: SkipReason) -> list[TaskRun]:
+        rule = kinds.policy(self.kind).missed
+        *missed, last = owed.occurrences
+        latest: datetime | None = last
+        if rule == "skip" and not _on_time(last, now):
+            missed, latest = owed.occurrences, None
+        if rule != "compensate" or latest is None:
+            runs = [self.new_run(when, skip=skip) for when in missed]
+            if latest is not None:
+                runs.append(self.new_run(latest))
+        else:
+            runs = self._compensated(missed, latest, now, skip)
+        if owed.dropped and runs and runs[0].status == TaskRun.Status.SKIPPED:
+            runs[0].error_message += (
+                f" {owed.dropped} earlier occurrences also passed and are not recorded "
+                "(REMINDERS_MISSED_RUNS_RECORDED)."
+            )
+        return runs
+
+    def _compensated(
+        self, missed: list[datetime], latest: datetime, now: datetime, skip: SkipReason
+    ) -> list[TaskRun]:
+        """The ``compensate`` rule: the latest occurrence's run, the missed ones recorded
+        as skipped, and a make-up run, due with the latest, for each missed occurrence and
+        each earlier lost one (see ``lost_occurrences``) at most the kind's
+        ``compensate_max_age_seconds`` old; older missed ones are skipped as too old."""
+        max_age = kinds.policy(self.kind).compensate_max_age_seconds
+        since = now - timedelta(seconds=max_age)
+        own = self.new_run(latest)
+        when = latest.astimezone(timing.zone(self.timezone)).strftime("%Y-%m-%d %H:%M")
+        made_up = SkipReason(
+            skip.code, f"{skip.message} It is made up with the occurrence of {when}."
+        )
+        too_old = SkipReason(
+            skip.code,
+            f"{skip.message} It was too old to make up (older than {max_age} seconds).",
+        )
+        young = [o for o in missed if o >= since]
+        runs = [self.new_run(o, skip=made_up if o >= since else too_old) for o in missed]
+        lost = self.lost_occurrences(since, before=self.next_run or latest)
+        owed = self._makeups_owed([*lost, *young], latest)
+        return [*runs, own, *(self.new_makeup(o, own) for o in owed)]
+
+    def _makeups_owed(self, occurrences: list[datetime], latest: datetime) -> list[datetime]:
+        """Of ``occurrences``, one per ledger key (the first), leaving out the latest's
+        key: for a task keyed by day, the day's own message covers its day."""
+        own = self.ledger_key(latest)
+        first: dict[str, datetime] = {}
+        for occurrence in sorted(occurrences):
+            first.setdefault(self.ledger_key(occurrence), occurrence)
+        return [occurrence for key, occurrence in first.items() if key != own]
+
+    def lost_occurrences(self, since: datetime, before: datetime) -> list[datetime]:
+        """Occurrences in [``since``, ``before``) that no message went out for and no
+        make-up covers yet (none under their key): their run ended for good without
+        sending (``failed``, ``expired``: by status name) or was skipped as missed
+        (downtime, a pause, an error). A make-up run's own failure is not made up again."""
+        if self.pk is None:
+            return []
+        lost = Q(status__in=LOST_STATUSES) | Q(
+            status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES
+        )
+        rows = (
+            self.runs.filter(occurrence__gte=since, occurrence__lt=before)
+            .filter(Q(is_compensation=True) | lost)
+            .values_list("occurrence", "is_compensation", "ledger_key")
+        )
+        covered = {key for _, makeup, key in rows if makeup}
+        return sorted(
+            o
+            for o, makeup, _ in rows
+            if not makeup and f"{self.ledger_key(o)}{MAKEUP_SUFFIX}" not in covered
+        )
+
+    def _log_owed(self, runs: list[TaskRun], owed: Owed, skip: SkipReason) -> None:
+        skipped = sum(run.status == TaskRun.Status.SKIPPED for run in runs)
+        makeups = sum(run.is_compensation for run in runs)
+        if skipped or owed.dropped:
+            logger.warning(
+                "task %s: %d occurrences %s (and %d earlier occurrences, not recorded)",
+                self.pk,
+                skipped,
+                skip.code,
+                owed.dropped,
+            )
+        if makeups:
+            logger.info("task %s: %d occurrences made up", self.pk, makeups)
+
+    def _occurrences_owed(self, first: datetime, now: datetime) -> Owed:
         """``first`` and the occurrences after it up to ``now`` (the most recent ones: one
-        more than are recorded), and the first one after ``now`` (None when exhausted)."""
+        more than are recorded), how many earlier ones were left out, and the first one
+        after ``now`` (None when exhausted)."""
         occurrences = [first]
+        dropped = 0
         upcoming = self.occurrence_after(first)
         while upcoming is not None and upcoming <= now:
             occurrences.append(upcoming)
             if len(occurrences) > conf.MISSED_RUNS_RECORDED + 1:
                 occurrences.pop(0)
+                dropped += 1
             upcoming = self.occurrence_after(upcoming)
-        return occurrences, upcoming
+        return Owed(occurrences, dropped, upcoming)
 
     def ledger_key(self, occurrence: datetime) -> str:
         """The idempotency key of one occurrence.
@@ -373,6 +509,23 @@ class ScheduledTask(models.Model):
             run.next_attempt_at = None
         return run
 
+    def new_makeup(self, missed: datetime, with_run: TaskRun) -> TaskRun:
+        """The make-up run of the ``missed`` occurrence, unsaved: due with ``with_run``
+        (the next occurrence's run), under a ledger key of its own."""
+        return TaskRun(
+            task=self,
+            occurrence=missed + MAKEUP_OFFSET,
+            run_date=timing.local_date(missed, self.timezone),
+            due_at=with_run.due_at,
+            next_attempt_at=with_run.due_at,
+            priority=self.priority_rank,
+            ledger_key=f"{self.ledger_key(missed)}{MAKEUP_SUFFIX}",
+            is_compensation=True,
+            # It goes with that run, by that run's deadline: never expired for the day
+            # it makes up, which has passed by definition.
+            deadline=with_run.deadline,
+        )
+
     # State changes -------------------------------------------------------------------
 
     def pause(self) -> bool:
@@ -403,16 +556,26 @@ class ScheduledTask(models.Model):
         return True
 
     def _catch_up(self, now: datetime, skip: SkipReason) -> None:
+        self.check_plannable()
         if self.next_run is None:
-            self.check_plannable()
             self.plan_first_run(now)
-        runs = self.runs_owed(now, skip)
-        TaskRun.objects.add_planned(runs)
-        # Runs planned before the pause that fell due meanwhile follow the same rule.
-        self.runs.all().skip_all_but_latest_due(now, skip)
+        self._skip_planned_due(now, skip)
+        TaskRun.objects.add_planned(self.runs_owed(now, skip))
         self.status = self.Status.ACTIVE if self.next_run else self.Status.COMPLETED
         self._clear_error()
         self.save(update_fields=["status", "next_run", *self.ERROR_FIELDS, "updated_at"])
+
+    def _skip_planned_due(self, now: datetime, skip: SkipReason) -> None:
+        """Runs planned before the pause that fell due meanwhile follow the kind's rule
+        too: all are skipped when a later occurrence is owed (``runs_owed`` then runs it,
+        and makes them up under ``compensate``); otherwise the latest still runs, unless
+        the rule is ``skip`` and it is late. Make-up runs wait, they are late anyway."""
+        since = datetime.min.replace(tzinfo=timing.UTC)
+        if self.next_run is not None and self.next_run <= now:
+            since = self.next_run  # what runs_owed plans again is kept, not re-planned
+        if kinds.policy(self.kind).missed == "skip":
+            since = max(since, now - timedelta(seconds=conf.MISSED_GRACE_SECONDS))
+        self.runs.all().skip_all_but_latest_due(now, skip, keep_latest_since=since)
 
     ERROR_FIELDS: ClassVar[tuple[str, ...]] = ("error_code", "error_message", "error_at")
 
@@ -508,14 +671,21 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
             revived.append(old)
         TaskRun.objects.bulk_update(revived, REPLANNED_FIELDS)
 
-    def skip_all_but_latest_due(self, now: datetime, skip: SkipReason) -> int:
-        """Of the waiting runs due by ``now``, leave the latest occurrence to run and
-        record the others as skipped for ``skip``; returns how many were skipped."""
-        due = self.filter(status__in=TaskRun.WAITING, next_attempt_at__lte=now)
+    def skip_all_but_latest_due(
+        self, now: datetime, skip: SkipReason, *, keep_latest_since: datetime | None
+    ) -> int:
+        """Record the waiting runs due by ``now`` as skipped for ``skip``, but the latest
+        occurrence when it is at or after ``keep_latest_since`` (None: none is left);
+        returns how many were skipped. Make-up runs are left to run."""
+        due = self.filter(status__in=TaskRun.WAITING, next_attempt_at__lte=now).exclude(
+            is_compensation=True
+        )
         latest = due.order_by("-occurrence").values_list("occurrence", flat=True).first()
         if latest is None:
             return 0
-        return due.filter(occurrence__lt=latest).update(
+        if keep_latest_since is not None and latest >= keep_latest_since:
+            due = due.filter(occurrence__lt=latest)
+        return due.update(
             status=TaskRun.Status.SKIPPED,
             error_code=skip.code,
             error_message=skip.message,
