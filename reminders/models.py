@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, recipients, signals, timing
+from . import calendars, kinds, recipients, signals, timing
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 
@@ -66,6 +66,16 @@ def validate_channel(value: str) -> None:
         raise ValidationError(
             _("%(value)s is not a configured channel (known: %(known)s)."),
             code="unknown_channel",
+            params={"value": value, "known": ", ".join(known)},
+        )
+
+
+def validate_calendar(value: str) -> None:
+    known = calendars.names()
+    if value not in known:
+        raise ValidationError(
+            _("%(value)s is not a configured calendar (known: %(known)s)."),
+            code="unknown_calendar",
             params={"value": value, "known": ", ".join(known)},
         )
 
@@ -158,6 +168,15 @@ class ScheduledTask(models.Model):
     last_run_at = models.DateTimeField(_("last run"), null=True, blank=True)
     retry_count = models.PositiveIntegerField(
         _("retries"), default=0, help_text=_("Retries spent by this task's runs.")
+    )
+    # NULL: the kind's calendar; "": every day (the one empty value that differs from NULL).
+    calendar = models.CharField(  # noqa: DJ001
+        _("working-day calendar"),
+        max_length=64,
+        null=True,
+        blank=True,
+        validators=[validate_calendar],
+        help_text=_("Empty: the kind's. Occurrences on the calendar's rest days are skipped."),
     )
     error_code = models.CharField(_("error code"), max_length=64, blank=True)
     error_message = models.TextField(
@@ -344,8 +363,36 @@ class ScheduledTask(models.Model):
             return f"{self.pk}:{start.isoformat(timespec='minutes')}"
         return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
+    @property
+    def calendar_in_force(self) -> str:
+        """The working-day calendar's name: the task's own, else its kind's ("": none)."""
+        return kinds.policy(self.kind).calendar if self.calendar is None else self.calendar
+
+    def day_off(self, occurrence: datetime) -> SkipReason | None:
+        """Why the calendar says ``occurrence``'s local day gets no message, if it does not:
+        a rest day (``holiday``), or a year the calendar does not cover yet
+        (``calendar_uncovered``: never a guess, and ops told through
+        ``signals.calendar_uncovered`` once the transaction commits)."""
+        off = calendars.day_off(
+            self.calendar_in_force, timing.local_date(occurrence, self.timezone)
+        )
+        if off is None:
+            return None
+        if off.code == calendars.UNCOVERED:
+            alert = partial(
+                signals.calendar_uncovered.send,
+                ScheduledTask,
+                task=self,
+                calendar=off.calendar,
+                year=off.year,
+            )
+            transaction.on_commit(alert, robust=True)
+        return SkipReason(off.code, off.message)
+
     def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
-        """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given."""
+        """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given,
+        or for the day off the working-day calendar gives it (which ``skip`` yields to)."""
+        skip = self.day_off(occurrence) or skip
         policy = kinds.policy(self.kind)
         delay = timing.stagger(
             task_id=self.pk,

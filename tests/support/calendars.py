@@ -20,3 +20,11 @@ class FourDayWeek(Calendar):
 
     def years(self) -> range:
         return range(self.first, self.last + 1)
+
+
+class NoWorkingDays(Calendar):
+    def is_working_day(self, day: date) -> bool:
+        return False
+
+    def years(self) -> range:
+        return range(1970, 2100)
