@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, timing, validation
+from . import calendars, kinds, timing, validation
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 from .models import Priority, ScheduledTask, SendLog, TaskRun
@@ -90,10 +90,41 @@ class RunAtInTaskZoneForm(forms.ModelForm):
         return cleaned
 
 
+# The admin's word for a task's calendar ``""`` (every day), apart from NULL (the kind's).
+EVERY_DAY = "*"
+
+
+def _calendar_choice(value: str | None) -> str:
+    return "" if value is None else (value or EVERY_DAY)
+
+
+def _calendar_field(current: str | None) -> forms.TypedChoiceField:
+    """Left empty, the kind's calendar applies (NULL); "every day" is stored as ""."""
+    choices: list[tuple[str, Any]] = [("", _("the kind's calendar")), (EVERY_DAY, _("every day"))]
+    choices += [(name, name) for name in calendars.names()]
+    return forms.TypedChoiceField(
+        label=_("working-day calendar"),
+        choices=_choices_with(_calendar_choice(current) or None, choices),
+        coerce=lambda choice: "" if choice == EVERY_DAY else choice,
+        empty_value=None,
+        required=False,
+        help_text=_("Occurrences on the calendar's rest days are skipped, with the reason."),
+    )
+
+
 class ScheduledTaskForm(RunAtInTaskZoneForm):
     class Meta:
         model = ScheduledTask
-        fields = ("kind", "recipient", "channel", "priority", "payload", "key", *SCHEDULE_FIELDS)
+        fields = (
+            "kind",
+            "recipient",
+            "channel",
+            "priority",
+            "calendar",
+            "payload",
+            "key",
+            *SCHEDULE_FIELDS,
+        )
         field_classes = {"run_at": WallClockDateTimeField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -118,6 +149,10 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
             priority = cast(forms.ChoiceField, self.fields["priority"])
             priority.required = False
             priority.choices = [("", _("the kind's default")), *Priority.choices]
+
+        if "calendar" in self.fields:
+            self.fields["calendar"] = _calendar_field(self.instance.calendar)
+            self.initial["calendar"] = _calendar_choice(self.instance.calendar)
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -174,7 +209,10 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
     readonly_fields = STATE_FIELDS
     fieldsets = (
-        (None, {"fields": ("kind", "recipient", "channel", "priority", "payload", "key")}),
+        (
+            None,
+            {"fields": ("kind", "recipient", "channel", "priority", "calendar", "payload", "key")},
+        ),
         (
             _("Schedule"),
             {

@@ -1,6 +1,7 @@
 """System checks for configuration that would lose or duplicate messages.
 
-``check_settings`` reads settings only. ``check_kinds`` reads the database, so Django runs
+``check_settings`` reads settings only. ``check_kinds`` and ``check_calendars`` read the
+database, so Django runs
 it only where a command asks for database checks (``migrate``, ``check --database``, and
 ``run_reminders`` at start-up); it warns and never stops a process, since a task of an
 unknown kind stops nothing either (it is put in ``error`` when due).
@@ -9,6 +10,7 @@ unknown kind stops nothing either (it is put in ``error`` when due).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -16,9 +18,10 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.models import Count
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import kinds
+from . import calendars, kinds
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
 from .policies import PolicyError
@@ -59,6 +62,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except ImproperlyConfigured as exc:
             errors.append(Error(str(exc), id="reminders.E004"))
     errors.extend(_check_kinds_settings())
+    errors.extend(_check_kinds_calendars())
     errors.extend(_check_cluster())
     errors.extend(_check_rate_limit_cache())
     return errors
@@ -153,6 +157,22 @@ def _check_kinds_settings() -> list[CheckMessage]:
     return messages
 
 
+def _check_kinds_calendars() -> list[CheckMessage]:
+    """Every calendar a kind's policy names is configured, and can be built."""
+    messages: list[CheckMessage] = []
+    for name in kinds.names():
+        try:
+            calendar = kinds.policy(name).calendar
+        except ImproperlyConfigured:
+            continue  # a bad REMINDERS_KINDS is E009's to report
+        try:
+            if calendar:
+                calendars.get(calendar)
+        except ImproperlyConfigured as exc:
+            messages.append(Error(f"Kind {name!r}: {exc}", id="reminders.E010"))
+    return messages
+
+
 def _check_cluster() -> list[CheckMessage]:
     q = getattr(django_settings, "Q_CLUSTER", {})
     messages: list[CheckMessage] = []
@@ -219,3 +239,64 @@ def check_kinds(
             id="reminders.W003",
         )
     ]
+
+
+@register("reminders", Tags.database)
+def check_calendars(
+    app_configs: Any = None,
+    databases: Sequence[str] | None = None,
+    today: date | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Calendars that live tasks or registered kinds use and that do not cover the
+    current year or, from December, the next: their occurrences then would be skipped."""
+    from .models import ScheduledTask
+
+    alias = router.db_for_read(ScheduledTask)
+    if not databases or alias not in databases:
+        return []
+    today = today or timezone.localdate()
+    years = [today.year, today.year + 1] if today.month == 12 else [today.year]
+    messages: list[CheckMessage] = []
+    for name in sorted(_calendars_in_use(alias)):
+        try:
+            missing = [year for year in years if not calendars.get(name).covers(year)]
+        except ImproperlyConfigured:
+            continue  # E010, or the tasks' own planning errors, say so
+        if missing:
+            messages.append(_uncovered_warning(name, missing))
+    return messages
+
+
+def _calendars_in_use(alias: str) -> set[str]:
+    from .models import ScheduledTask
+
+    used: set[str | None] = set()
+    for kind in kinds.names():
+        try:
+            used.add(kinds.policy(kind).calendar)
+        except ImproperlyConfigured:
+            continue
+    try:
+        if ScheduledTask._meta.db_table in connections[alias].introspection.table_names():
+            used.update(
+                ScheduledTask.objects.using(alias)
+                .filter(status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED))
+                .exclude(calendar__isnull=True)
+                .values_list("calendar", flat=True)
+                .distinct()
+            )
+    except DatabaseError:
+        pass  # the database's own checks and errors say what is wrong with it
+    return {name for name in used if name}
+
+
+def _uncovered_warning(name: str, years: list[int]) -> Warning:
+    listed = " and ".join(str(year) for year in years)
+    return Warning(
+        f"Working-day calendar {name!r} does not cover {listed}: occurrences then are "
+        "not sent but skipped as 'calendar_uncovered' (and signals.calendar_uncovered sent).",
+        hint="Upgrade the package that provides it (chinesecalendar for 'cn') once the "
+        "year's official calendar is published, and restart the processes.",
+        id="reminders.W005",
+    )

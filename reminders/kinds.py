@@ -160,6 +160,7 @@ register(
             batches=10,
             batch_interval_seconds=60,
             missed="compensate",
+            calendar="cn",
         ),
     )
 )
@@ -173,6 +174,7 @@ register(
             batches=10,
             batch_interval_seconds=60,
             missed="compensate",
+            calendar="cn",
         ),
     )
 )

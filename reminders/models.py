@@ -47,7 +47,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, recipients, signals, timing
+from . import calendars, kinds, recipients, signals, timing
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 
@@ -87,6 +87,16 @@ def validate_channel(value: str) -> None:
         raise ValidationError(
             _("%(value)s is not a configured channel (known: %(known)s)."),
             code="unknown_channel",
+            params={"value": value, "known": ", ".join(known)},
+        )
+
+
+def validate_calendar(value: str) -> None:
+    known = calendars.names()
+    if value not in known:
+        raise ValidationError(
+            _("%(value)s is not a configured calendar (known: %(known)s)."),
+            code="unknown_calendar",
             params={"value": value, "known": ", ".join(known)},
         )
 
@@ -206,6 +216,15 @@ class ScheduledTask(models.Model):
     last_run_at = models.DateTimeField(_("last run"), null=True, blank=True)
     retry_count = models.PositiveIntegerField(
         _("retries"), default=0, help_text=_("Retries spent by this task's runs.")
+    )
+    # NULL: the kind's calendar; "": every day (the one empty value that differs from NULL).
+    calendar = models.CharField(  # noqa: DJ001
+        _("working-day calendar"),
+        max_length=64,
+        null=True,
+        blank=True,
+        validators=[validate_calendar],
+        help_text=_("Empty: the kind's. Occurrences on the calendar's rest days are skipped."),
     )
     error_code = models.CharField(_("error code"), max_length=64, blank=True)
     error_message = models.TextField(
@@ -390,9 +409,13 @@ class ScheduledTask(models.Model):
         as skipped, and a make-up run, due with the latest, for each missed occurrence and
         each earlier lost one (see ``lost_occurrences``) at most the kind's
         ``compensate_max_age_seconds`` old; older missed ones are skipped as too old."""
+        own = self.new_run(latest)
+        if own.status == TaskRun.Status.SKIPPED:
+            # The latest falls on a day off: no message goes today to carry make-ups.
+            # The missed ones stay owed (``lost_occurrences``) for the next that goes.
+            return [*(self.new_run(o, skip=skip) for o in missed), own]
         max_age = kinds.policy(self.kind).compensate_max_age_seconds
         since = now - timedelta(seconds=max_age)
-        own = self.new_run(latest)
         when = latest.astimezone(timing.zone(self.timezone)).strftime("%Y-%m-%d %H:%M")
         made_up = SkipReason(
             skip.code, f"{skip.message} It is made up with the occurrence of {when}."
@@ -401,8 +424,9 @@ class ScheduledTask(models.Model):
             skip.code,
             f"{skip.message} It was too old to make up (older than {max_age} seconds).",
         )
-        young = [o for o in missed if o >= since]
         runs = [self.new_run(o, skip=made_up if o >= since else too_old) for o in missed]
+        # A day off (``holiday``) owed no message: only what was missed is made up.
+        young = [r.occurrence for r in runs if r.error_message == made_up.message]
         lost = self.lost_occurrences(since, before=self.next_run or latest)
         owed = self._makeups_owed([*lost, *young], latest)
         return [*runs, own, *(self.new_makeup(o, own) for o in owed)]
@@ -482,8 +506,36 @@ class ScheduledTask(models.Model):
             return f"{self.pk}:{start.isoformat(timespec='minutes')}"
         return f"{self.pk}:{occurrence.astimezone(timing.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
+    @property
+    def calendar_in_force(self) -> str:
+        """The working-day calendar's name: the task's own, else its kind's ("": none)."""
+        return kinds.policy(self.kind).calendar if self.calendar is None else self.calendar
+
+    def day_off(self, occurrence: datetime) -> SkipReason | None:
+        """Why the calendar says ``occurrence``'s local day gets no message, if it does not:
+        a rest day (``holiday``), or a year the calendar does not cover yet
+        (``calendar_uncovered``: never a guess, and ops told through
+        ``signals.calendar_uncovered`` once the transaction commits)."""
+        off = calendars.day_off(
+            self.calendar_in_force, timing.local_date(occurrence, self.timezone)
+        )
+        if off is None:
+            return None
+        if off.code == calendars.UNCOVERED:
+            alert = partial(
+                signals.calendar_uncovered.send,
+                ScheduledTask,
+                task=self,
+                calendar=off.calendar,
+                year=off.year,
+            )
+            transaction.on_commit(alert, robust=True)
+        return SkipReason(off.code, off.message)
+
     def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
-        """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given."""
+        """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given,
+        or for the day off the working-day calendar gives it (which ``skip`` yields to)."""
+        skip = self.day_off(occurrence) or skip
         policy = kinds.policy(self.kind)
         delay = timing.stagger(
             task_id=self.pk,

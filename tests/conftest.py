@@ -95,3 +95,14 @@ def carrier_channels(settings: Any) -> None:
             "OPTIONS": {"url": never, "recipient_pattern": r"1[3-9][0-9]{9}"},
         },
     }
+
+
+@pytest.fixture
+def reports_every_day(settings: Any) -> None:
+    """The report kinds without their working-day calendar: for tests of something else
+    that schedule reports on the real clock, which may fall on a weekend, a holiday or a
+    year the calendar does not cover yet."""
+    settings.REMINDERS_KINDS = {
+        "daily_report": {"calendar": ""},
+        "weekly_report": {"calendar": ""},
+    }

@@ -562,3 +562,21 @@ def test_history_admins__refuse_add_change_and_delete(admin_client, make_task, m
     assert changelist.status_code in (200, 302)
     obj.refresh_from_db()
     assert {f.name: getattr(obj, f.name) for f in obj._meta.concrete_fields} == original
+
+
+@pytest.mark.parametrize(
+    ("choice", "stored", "in_force"),
+    [("", None, "cn"), ("*", "", ""), ("cn", "cn", "cn")],
+)
+def test_add_task__calendar_is_the_kinds_every_day_or_a_named_one(
+    admin_client, choice, stored, in_force
+):
+    response = admin_client.post(
+        reverse("admin:reminders_scheduledtask_add"),
+        task_form(kind="daily_report", cron="0 9 * * *", calendar=choice),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    task = ScheduledTask.objects.get()
+    assert (task.calendar, task.calendar_in_force) == (stored, in_force)
+    page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[task.pk]))
+    assert f'<option value="{choice}" selected>' in page.content.decode()

@@ -181,6 +181,7 @@ def test_deliver__after_a_crash_mid_send_resends_where_the_provider_deduplicates
     assert len(lines) == 1
 
 
+@pytest.mark.usefixtures("reports_every_day")
 def test_deliver__a_second_run_with_an_already_sent_key_is_skipped(make_task, outbox):
     task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
     first = task.next_run

@@ -12,7 +12,8 @@ from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 
-pytestmark = pytest.mark.django_db
+# Reports on the real clock: their keys are under test here, not the calendar.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("reports_every_day")]
 
 MORNING = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)  # 09:00 in Shanghai
 

@@ -13,6 +13,7 @@ from tests.support.jobs import queued, run_queued
 pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.usefixtures("reports_every_day")
 def test_materialize__creates_the_run_and_advances_a_cron_task(make_task):
     task = make_task("weekly_report", cron="0 9 * * 1", tz="Asia/Shanghai")
     occurrence = task.next_run

@@ -11,7 +11,8 @@ from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 
-pytestmark = pytest.mark.django_db
+# Reports on every day: these tests use the real clock's dates, which may be rest days.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("reports_every_day")]
 
 DAY = timedelta(days=1)
 
@@ -154,7 +155,9 @@ def test_compensate__an_expired_run_is_made_up_too(make_task):
 
 
 def test_compensate__occurrences_older_than_the_max_age_are_skipped_as_too_old(make_task, settings):
-    settings.REMINDERS_KINDS = {"daily_report": {"compensate_max_age_seconds": 36 * 3600}}
+    settings.REMINDERS_KINDS = {
+        "daily_report": {"compensate_max_age_seconds": 36 * 3600, "calendar": ""}
+    }
     task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
     first = task.next_run
     dispatch.materialize(now=first + 3 * DAY)
@@ -225,7 +228,7 @@ def test_compensate__a_make_up_goes_by_the_deadline_of_the_run_it_rides_with(
 ):
     # A report kind with a deadline: the make-up is for a day long past, but it is
     # sent with today's run and expires only with it.
-    settings.REMINDERS_KINDS = {"daily_report": {"max_lateness_seconds": 3600}}
+    settings.REMINDERS_KINDS = {"daily_report": {"max_lateness_seconds": 3600, "calendar": ""}}
     task = make_task("daily_report", cron="0 9 * * *", tz="Asia/Shanghai")
     first = task.next_run
     now = first + DAY + timedelta(minutes=10)
@@ -235,3 +238,29 @@ def test_compensate__a_make_up_goes_by_the_deadline_of_the_run_it_rides_with(
     assert makeup.deadline == today.deadline == today.due_at + timedelta(hours=1)
     assert tick(now=now + timedelta(minutes=15)) == 2
     assert set(task.runs.exclude(status="skipped").values_list("status", flat=True)) == {"sent"}
+
+
+def test_compensate__rest_days_owe_nothing_and_make_ups_wait_for_a_working_day(
+    make_task, outbox, settings
+):
+    from datetime import UTC, datetime
+
+    # On the Chinese calendar (the reports' own): 29-30 Sep 2026 are working days, 1-7
+    # Oct the National Day holiday, 8 Oct a working day again.
+    settings.REMINDERS_KINDS = {"daily_report": {"compensate_max_age_seconds": 14 * 86400}}
+
+    def nine_in_shanghai(month: int, day: int) -> datetime:
+        return datetime(2026, month, day, 1, 0, tzinfo=UTC)
+
+    task = make_task("daily_report", cron="0 9 * * *", tz="Asia/Shanghai")
+    ScheduledTask.objects.filter(pk=task.pk).update(next_run=nine_in_shanghai(9, 29))
+    # Down until the holiday: the latest occurrence (2 Oct) is a day off, nothing goes.
+    assert tick(now=nine_in_shanghai(10, 2) + timedelta(hours=1)) == 0
+    assert not task.runs.filter(is_compensation=True).exists()
+    # Back on the first working day: the two missed working days are made up with it,
+    # and no holiday is.
+    assert tick(now=nine_in_shanghai(10, 8) + timedelta(minutes=15)) == 3
+    makeups = task.runs.filter(is_compensation=True, status="sent")
+    assert sorted(str(run.run_date) for run in makeups) == ["2026-09-29", "2026-09-30"]
+    holidays = task.runs.filter(error_code="holiday").values_list("run_date", flat=True)
+    assert sorted(day.day for day in holidays) == [1, 2, 3, 4, 5, 6, 7]
