@@ -85,6 +85,14 @@ class Settings:
         return int(_positive_number("REMINDERS_RUNS_PER_JOB", self._get("RUNS_PER_JOB", 20)))
 
     @property
+    def PLAN_AHEAD_SECONDS(self) -> float:
+        """How far ahead of their time runs are planned (materialized); 0: when due."""
+        value = self._get("PLAN_AHEAD_SECONDS", 3600)
+        if value == 0 or value == "0":
+            return 0.0
+        return _positive_number("REMINDERS_PLAN_AHEAD_SECONDS", value)
+
+    @property
     def MISSED_RUNS_RECORDED(self) -> int:
         """Missed occurrences recorded as skipped after downtime, per task and tick."""
         return int(self._get("MISSED_RUNS_RECORDED", 50))

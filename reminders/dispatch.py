@@ -40,7 +40,9 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
 
 
 def materialize(now: datetime | None = None, limit: int = 500) -> int:
-    """Create the runs of every task that is due and advance its ``next_run``.
+    """Create the runs of every task that is due, or falls due within
+    ``REMINDERS_PLAN_AHEAD_SECONDS`` (the plan is there to see, and a 09:00 wave is
+    spread before it comes), and advance its ``next_run``.
 
     After downtime a task may owe several occurrences: its kind's missed rule decides
     (``ScheduledTask.runs_owed``): the latest is run (unless the rule is ``skip`` and it
@@ -52,8 +54,9 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
     counted too, though not created twice).
     """
     now = now or timezone.now()
+    until = now + timedelta(seconds=conf.PLAN_AHEAD_SECONDS)
     with transaction.atomic():
-        due = ScheduledTask.objects.due(now).order_by("next_run")
+        due = ScheduledTask.objects.due(until).order_by("next_run")
         if _skip_locked():
             due = due.select_for_update(skip_locked=True)
         tasks = list(due[:limit])
@@ -61,7 +64,7 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
         runs: list[TaskRun] = []
         for task in tasks:
             try:
-                runs.extend(task.runs_owed(now))
+                runs.extend(task.runs_planned(now, until))
             except UnplannableTask as exc:
                 logger.error("task %s cannot be planned (%s): %s", task.pk, exc.code, exc.message)
                 task.mark_error(exc.code, exc.message, now)

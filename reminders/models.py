@@ -159,6 +159,10 @@ MAKEUP_OFFSET = timedelta(microseconds=1)
 MAKEUP_SUFFIX = ":makeup"
 
 
+# Runs one task may have planned ahead in one call of ``runs_planned``.
+PLAN_AHEAD_MAX = 60
+
+
 class Owed(NamedTuple):
     """The occurrences a task owes at a tick: the recorded ones (the latest last), how
     many earlier ones were left out (``REMINDERS_MISSED_RUNS_RECORDED``), and the next."""
@@ -381,6 +385,19 @@ class ScheduledTask(models.Model):
         self.next_run = owed.upcoming
         if owed.upcoming is None:
             self.status = self.Status.COMPLETED
+        return runs
+
+    def runs_planned(self, now: datetime, until: datetime) -> list[TaskRun]:
+        """``runs_owed`` up to ``now``, then the runs of the occurrences after it up to
+        ``until``, planned ahead one by one (at most ``PLAN_AHEAD_MAX`` in one call, so an
+        every-minute schedule fills its hour over a few ticks). A run planned ahead is a
+        run like any other, due at its time: what was missed is decided by the past
+        alone. Advances ``next_run`` in memory; raises ``UnplannableTask``."""
+        runs = self.runs_owed(now)
+        for _planned in range(PLAN_AHEAD_MAX):
+            if self.next_run is None or self.next_run > until:
+                break
+            runs += self.runs_owed(self.next_run)
         return runs
 
     def _plan_owed(self, owed: Owed, now: datetime, skip: SkipReason) -> list[TaskRun]:

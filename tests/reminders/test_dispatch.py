@@ -55,9 +55,38 @@ def test_materialize__after_downtime_runs_the_latest_and_records_the_missed(make
     first = task.next_run
     dispatch.materialize(now=first + timedelta(hours=4, minutes=30))
     runs = list(task.runs.order_by("occurrence").values_list("status", "error_code"))
-    assert runs == [("skipped", "missed")] * 4 + [("scheduled", "")]
+    # The past: the latest runs, the missed recorded; then the next hour, planned ahead.
+    assert runs == [("skipped", "missed")] * 4 + [("scheduled", "")] * 2
     task.refresh_from_db()
-    assert task.next_run == first + timedelta(hours=5)
+    assert task.next_run == first + timedelta(hours=6)
+
+
+def test_materialize__plans_the_next_hour_ahead_and_not_beyond(make_task, settings):
+    task = make_task("follow_up", cron="*/15 * * * *", tz="UTC")
+    first = task.next_run
+    now = first - timedelta(minutes=20)
+    dispatch.materialize(now=now)
+    runs = list(task.runs.order_by("occurrence"))
+    assert [run.occurrence for run in runs] == [first + timedelta(minutes=15 * n) for n in range(3)]
+    assert {run.status for run in runs} == {"scheduled"}
+    # Planned, not due: nothing is claimed before its time.
+    assert dispatch.claim("test", 10, now=now).run_ids == []
+    assert dispatch.materialize(now=now) == 0  # already planned
+    settings.REMINDERS_PLAN_AHEAD_SECONDS = 0
+    other = make_task("follow_up", cron="*/15 * * * *", tz="UTC")
+    dispatch.materialize(now=now)
+    assert not other.runs.exists()
+
+
+def test_materialize__a_09_00_wave_is_planned_and_spread_before_it_comes(make_task):
+    tasks = [make_task("daily_report", f"member{n}", cron="0 9 * * *", tz="UTC") for n in range(40)]
+    nine = tasks[0].next_run
+    dispatch.materialize(now=nine - timedelta(minutes=30))
+    runs = TaskRun.objects.filter(task__in=tasks)
+    assert runs.count() == 40
+    offsets = sorted((run.due_at - nine).total_seconds() for run in runs)
+    assert offsets[0] >= 0 and offsets[-1] < 15 * 60
+    assert len({int(offset // 60) for offset in offsets}) >= 8  # spread over the minutes
 
 
 def test_materialize__ignores_paused_tasks(make_task):
