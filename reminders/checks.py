@@ -55,7 +55,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="reminders.E003",
             )
         )
-    names = ("LEASE_SECONDS", "RETRY_DELAYS", "TICK_SECONDS", "MAX_WORKER_DEATHS", "RUN_TIMEOUT")
+    names = (
+        "LEASE_SECONDS",
+        "RETRY_DELAYS",
+        "TICK_SECONDS",
+        "MAX_WORKER_DEATHS",
+        "RUN_TIMEOUT",
+        "PLAN_AHEAD_SECONDS",
+    )
     for name in names:
         try:
             getattr(conf, name)

@@ -172,6 +172,9 @@ def channel(backend: str, **options) -> dict:
         pytest.param("REMINDERS_CHANNELS", {}, "reminders.E001", id="no channels"),
         pytest.param("REMINDERS_CHANNELS", ["console"], "reminders.E001", id="not a dict"),
         pytest.param("REMINDERS_TICK_SECONDS", 0, "reminders.E004", id="tick of 0"),
+        pytest.param(
+            "REMINDERS_PLAN_AHEAD_SECONDS", -60, "reminders.E004", id="plan ahead negative"
+        ),
         pytest.param("REMINDERS_LEASE_SECONDS", "five", "reminders.E004", id="lease not a number"),
         pytest.param("REMINDERS_RETRY_DELAYS", "60,-1", "reminders.E004", id="negative retry"),
         pytest.param(
