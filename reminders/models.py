@@ -555,9 +555,7 @@ class ScheduledTask(models.Model):
         skip = self.day_off(occurrence) or skip
         policy = kinds.policy(self.kind)
         delay = timing.stagger(
-            task_id=self.pk,
             recipient=self.recipient,
-            occurrence=occurrence,
             jitter_seconds=policy.jitter_seconds,
             batches=policy.batches,
             batch_interval_seconds=policy.batch_interval_seconds,

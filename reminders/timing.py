@@ -112,19 +112,20 @@ def fraction(*parts: object) -> float:
 
 def stagger(
     *,
-    task_id: int,
     recipient: str,
-    occurrence: datetime,
     jitter_seconds: int,
     batches: int,
     batch_interval_seconds: int,
 ) -> timedelta:
-    """The delay after an occurrence at which its run falls due.
+    """The delay after an occurrence at which its run falls due: a function of the
+    recipient alone (and the kind's stagger), the same for each of its occurrences.
 
     Recipients are split by hash into ``batches`` groups ``batch_interval`` apart, and
-    each run gets a random-looking but deterministic offset within ``jitter``, so a
-    re-plan of the same occurrence gives the same time.
+    each gets a random-looking but deterministic offset within ``jitter``. So a re-plan
+    gives the same time, tests can predict it, and one recipient's messages of a kind
+    keep the order of their occurrences (the same offset moves them all), while a
+    thousand recipients due at 09:00 spread over the batches and the jitter.
     """
     batch = int(fraction("batch", recipient) * batches) if batches > 1 else 0
-    jitter = fraction("jitter", task_id, occurrence.isoformat()) * jitter_seconds
+    jitter = fraction("jitter", recipient) * jitter_seconds
     return timedelta(seconds=batch * batch_interval_seconds + int(jitter))

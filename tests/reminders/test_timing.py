@@ -92,23 +92,32 @@ def test_zone__rejects_unknown_name():
         timing.zone("Mars/Olympus")
 
 
-def test_stagger__is_deterministic_per_task_and_occurrence():
-    at = datetime(2026, 5, 1, 1, tzinfo=UTC)
-    args = {"recipient": "u1", "jitter_seconds": 300, "batches": 1, "batch_interval_seconds": 60}
-    first = timing.stagger(task_id=7, occurrence=at, **args)
-    assert first == timing.stagger(task_id=7, occurrence=at, **args)
+def test_stagger__is_deterministic_per_recipient_and_spread_across_recipients():
+    args = {"jitter_seconds": 300, "batches": 1, "batch_interval_seconds": 60}
+    first = timing.stagger(recipient="u1", **args)
+    assert first == timing.stagger(recipient="u1", **args)
     assert timedelta(0) <= first < timedelta(seconds=300)
-    offsets = {timing.stagger(task_id=t, occurrence=at, **args) for t in range(200)}
+    offsets = {timing.stagger(recipient=f"u{n}", **args) for n in range(200)}
     assert len(offsets) > 100  # spread out, not all at one second
 
 
+@pytest.mark.django_db
+def test_stagger__a_recipient_s_messages_keep_the_order_of_their_occurrences(make_task):
+    # Two follow-ups a minute apart under a 10-minute jitter: still in order.
+    from django.test import override_settings
+
+    with override_settings(REMINDERS_KINDS={"follow_up": {"jitter_seconds": 600}}):
+        task = make_task("follow_up", "zhangsan", at=None, cron="* * * * *", tz="UTC")
+        at = task.next_run
+        runs = [task.new_run(at + timedelta(minutes=n)) for n in range(5)]
+    dues = [run.due_at for run in runs]
+    assert dues == sorted(dues) and len(set(dues)) == 5
+
+
 def test_stagger__splits_recipients_into_batches_a_minute_apart():
-    at = datetime(2026, 5, 1, 1, tzinfo=UTC)
     slots = [
         timing.stagger(
-            task_id=1,
             recipient=f"user{i}",
-            occurrence=at,
             jitter_seconds=0,
             batches=10,
             batch_interval_seconds=60,
