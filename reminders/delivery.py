@@ -37,6 +37,9 @@ truth:
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A job stops taking new sends when its time is nearly up and hands the rest
   back, and renews its lease while it makes progress.
+* A bulk run (priority ``normal`` or ``low``) never spends the share of a paced
+  channel kept for ``high`` runs (``REMINDERS_HIGH_RATE_SHARE``): its sends also fit
+  the channel's bulk bucket; a high run's fit the channel's alone.
 * Error texts reach rows and logs only after the sender's secrets are masked here,
   where every send error passes.
 """
@@ -71,7 +74,7 @@ from .exceptions import (
     ThrottledSendError,
     UnknownKind,
 )
-from .models import EXPIRED_CODE, ScheduledTask, SendLog, TaskRun
+from .models import EXPIRED_CODE, Priority, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
 from .senders.base import UNLIMITED, Limit, render_body
 
@@ -106,6 +109,11 @@ class Job:
     @cached_property
     def message(self) -> Message:
         return Message.from_rendered(self.ledger.recipient, self.ledger.body, self.ledger.key)
+
+    @property
+    def priority(self) -> str:
+        """The run's priority by name (``high``, ``normal``, ``low``)."""
+        return Priority.from_rank(self.run.priority)
 
     @property
     def scope(self) -> str:
@@ -244,10 +252,12 @@ def _ready_sender(job: Job) -> BaseSender | None:
 
 
 def _limits(job: Job) -> list[Limit]:
+    """The buckets the job's send must fit: its sender's, by the run's priority (bulk
+    runs leave the channel's high share alone)."""
     if job.sender is None:
         # Still read the channel's pause: nothing goes to a channel told to hold off.
         return [Limit(f"{job.channel}:channel", UNLIMITED)]
-    return job.sender.limits(job.message)
+    return job.sender.limits(job.message, job.priority)
 
 
 def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]) -> int:
