@@ -79,7 +79,9 @@ SETTINGS = "benchmarks.settings_wecom"
 FREQUENCY_LIMIT = 45009
 # Twice WeCom's per-corp ceiling of 10,000 calls a minute (166.7 a second), rounded up.
 HEADROOM_TARGET = math.ceil(2 * 10_000 / 60)
-TREE = 7  # main, cluster, sentinel, monitor, pusher and two workers
+# main; bulk cluster, sentinel, monitor, pusher and two workers; the same for the high
+# cluster with one worker.
+TREE = 12
 
 
 @dataclass
