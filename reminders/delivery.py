@@ -76,7 +76,7 @@ from .exceptions import (
 )
 from .models import EXPIRED_CODE, Priority, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import UNLIMITED, Limit, render_body
+from .senders.base import UNLIMITED, Limit, bulk_rate, render_body
 
 logger = logging.getLogger(__name__)
 
@@ -224,13 +224,21 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
         if batch and not shareable:
             break
         batch.append(job)
-        # No more can go at one moment than the channel's burst: asking for more slots
-        # would only lock more rows.
-        rate = sender.channel_rate() if sender else None
-        room = min(room, rate.burst if rate else math.inf)
+        # No more can go at one moment than the channel's burst (a bulk run's: its
+        # share's): asking for more slots would only lock more rows.
+        room = min(room, _burst(job, sender))
         if not shareable or len(batch) >= room:
             break
     return batch, pending[len(batch) :]
+
+
+def _burst(job: Job, sender: BaseSender | None) -> float:
+    """How many sends of the job's priority may go at one moment on its channel."""
+    rate = sender.channel_rate() if sender else None
+    if rate is None:
+        return math.inf
+    bulk = bulk_rate(rate) if job.priority != Priority.HIGH else None
+    return (bulk or rate).burst
 
 
 def _ready_sender(job: Job) -> BaseSender | None:
