@@ -21,6 +21,13 @@ provider's side. Every process started is stopped by pid, also on failure.
 * saturation: ``--saturation-tasks`` (2,000) due at once, the sandbox limited to 100/s
   (its burst: one second's worth) and ``WECOM_RATE_LIMIT=100``. Targets: first to last
   delivery within 1.10 x the ideal n / 100 s; not one 45009.
+* priority: ``--priority-tasks`` (2,000) ``low`` runs due at once against the sandbox
+  limited to 100/s (``WECOM_RATE_LIMIT=100``, ``REMINDERS_HIGH_RATE_SHARE=--high-share``),
+  and ``--priority-high`` (5) ``high`` ones (``inquiry_timeout``) due when half of that
+  backlog is still to be sent. Targets: each high one delivered within 1.5 s of its due
+  time; the low ones first to last within 1.10 x the ideal at their share,
+  n / ((1 - share) x 100) s (the ratio to the whole rate's ideal is shown too). The other
+  scenarios keep no share (``REMINDERS_HIGH_RATE_SHARE=0``): they measure the limiter.
 * headroom: no limit anywhere (``WECOM_RATE_LIMIT=0``), ``--headroom-processes`` (2)
   processes, ``--headroom-tasks`` messages. Target: at least 334 messages a second end
   to end (twice WeCom's 10,000 a minute), from the moment they fall due to the last
@@ -76,10 +83,13 @@ from ops.sandbox import (  # noqa: E402
 )
 
 SETTINGS = "benchmarks.settings_wecom"
+PACE_MARGIN = 0.97  # channels are paced this much under their limit (senders.base)
 FREQUENCY_LIMIT = 45009
 # Twice WeCom's per-corp ceiling of 10,000 calls a minute (166.7 a second), rounded up.
 HEADROOM_TARGET = math.ceil(2 * 10_000 / 60)
-TREE = 7  # main, cluster, sentinel, monitor, pusher and two workers
+# main; bulk cluster, sentinel, monitor, pusher and two workers; the same for the high
+# cluster with one worker.
+TREE = 12
 
 
 @dataclass
@@ -105,6 +115,13 @@ class Outcome:
     busy: float
     load: tuple[float, float, float]
     profile: Path | None = None
+    share: float = 0.0  # REMINDERS_HIGH_RATE_SHARE
+    high_delays: list[float] = field(default_factory=list)  # due to delivery, high runs
+    bulk_times: list[float] = field(default_factory=list)  # deliveries of bulk runs
+
+    @property
+    def bulk_drain(self) -> float:
+        return max(self.bulk_times) - min(self.bulk_times)
 
     @property
     def first_to_last(self) -> float:
@@ -179,7 +196,11 @@ class Bench:
         rate: float,
         sandbox_rate: float | None = None,
         profile: bool = False,
+        high: int = 0,
+        share: float = 0.0,
     ) -> Outcome:
+        """``n`` runs due at once (``low`` ones when ``high``), and ``high`` high priority
+        ones due in the middle of their backlog; ``share``: REMINDERS_HIGH_RATE_SHARE."""
         args = sandbox_args()
         if sandbox_rate:
             args += ["--rate-limit", f"{sandbox_rate:g}"]
@@ -201,14 +222,18 @@ class Bench:
                 WECOM_CORP_SECRET=DEV_CORP_SECRET,
                 WECOM_AGENT_ID=str(DEV_AGENT_ID),
                 WECOM_RATE_LIMIT=f"{rate:g}",
+                REMINDERS_HIGH_RATE_SHARE=f"{share:g}",
             )
             if self.rate_cache:
                 env.update(CACHE_URL=self.rate_cache, REMINDERS_RATE_LIMIT_CACHE="default")
             fill = _run(
-                [PYTHON, "-m", "benchmarks.fixtures", "tasks", str(n), "wecom"], env, capture=True
+                [PYTHON, "-m", "benchmarks.fixtures", "tasks", str(n + high), "wecom"],
+                env,
+                capture=True,
             )
             if fill.returncode:
                 raise Failed(f"fixtures failed:\n{fill.stdout}{fill.stderr}")
+            urgent = _make_high(conn, high) if high else set()
             # Not due until every process is up: start-up is not what is measured.
             conn.execute("UPDATE reminders_scheduledtask SET next_run = now() + interval '1 day'")
             for i in range(processes):
@@ -223,8 +248,17 @@ class Bench:
             machine_before = psutil.cpu_times()
             due = time.time()
             conn.execute("UPDATE reminders_scheduledtask SET run_at = now(), next_run = now()")
+            # The high ones fall due when half the bulk backlog is still to be sent.
+            high_after = n / (2 * rate * (1 - share) * PACE_MARGIN) if high else 0.0
+            if high:
+                conn.execute(
+                    "UPDATE reminders_scheduledtask SET run_at = now() + %s * interval '1 second',"
+                    " next_run = now() + %s * interval '1 second' WHERE priority = 'high'",
+                    [high_after, high_after],
+                )
             deadline = time.monotonic() + self.timeout
-            while client.stats().get("delivered", 0) < n or _count(conn, "sent") < n:
+            total = n + high
+            while client.stats().get("delivered", 0) < total or _count(conn, "sent") < total:
                 if crashed := procs.crashed():
                     raise Failed(f"{label}: process(es) {crashed} exited early")
                 if time.monotonic() > deadline:
@@ -246,9 +280,15 @@ class Bench:
             )
             statuses = _statuses(conn)
         delivered = Counter(user for e in entries if e.delivered for user in e.delivered_to)
+        high_due = due + high_after
         return Outcome(
             label=label,
-            n=n,
+            n=n + high,
+            share=share,
+            high_delays=sorted(
+                e.at - high_due for e in entries if e.delivered and set(e.delivered_to) & urgent
+            ),
+            bulk_times=[e.at for e in entries if e.delivered and not set(e.delivered_to) & urgent],
             processes=processes,
             rate=rate,
             burst=max(1, int(rate / 10)) if rate else 0,
@@ -341,6 +381,19 @@ def wait_for_trees(procs: Processes, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def _make_high(conn: psycopg.Connection, count: int) -> set[str]:
+    """Of the tasks just made, ``count`` become high priority (``inquiry_timeout``) and
+    the others ``low``; returns the high ones' recipients."""
+    conn.execute("UPDATE reminders_scheduledtask SET priority = 'low'")
+    rows = conn.execute(
+        "UPDATE reminders_scheduledtask SET priority = 'high', kind = 'inquiry_timeout' "
+        "WHERE id IN (SELECT id FROM reminders_scheduledtask ORDER BY id LIMIT %s) "
+        "RETURNING recipient",
+        [count],
+    ).fetchall()
+    return {str(row[0]) for row in rows}
+
+
 def _count(conn: psycopg.Connection, status: str) -> int:
     row = conn.execute("SELECT count(*) FROM reminders_taskrun WHERE status = %s", [status])
     found = row.fetchone()
@@ -416,6 +469,8 @@ def checks(outcomes: dict[str, Outcome]) -> list[Check]:
                 saturation.throttled == 0,
             )
         )
+    if priority := outcomes.get("priority"):
+        found += _priority_checks(priority)
     if headroom := outcomes.get("headroom"):
         target = HEADROOM_TARGET
         found.append(
@@ -446,6 +501,33 @@ def checks(outcomes: dict[str, Outcome]) -> list[Check]:
             )
         )
     return found
+
+
+def _priority_checks(o: Outcome) -> list[Check]:
+    """High runs due mid-backlog: their delay after due; the bulk drain against the
+    ideal at the whole rate and at the bulk share of it."""
+    delays = o.high_delays or [math.inf]
+    p50 = delays[len(delays) // 2]
+    bulk = len(o.bulk_times)
+    ideal = bulk / o.rate
+    ideal_share = bulk / (o.rate * (1 - o.share))
+    return [
+        Check(
+            "priority",
+            f"{len(o.high_delays)} high runs: delivery after due, p50 / max",
+            f"{p50:.2f} / {max(delays):.2f} s",
+            "max <= 1.5 s",
+            max(delays) <= 1.5,
+        ),
+        Check(
+            "priority",
+            f"{bulk} low runs: first to last delivery",
+            f"{o.bulk_drain:.2f} s",
+            f"<= 1.10 x {ideal_share:.1f} s (n / ((1 - {o.share:g}) R))",
+            o.bulk_drain <= 1.1 * ideal_share,
+            f"{o.bulk_drain / ideal:.2f} x the whole rate's ideal, {ideal:g} s",
+        ),
+    ]
 
 
 def _by(amount: float, word: str) -> str:
@@ -586,13 +668,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--accuracy-tasks", type=int, default=1500)
     parser.add_argument("--saturation-tasks", type=int, default=2000)
     parser.add_argument("--headroom-tasks", type=int, default=4000)
+    parser.add_argument("--priority-tasks", type=int, default=2000, help="low runs")
+    parser.add_argument("--priority-high", type=int, default=5, help="high runs")
+    parser.add_argument(
+        "--high-share", type=float, default=0.2, help="REMINDERS_HIGH_RATE_SHARE (priority)"
+    )
     parser.add_argument("--headroom-processes", type=int, default=2)
     parser.add_argument(
         "--capacity-messages", type=int, default=3000, help="per client, sandbox raw capacity"
     )
     parser.add_argument(
         "--only",
-        default="accuracy,saturation,headroom",
+        default="accuracy,saturation,priority,headroom",
         help="the scenarios to run, comma separated",
     )
     parser.add_argument(
@@ -667,6 +754,18 @@ def main(argv: list[str]) -> int:
                 "saturation",
                 lambda: bench.run(
                     "saturation", args.saturation_tasks, args.processes, 100.0, sandbox_rate=100.0
+                ),
+            ),
+            (
+                "priority",
+                lambda: bench.run(
+                    "priority",
+                    args.priority_tasks,
+                    args.processes,
+                    100.0,
+                    sandbox_rate=100.0,
+                    high=args.priority_high,
+                    share=args.high_share,
                 ),
             ),
             (

@@ -71,7 +71,8 @@ class Databases:
         if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
             sys.exit(f"benchmarks need a PostgreSQL DATABASE_URL, got {parts.scheme!r}")
         self._parts = parts
-        self.prefix = f"bench_reminders_{os.getpid()}"
+        # BENCH_DB_SUFFIX keeps the databases of benchmarks run side by side apart.
+        self.prefix = f"bench_reminders_{os.getpid()}{os.environ.get('BENCH_DB_SUFFIX', '')}"
         self.created: list[str] = []
         self.admin = psycopg.connect(self.url("postgres"), autocommit=True)
 

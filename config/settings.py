@@ -134,6 +134,10 @@ REMINDERS_MAX_PAUSE_SECONDS = env.float("REMINDERS_MAX_PAUSE_SECONDS", default=3
 # Keep the shared rate limits in this cache instead of the database; it must be shared
 # by every process (e.g. CACHE_URL=redis://127.0.0.1:6379/0, which needs the "redis" extra).
 REMINDERS_RATE_LIMIT_CACHE = env.str("REMINDERS_RATE_LIMIT_CACHE", default="")
+# A share of each paced channel's rate bulk work cannot spend, and the workers of the
+# cluster that executes high priority runs only (0: none, they share the bulk workers).
+REMINDERS_HIGH_RATE_SHARE = env.float("REMINDERS_HIGH_RATE_SHARE", default=0.2)
+REMINDERS_HIGH_WORKERS = env.int("REMINDERS_HIGH_WORKERS", default=1)
 REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
 

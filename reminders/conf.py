@@ -150,6 +150,32 @@ class Settings:
         return None if timeout is None else float(timeout)
 
     @property
+    def HIGH_RATE_SHARE(self) -> float:
+        """The share of each paced channel's rate kept for ``high`` priority runs: bulk
+        (``normal``, ``low``) sends also fit a bucket paced at the rest. 0: none kept."""
+        raw = self._get("HIGH_RATE_SHARE", 0.2)
+        try:
+            share = float(raw)
+        except (TypeError, ValueError):
+            share = -1.0
+        if isinstance(raw, bool) or not 0 <= share < 1:
+            raise ImproperlyConfigured(
+                f"REMINDERS_HIGH_RATE_SHARE must be a number from 0 to less than 1, got {raw!r}."
+            )
+        return share
+
+    @property
+    def HIGH_WORKERS(self) -> int:
+        """Workers of the cluster that executes ``high`` priority runs only, beside the
+        bulk one; 0: no such cluster, high runs share the bulk workers."""
+        raw = self._get("HIGH_WORKERS", 1)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise ImproperlyConfigured(
+                f"REMINDERS_HIGH_WORKERS must be a whole number of at least 0, got {raw!r}."
+            )
+        return raw
+
+    @property
     def WORKER_ID(self) -> str:
         return str(self._get("WORKER_ID", "") or socket.gethostname())
 

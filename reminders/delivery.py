@@ -37,6 +37,9 @@ truth:
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A job stops taking new sends when its time is nearly up and hands the rest
   back, and renews its lease while it makes progress.
+* A bulk run (priority ``normal`` or ``low``) never spends the share of a paced
+  channel kept for ``high`` runs (``REMINDERS_HIGH_RATE_SHARE``): its sends also fit
+  the channel's bulk bucket; a high run's fit the channel's alone.
 * Error texts reach rows and logs only after the sender's secrets are masked here,
   where every send error passes.
 """
@@ -71,9 +74,9 @@ from .exceptions import (
     ThrottledSendError,
     UnknownKind,
 )
-from .models import EXPIRED_CODE, ScheduledTask, SendLog, TaskRun
+from .models import EXPIRED_CODE, Priority, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import UNLIMITED, Limit, render_body
+from .senders.base import UNLIMITED, Limit, bulk_rate, render_body
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +109,11 @@ class Job:
     @cached_property
     def message(self) -> Message:
         return Message.from_rendered(self.ledger.recipient, self.ledger.body, self.ledger.key)
+
+    @property
+    def priority(self) -> str:
+        """The run's priority by name (``high``, ``normal``, ``low``)."""
+        return Priority.from_rank(self.run.priority)
 
     @property
     def scope(self) -> str:
@@ -216,13 +224,21 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
         if batch and not shareable:
             break
         batch.append(job)
-        # No more can go at one moment than the channel's burst: asking for more slots
-        # would only lock more rows.
-        rate = sender.channel_rate() if sender else None
-        room = min(room, rate.burst if rate else math.inf)
+        # No more can go at one moment than the channel's burst (a bulk run's: its
+        # share's): asking for more slots would only lock more rows.
+        room = min(room, _burst(job, sender))
         if not shareable or len(batch) >= room:
             break
     return batch, pending[len(batch) :]
+
+
+def _burst(job: Job, sender: BaseSender | None) -> float:
+    """How many sends of the job's priority may go at one moment on its channel."""
+    rate = sender.channel_rate() if sender else None
+    if rate is None:
+        return math.inf
+    bulk = bulk_rate(rate) if job.priority != Priority.HIGH else None
+    return (bulk or rate).burst
 
 
 def _ready_sender(job: Job) -> BaseSender | None:
@@ -244,10 +260,12 @@ def _ready_sender(job: Job) -> BaseSender | None:
 
 
 def _limits(job: Job) -> list[Limit]:
+    """The buckets the job's send must fit: its sender's, by the run's priority (bulk
+    runs leave the channel's high share alone)."""
     if job.sender is None:
         # Still read the channel's pause: nothing goes to a channel told to hold off.
         return [Limit(f"{job.channel}:channel", UNLIMITED)]
-    return job.sender.limits(job.message)
+    return job.sender.limits(job.message, job.priority)
 
 
 def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]) -> int:

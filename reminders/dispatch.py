@@ -3,7 +3,9 @@
 Every function here is safe to call from any number of processes at once. Runs are
 unique per (task, occurrence), so two schedulers materializing the same task create
 one run; claims lock rows with ``SKIP LOCKED`` where the database has it and always
-re-check the row's state in the ``UPDATE`` itself, so each run has one holder. An error
+re-check the row's state in the ``UPDATE`` itself, so each run has one holder. A
+claim's high priority runs are enqueued on the queue of their own cluster
+(``high_queue``), never in a job with bulk runs, so bulk work cannot hold them up. An error
 confined to one task (see ``ScheduledTask.runs_owed``) marks that task and never stops
 a tick: every other task still gets its runs.
 """
@@ -17,17 +19,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Case, F, PositiveSmallIntegerField, When
+from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
 from django.utils import timezone
+from django_q.conf import Conf
 from django_q.tasks import async_task
 
 from .conf import settings as conf
 from .exceptions import UnplannableTask
-from .models import ScheduledTask, TaskRun
+from .models import Priority, ScheduledTask, TaskRun
 
 logger = logging.getLogger(__name__)
 
 DELIVER = "reminders.delivery.deliver"
+HIGH_QUEUE_SUFFIX = "-high"
 
 
 def _skip_locked() -> bool:
@@ -93,8 +97,9 @@ class Claim:
     run_ids: list[int]
 
 
-def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
-    """Lease up to ``limit`` due runs to ``owner`` and enqueue them, in one transaction.
+def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: bool = False) -> Claim:
+    """Lease up to ``limit`` due runs to ``owner`` and enqueue them, in one transaction;
+    with ``only_high``, high priority runs only.
 
     The enqueue joins the transaction (django-q2's ORM broker on the same database), so
     a claim and its queued job commit together or not at all.
@@ -102,11 +107,10 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
     now = now or timezone.now()
     token = uuid.uuid4().hex
     with transaction.atomic():
-        candidates = (
-            TaskRun.objects.claimable(now)
-            .order_by("priority", "next_attempt_at")
-            .values_list("pk", flat=True)
-        )
+        runs = TaskRun.objects.claimable(now)
+        if only_high:
+            runs = runs.filter(priority=Priority.HIGH.rank)
+        candidates = runs.order_by("priority", "next_attempt_at").values_list("pk", flat=True)
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
         ids = list(candidates[:limit])
@@ -132,11 +136,39 @@ def claim(owner: str, limit: int, now: datetime | None = None) -> Claim:
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)
             .order_by("priority", "next_attempt_at")
-            .values_list("pk", flat=True)
+            .values_list("pk", "priority")
         )
-        for chunk in _chunks(claimed, conf.RUNS_PER_JOB):
-            async_task(DELIVER, token, chunk, task_name=f"deliver-{token[:8]}-{chunk[0]}")
-    return Claim(token, claimed)
+        _enqueue(token, claimed)
+    return Claim(token, [pk for pk, _ in claimed])
+
+
+def _enqueue(token: str, claimed: list[tuple[int, int]]) -> None:
+    """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue."""
+    queues: dict[str, list[int]] = {}
+    for pk, rank in claimed:
+        queues.setdefault(queue_for(rank), []).append(pk)
+    for queue, pks in queues.items():
+        for chunk in _chunks(pks, conf.RUNS_PER_JOB):
+            name = f"deliver-{token[:8]}-{chunk[0]}"
+            async_task(DELIVER, token, chunk, task_name=name, cluster=queue)
+
+
+def bulk_queue() -> str:
+    """The queue of the bulk cluster: django-q2's own cluster name."""
+    return str(Conf.CLUSTER_NAME)
+
+
+def high_queue() -> str:
+    """The queue of the cluster that executes high priority runs only."""
+    return f"{Conf.CLUSTER_NAME}{HIGH_QUEUE_SUFFIX}"
+
+
+def queue_for(rank: int) -> str:
+    """The queue a run of priority ``rank`` goes to: high runs to their own cluster's,
+    where one runs (``REMINDERS_HIGH_WORKERS``), all others to the bulk one."""
+    if rank == Priority.HIGH.rank and conf.HIGH_WORKERS > 0:
+        return high_queue()
+    return bulk_queue()
 
 
 def _of_self() -> tuple[str, ...]:
@@ -160,6 +192,24 @@ def report_stuck(now: datetime | None = None) -> int:
     for run in reported:
         logger.error("run %s has been running since %s", run.pk, run.started_at)
     return len(reported)
+
+
+def next_due(*, only_high: bool = False) -> datetime | None:
+    """The earliest moment a task of an active schedule or a waiting run (of a task not
+    paused) falls due, past or future; with ``only_high``, of high priority runs only.
+    None when nothing waits."""
+    runs = TaskRun.objects.filter(status__in=TaskRun.WAITING).exclude(
+        task__status=ScheduledTask.Status.PAUSED
+    )
+    tasks = ScheduledTask.objects.filter(status=ScheduledTask.Status.ACTIVE)
+    if only_high:
+        runs = runs.filter(priority=Priority.HIGH.rank)
+        tasks = tasks.filter(priority=Priority.HIGH)
+    moments = [
+        runs.aggregate(first=Min("next_attempt_at"))["first"],
+        tasks.aggregate(first=Min("next_run"))["first"],
+    ]
+    return min((moment for moment in moments if moment is not None), default=None)
 
 
 def in_flight(owner: str) -> int:

@@ -133,6 +133,12 @@ class Priority(models.TextChoices):
         """Claim order: lower goes first."""
         return [Priority.HIGH, Priority.NORMAL, Priority.LOW].index(self)
 
+    @classmethod
+    def from_rank(cls, rank: int) -> Priority:
+        """The priority of a run's ``priority`` rank; an unknown rank is bulk work."""
+        ranked = [cls.HIGH, cls.NORMAL, cls.LOW]
+        return ranked[rank] if 0 <= rank < len(ranked) else cls.LOW
+
 
 class SkipReason(NamedTuple):
     """Why an occurrence was recorded as a ``skipped`` run instead of being run."""

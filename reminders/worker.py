@@ -4,13 +4,19 @@ Run any number of these, on any number of hosts, against one database. Each one:
 
 * every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs, expires waiting
   runs past their deadline, reports runs running too long (``run_stuck``) and claims due
-  runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time;
+  runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time
+  (high priority runs are claimed even then: they wait for workers of their own);
+* between ticks sleeps until the next task or run falls due if that comes before the
+  tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
+  back-pressure wakes early only for high priority work;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
-* starts the django-q2 cluster that executes them in a child process of its own
+* starts the django-q2 clusters that execute them, each in a child process of its own
   session, with stop signals blocked in all of its processes, so that a SIGTERM sent to
   the process group or to every process (systemd's ``KillMode=control-group``) stops
-  the cluster in order instead of killing workers mid-send;
+  the clusters in order instead of killing workers mid-send: the bulk cluster
+  (``Q_CLUSTER``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers reading
+  only the high priority queue, which bulk work therefore never occupies;
 * on SIGTERM or SIGINT stops claiming, hands back what no worker started, lets the
   workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``), and exits.
 """
@@ -23,9 +29,11 @@ import os
 import signal
 import socket
 import threading
+import time
 from datetime import datetime, timedelta
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
@@ -34,15 +42,21 @@ from . import dispatch
 from .conf import settings as conf
 from .models import SchedulerHeartbeat
 
+if TYPE_CHECKING:
+    from django_q.brokers import Broker
+
 logger = logging.getLogger(__name__)
 
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 # A scheduler writes its heartbeat at most this often (seconds).
 HEARTBEAT_SECONDS = 5.0
+# The shortest sleep between ticks when something is due already but was not claimed
+# (held by another scheduler at that moment): never a busy loop.
+MIN_SLEEP_SECONDS = 0.05
 
 
-def _run_cluster(parent_pid: int) -> None:
+def _run_cluster(parent_pid: int, queue: str | None = None, workers: int = 0) -> None:
     """Body of the cluster child: a django-q2 cluster that stops in order when asked,
     when the scheduler process is gone, and never in pieces.
 
@@ -52,12 +66,15 @@ def _run_cluster(parent_pid: int) -> None:
     mid-handshake. This process alone takes them, synchronously, and stops the cluster
     the way django-q2 means it to (workers finish what they hold). Job timeouts are
     unaffected: django-q2 enforces them with SIGALRM inside the worker.
+
+    With ``queue``, the cluster reads that queue alone with ``workers`` workers (the
+    high priority cluster; see ``_as_queue_cluster``).
     """
     os.setsid()
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from django_q.cluster import Cluster
 
-    cluster = Cluster()
+    cluster = Cluster(_as_queue_cluster(queue, workers) if queue else None)
     cluster.start()
     while cluster.sentinel is not None and cluster.sentinel.is_alive():
         received = signal.sigtimedwait(STOP_SIGNALS, 0.5)
@@ -69,12 +86,32 @@ def _run_cluster(parent_pid: int) -> None:
             break
 
 
+def _as_queue_cluster(queue: str, workers: int) -> Broker:
+    """Make this process's django-q2 a cluster of ``workers`` reading ``queue`` only;
+    returns the broker to start it with.
+
+    django-q2 fixes its configuration when first imported (``Conf``), and this process,
+    forked from the scheduler, inherited the bulk cluster's. Only this process and the
+    ones it forks see the change. The queue's tasks are saved under its name, and its
+    sentinel leaves django-q2's own schedules to the bulk cluster.
+    """
+    from django_q.brokers import get_broker
+    from django_q.conf import Conf
+
+    Conf.CLUSTER_NAME = queue
+    Conf.WORKERS = workers
+    Conf.SCHEDULER = False
+    return get_broker(queue)
+
+
 class ReminderWorker:
     def __init__(self, *, tick: float | None = None, with_cluster: bool = True) -> None:
         self.tick_seconds = conf.TICK_SECONDS if tick is None else tick
         self.with_cluster = with_cluster
         self.owner = f"{conf.WORKER_ID}:{os.getpid()}"
-        self.cluster: BaseProcess | None = None
+        # Queue name -> the child process running that queue's cluster.
+        self.clusters: dict[str, BaseProcess] = {}
+        self._pressed = False  # the last tick met back-pressure
         self._stopping = threading.Event()
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
@@ -88,12 +125,12 @@ class ReminderWorker:
         logger.info("reminders worker %s starting", self.owner)
         try:
             if self.with_cluster:
-                self._start_cluster()
+                self._start_clusters()
             while not self._stopping.is_set():
                 busy = self._tick_safely()
-                self._watch_cluster()
+                self._watch_clusters()
                 if not busy:
-                    self._stopping.wait(self.tick_seconds)
+                    self._stopping.wait(self._sleep_seconds())
         finally:
             self.shutdown()
             for sig, handler in previous.items():
@@ -110,8 +147,8 @@ class ReminderWorker:
     def shutdown(self) -> None:
         self._stop_beating()
         released = self._release()
-        if self.cluster is not None:
-            self._stop_cluster()
+        if self.clusters:
+            self._stop_clusters()
         released += self._release()
         if released:
             logger.info("handed back %d claimed runs no worker had started", released)
@@ -142,7 +179,10 @@ class ReminderWorker:
         dispatch.report_stuck(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
         limit = min(room, conf.CLAIM_BATCH)
-        if limit <= 0:
+        self._pressed = limit <= 0
+        if self._pressed:
+            # High runs have workers of their own: bulk back-pressure does not hold them.
+            dispatch.claim(self.owner, conf.CLAIM_BATCH, now, only_high=True)
             return False
         claimed = dispatch.claim(self.owner, limit, now)
         # Loop again at once only when the batch size, not back-pressure, was the limit.
@@ -162,6 +202,20 @@ class ReminderWorker:
         )
         self._beat_at = now
 
+    def _sleep_seconds(self, now: datetime | None = None) -> float:
+        """Until the next tick, or sooner when something falls due before it (under
+        back-pressure: high priority work only); never less than ``MIN_SLEEP_SECONDS``."""
+        try:
+            due = dispatch.next_due(only_high=self._pressed)
+        except DatabaseError:
+            logger.exception("could not read when work is next due; sleeping a tick")
+            connections.close_all()
+            return self.tick_seconds
+        if due is None:
+            return self.tick_seconds
+        wait = (due - (now or timezone.now())).total_seconds()
+        return min(self.tick_seconds, max(MIN_SLEEP_SECONDS, wait))
+
     def _tick_safely(self) -> bool:
         close_old_connections()
         try:
@@ -171,31 +225,56 @@ class ReminderWorker:
             connections.close_all()
             return False
 
-    # The cluster child -------------------------------------------------------------------
+    # The cluster children ----------------------------------------------------------------
 
-    def _start_cluster(self) -> None:
+    def _queues(self) -> dict[str, int]:
+        """The clusters to run: queue name -> workers (0: the bulk cluster's own)."""
+        queues = {dispatch.bulk_queue(): 0}
+        if conf.HIGH_WORKERS > 0:
+            queues[dispatch.high_queue()] = conf.HIGH_WORKERS
+        return queues
+
+    def _start_clusters(self) -> None:
+        for queue, workers in self._queues().items():
+            self._start_cluster(queue, workers)
+
+    def _start_cluster(self, queue: str, workers: int) -> None:
         connections.close_all()  # never share a connection with a forked child
+        high = queue if workers else None
         process = multiprocessing.get_context("fork").Process(
-            target=_run_cluster, args=(os.getpid(),), name="reminders-cluster"
+            target=_run_cluster,
+            args=(os.getpid(), high, workers),
+            name=f"reminders-cluster-{queue}",
         )
         process.start()
-        self.cluster = process
-        logger.info("django-q2 cluster started (pid %s)", process.pid)
+        self.clusters[queue] = process
+        logger.info("django-q2 cluster %s started (pid %s)", queue, process.pid)
 
-    def _watch_cluster(self) -> None:
-        if self.cluster is None or self.cluster.is_alive() or self._stopping.is_set():
+    def _watch_clusters(self) -> None:
+        if self._stopping.is_set():
             return
-        logger.error("django-q2 cluster exited with %s; starting it again", self.cluster.exitcode)
-        self._start_cluster()
+        for queue, workers in self._queues().items():
+            process = self.clusters.get(queue)
+            if process is None or process.is_alive():
+                continue
+            logger.error(
+                "django-q2 cluster %s exited with %s; starting it again", queue, process.exitcode
+            )
+            self._start_cluster(queue, workers)
 
-    def _stop_cluster(self) -> None:
-        process = self.cluster
-        assert process is not None and process.pid is not None  # noqa: S101
-        if process.is_alive():
-            os.kill(process.pid, signal.SIGTERM)
-            process.join(conf.SHUTDOWN_GRACE)
-        if process.is_alive():
-            logger.error("cluster did not stop in %ss; killing it", conf.SHUTDOWN_GRACE)
-            os.killpg(process.pid, signal.SIGKILL)
-            process.join(5)
-        self.cluster = None
+    def _stop_clusters(self) -> None:
+        """Ask every cluster to stop at once, wait for them within one grace, then kill
+        what is left, each in its own session."""
+        processes = list(self.clusters.values())
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + conf.SHUTDOWN_GRACE
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                logger.error("cluster did not stop in %ss; killing it", conf.SHUTDOWN_GRACE)
+                os.killpg(process.pid, signal.SIGKILL)
+                process.join(5)
+        self.clusters.clear()

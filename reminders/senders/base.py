@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ..conf import settings as conf
 from ..exceptions import RecipientSendError
 from ..recipients import member_id_problem
 
@@ -93,6 +94,18 @@ class Rate:
 
 UNLIMITED = Rate(math.inf)
 PACE_MARGIN = 0.97
+HIGH = "high"  # the priority that may spend the whole channel
+
+
+def bulk_rate(channel: Rate | None) -> Rate | None:
+    """The pace bulk sends share on a channel paced at ``channel``: what is left once
+    ``REMINDERS_HIGH_RATE_SHARE`` of it is kept for ``high`` sends (its burst too, at
+    least one). None where nothing is kept: an unlimited channel, or no share."""
+    share = conf.HIGH_RATE_SHARE
+    if channel is None or channel.per_second == math.inf or share == 0:
+        return None
+    rest = 1.0 - share
+    return Rate(channel.per_second * rest, max(1, int(channel.burst * rest)))
 
 
 @dataclass(frozen=True)
@@ -184,13 +197,21 @@ class BaseSender(ABC):
         # slot, and that jitter would otherwise push the provider's busiest second over.
         return Rate(float(per_second) * PACE_MARGIN, int(burst))
 
-    def limits(self, message: Message) -> list[Limit]:
+    def limits(self, message: Message, priority: str | None = None) -> list[Limit]:
         """The shared buckets a send of ``message`` must fit in.
 
         The channel's bucket is always there, unlimited if no rate is set, because it
         also carries the pause that a provider's "too fast" puts on the whole channel.
+        A bulk send (``priority`` other than ``high``) on a paced channel also fits the
+        channel's bulk bucket (``bulk_rate``), so that the share
+        ``REMINDERS_HIGH_RATE_SHARE`` of the channel is always left to ``high`` sends.
+        ``None``: the priority is unknown, the whole channel may be used.
         """
-        limits = [Limit(f"{self.rate_scope}:channel", self.channel_rate() or UNLIMITED)]
+        rate = self.channel_rate()
+        limits = [Limit(f"{self.rate_scope}:channel", rate or UNLIMITED)]
+        bulk = bulk_rate(rate) if priority not in (None, HIGH) else None
+        if bulk is not None:
+            limits.append(Limit(f"{self.rate_scope}:channel:bulk", bulk))
         if self.recipient_rate is not None:
             limits.append(Limit(f"{self.rate_scope}:to:{message.recipient}", self.recipient_rate))
         return limits

@@ -193,7 +193,7 @@ class WeComSender(BaseSender):
         """WeCom counts limits per app: every alias of one app shares its buckets."""
         return str(self.options.get("rate_scope") or f"wecom:{self.corp_id}:{self.agent_id}")
 
-    def limits(self, message: Message) -> list[Limit]:
+    def limits(self, message: Message, priority: str | None = None) -> list[Limit]:
         """The app's channel and the member's buckets; a message split into n parts is n
         messages to WeCom, so it spends n slots of each. One that cannot be split or is
         invalid costs 1: its send reports the error."""
@@ -201,7 +201,7 @@ class WeComSender(BaseSender):
             cost = len(self._parts(message))
         except SendError:
             cost = 1
-        return [replace(limit, cost=cost) for limit in super().limits(message)]
+        return [replace(limit, cost=cost) for limit in super().limits(message, priority)]
 
     def channel_rate(self) -> Rate | None:
         """OPTIONS ``rate_limit``, else ``WECOM_RATE_LIMIT`` messages a second."""

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from reminders.models import Priority, ScheduledTask, SendLog, TaskRun
 from tests.support.processes import (
+    TREE,
     ReminderProcess,
     freeze,
     kill_tree,
@@ -154,7 +155,7 @@ def test_kill_loop__every_valid_member_gets_exactly_one_message(spawn, faulty_sa
     env = {**wecom_settings(box.base_url), **ENGINE}
     processes = [spawn(f"p{n}", **env) for n in range(3)]
     wait_until(
-        lambda: all(len(p.tree()) >= 7 for p in processes),
+        lambda: all(len(p.tree()) >= TREE for p in processes),
         timeout=60,
         what="three processes with their clusters",
         processes=processes,

@@ -16,6 +16,7 @@ import pytest
 
 from reminders.models import SendLog, TaskRun
 from tests.support.processes import (
+    TREE,
     ReminderProcess,
     alive,
     freeze,
@@ -64,7 +65,7 @@ def test_three_processes__send_1000_due_messages_exactly_once(
     ]
     # main, cluster, sentinel, monitor, pusher and two workers each
     wait_until(
-        lambda: all(len(p.tree()) >= 7 for p in processes),
+        lambda: all(len(p.tree()) >= TREE for p in processes),
         timeout=60,
         what="three processes with their clusters",
         processes=processes,
@@ -204,7 +205,7 @@ def test_sigterm_mid_send__stops_in_grace_with_no_process_or_leased_run_left(
     )
     # Frozen, the tree shows the work it holds; the signal waits until it is thawed.
     tree = freeze(process)
-    assert len(tree) >= 7, tree  # main, cluster, sentinel, monitor, pusher, two workers
+    assert len(tree) >= TREE, tree
     assert TaskRun.objects.filter(status=TaskRun.Status.RUNNING).exists(), state(record_file)
     if target == "every process":
         for member in tree:

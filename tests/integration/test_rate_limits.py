@@ -30,7 +30,13 @@ from django.utils import timezone
 from benchmarks.rates import backlog_rate, busiest_window
 from ops.sandbox import LedgerEntry
 from reminders.models import RateBucket, ScheduledTask, TaskRun
-from tests.support.processes import ReminderProcess, run_statuses, wait_exit, wait_until
+from tests.support.processes import (
+    TREE,
+    ReminderProcess,
+    run_statuses,
+    wait_exit,
+    wait_until,
+)
 from tests.support.sandbox import AGENT_ID, CORP_ID, SandboxProcess, sandbox_process, wecom_settings
 
 pytestmark = pytest.mark.processes
@@ -70,14 +76,17 @@ def start_processes(
         "TEST_RATE_CACHE_PREFIX": cache_prefix,
         "WECOM_RATE_LIMIT": str(rate),
         "REMINDERS_RATE_MAX_WAIT": str(MAX_WAIT),
+        # The channel's limiter at R itself, no share kept for high priority runs (their
+        # share is tested in tests/reminders/test_rate_share.py and below).
+        "REMINDERS_HIGH_RATE_SHARE": "0",
         # Small claims spread the burst over all three processes.
         "REMINDERS_MAX_IN_FLIGHT": "60",
         "REMINDERS_CLAIM_BATCH": "30",
     }
     processes = [spawn(f"p{n}", **env) for n in range(count)]
-    # main, cluster, sentinel, monitor, pusher and two workers each: up before work is due.
+    # Each whole tree (TREE) up before work is due.
     wait_until(
-        lambda: all(len(p.tree()) >= 7 for p in processes),
+        lambda: all(len(p.tree()) >= TREE for p in processes),
         timeout=60,
         what="three processes with their clusters",
         processes=processes,

@@ -262,8 +262,9 @@ def slow_first_reply(monkeypatch):
 
 
 def test_deliver__a_batch_fallen_behind_its_slots_hands_the_rest_back(
-    make_task, outbox, slow_first_reply
+    make_task, outbox, slow_first_reply, settings
 ):
+    settings.REMINDERS_HIGH_RATE_SHARE = 0  # the channel's whole burst: one batch of three
     for _ in range(3):
         make_task(channel="paced_dedup")
     # The other two are not sent late: they go back in line.

@@ -5,6 +5,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 from django_q.models import OrmQ
+from django_q.signing import SignedPackage
 
 from reminders import dispatch, signals
 from reminders.models import ScheduledTask, TaskRun
@@ -279,3 +280,40 @@ def test_materialize__anything_raised_while_planning_one_task_is_confined_to_it(
     bad.refresh_from_db()
     assert (bad.status, bad.error_code) == ("error", "planning_failed")
     assert "a bug in one schedule" in bad.error_message
+
+
+def test_claim__enqueues_high_runs_apart_on_the_high_cluster_s_queue(make_task, settings):
+    settings.REMINDERS_RUNS_PER_JOB = 2
+    low = [make_task(priority="low") for _ in range(3)]
+    high = [make_task("inquiry_timeout") for _ in range(3)]
+    dispatch.materialize()
+    claim = dispatch.claim("owner-1", 100)
+    jobs = [(row.key, SignedPackage.loads(row.payload)) for row in OrmQ.objects.order_by("id")]
+    by_queue: dict[str, list[int]] = {}
+    for key, job in jobs:
+        assert job["args"][0] == claim.token
+        by_queue.setdefault(key, []).extend(job["args"][1])
+    runs = dict(TaskRun.objects.values_list("pk", "task_id"))
+    assert sorted(runs[pk] for pk in by_queue[dispatch.high_queue()]) == [t.pk for t in high]
+    assert sorted(runs[pk] for pk in by_queue[dispatch.bulk_queue()]) == [t.pk for t in low]
+    assert dispatch.high_queue() != dispatch.bulk_queue()
+    assert [len(job["args"][1]) for _, job in jobs] == [2, 1, 2, 1]  # high first
+
+
+def test_claim__without_a_high_cluster_high_runs_share_the_bulk_queue(make_task, settings):
+    settings.REMINDERS_HIGH_WORKERS = 0
+    make_task("inquiry_timeout")
+    make_task(priority="low")
+    dispatch.materialize()
+    dispatch.claim("owner-1", 100)
+    assert set(OrmQ.objects.values_list("key", flat=True)) == {dispatch.bulk_queue()}
+
+
+def test_claim__only_high_leaves_bulk_runs_waiting(make_task):
+    make_task(priority="low")
+    urgent = make_task("inquiry_timeout")
+    dispatch.materialize()
+    claim = dispatch.claim("owner-1", 100, only_high=True)
+    assert list(TaskRun.objects.filter(pk__in=claim.run_ids).values_list("task", flat=True)) == [
+        urgent.pk
+    ]

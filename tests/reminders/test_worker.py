@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from reminders.models import ScheduledTask, SchedulerHeartbeat, TaskRun
-from reminders.worker import HEARTBEAT_SECONDS, ReminderWorker
+from reminders.worker import HEARTBEAT_SECONDS, MIN_SLEEP_SECONDS, ReminderWorker
 from tests.support.jobs import queued, run_queued
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +109,32 @@ def test_shutdown__removes_the_heartbeat():
     other.tick(now=timezone.now())
     worker.shutdown()
     assert list(SchedulerHeartbeat.objects.values_list("owner", flat=True)) == [other.owner]
+
+
+def test_sleep__wakes_for_a_one_shot_due_before_the_tick(make_task, settings):
+    worker = ReminderWorker(tick=30, with_cluster=False)
+    assert worker._sleep_seconds() == 30  # nothing waits
+    make_task(at=timezone.now() + timedelta(seconds=2))
+    assert 1 < worker._sleep_seconds() <= 2
+
+
+def test_sleep__a_one_shot_due_now_or_past_is_taken_at_once(make_task):
+    worker = ReminderWorker(tick=30, with_cluster=False)
+    make_task(at=timezone.now() - timedelta(seconds=5))
+    assert worker._sleep_seconds() == MIN_SLEEP_SECONDS
+    worker.tick()
+    assert worker._sleep_seconds() == 30  # claimed: nothing else waits
+
+
+def test_sleep__under_back_pressure_wakes_only_for_high_work(make_task, settings):
+    settings.REMINDERS_MAX_IN_FLIGHT = 1
+    make_task(priority="low")
+    make_task(priority="low")
+    worker = ReminderWorker(tick=30, with_cluster=False)
+    worker.tick()
+    worker.tick()  # one claimed, one held back
+    assert worker._sleep_seconds() == 30
+    urgent = make_task("inquiry_timeout", at=timezone.now() + timedelta(seconds=2))
+    assert 1 < worker._sleep_seconds() <= 2
+    worker.tick(now=timezone.now() + timedelta(seconds=3))  # claimed despite back-pressure
+    assert TaskRun.objects.get(task=urgent).status == "queued"

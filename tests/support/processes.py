@@ -38,6 +38,8 @@ KNOBS = (
     "RECORD_FAIL_FIRST",
     "RECORD_FILE",
     "REMINDERS_CLAIM_BATCH",
+    "REMINDERS_HIGH_RATE_SHARE",
+    "REMINDERS_HIGH_WORKERS",
     "REMINDERS_LEASE_SECONDS",
     "REMINDERS_MAX_IN_FLIGHT",
     "REMINDERS_RUNS_PER_JOB",
@@ -263,3 +265,9 @@ def state(record_file: Path) -> str:
         f"runs: {dict(run_statuses())}; ledger: {dict(ledger_statuses())}; "
         f"delivered: {len(records(record_file))}"
     )
+
+
+# A run_reminders tree with Q_WORKERS=2 and REMINDERS_HIGH_WORKERS=1: the main process,
+# then for each of the bulk and the high cluster its cluster process, sentinel, monitor
+# and pusher, with two bulk workers and one high worker.
+TREE = 1 + (4 + 2) + (4 + 1)
