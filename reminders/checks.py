@@ -62,6 +62,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "MAX_WORKER_DEATHS",
         "RUN_TIMEOUT",
         "PLAN_AHEAD_SECONDS",
+        "HIGH_RATE_SHARE",
+        "HIGH_WORKERS",
     )
     for name in names:
         try:

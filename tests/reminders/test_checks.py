@@ -175,6 +175,8 @@ def channel(backend: str, **options) -> dict:
         pytest.param(
             "REMINDERS_PLAN_AHEAD_SECONDS", -60, "reminders.E004", id="plan ahead negative"
         ),
+        pytest.param("REMINDERS_HIGH_RATE_SHARE", 1, "reminders.E004", id="high share of all"),
+        pytest.param("REMINDERS_HIGH_WORKERS", -1, "reminders.E004", id="high workers negative"),
         pytest.param("REMINDERS_LEASE_SECONDS", "five", "reminders.E004", id="lease not a number"),
         pytest.param("REMINDERS_RETRY_DELAYS", "60,-1", "reminders.E004", id="negative retry"),
         pytest.param(
