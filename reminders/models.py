@@ -36,7 +36,7 @@ run are left as they were.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, ClassVar, NamedTuple
@@ -155,8 +155,8 @@ EXPIRED_CODE = "deadline"
 
 # Skipped runs whose occurrence passed unsent: the ``compensate`` rule makes them up.
 MISSED_CODES = (MISSED.code, PASSED_WHILE_PAUSED.code, PASSED_IN_ERROR.code)
-# Runs that ended for good without sending, by status name (``expired`` comes with
-# deadlines): the ``compensate`` rule makes them up too.
+# Runs that ended for good without sending (``TaskRun`` is defined below): the
+# ``compensate`` rule makes them up too.
 LOST_STATUSES = ("failed", "expired")
 # A make-up run's occurrence is its missed occurrence plus this: one run per task and
 # occurrence holds for both, while its stamp (to the second) and run date are the
@@ -375,23 +375,7 @@ class ScheduledTask(models.Model):
         Raises ``UnplannableTask`` when the task cannot be planned, whatever the cause;
         the task is left as it was then.
         """
-        try:
-            self.check_plannable()
-            if self.next_run is None or self.next_run > now:
-                return []
-            owed = self._occurrences_owed(self.next_run, now)
-            runs = self._plan_owed(owed, now, skip)
-        except UnplannableTask:
-            raise
-        except Exception as exc:
-            raise UnplannableTask(
-                f"Planning failed: {type(exc).__name__}: {exc}", code="planning_failed"
-            ) from exc
-        self._log_owed(runs, owed, skip)
-        self.next_run = owed.upcoming
-        if owed.upcoming is None:
-            self.status = self.Status.COMPLETED
-        return runs
+        return self._planning(lambda: self._owed(now, skip))
 
     def runs_planned(self, now: datetime, until: datetime) -> list[TaskRun]:
         """``runs_owed`` up to ``now``, then the runs of the occurrences after it up to
@@ -399,11 +383,40 @@ class ScheduledTask(models.Model):
         every-minute schedule fills its hour over a few ticks). A run planned ahead is a
         run like any other, due at its time: what was missed is decided by the past
         alone. Advances ``next_run`` in memory; raises ``UnplannableTask``."""
-        runs = self.runs_owed(now)
-        for _planned in range(PLAN_AHEAD_MAX):
-            if self.next_run is None or self.next_run > until:
-                break
-            runs += self.runs_owed(self.next_run)
+
+        def plan() -> list[TaskRun]:
+            runs = self._owed(now, MISSED)
+            for _planned in range(PLAN_AHEAD_MAX):
+                if self.next_run is None or self.next_run > until:
+                    break
+                runs += self._owed(self.next_run, MISSED)
+            return runs
+
+        return self._planning(plan)
+
+    def _planning(self, plan: Callable[[], list[TaskRun]]) -> list[TaskRun]:
+        """``plan()`` once the task is known to be plannable (checked once per call, not
+        per occurrence); anything it raises is ``UnplannableTask``."""
+        try:
+            self.check_plannable()
+            return plan()
+        except UnplannableTask:
+            raise
+        except Exception as exc:
+            raise UnplannableTask(
+                f"Planning failed: {type(exc).__name__}: {exc}", code="planning_failed"
+            ) from exc
+
+    def _owed(self, now: datetime, skip: SkipReason) -> list[TaskRun]:
+        """``runs_owed`` without the check and the error wrapping."""
+        if self.next_run is None or self.next_run > now:
+            return []
+        owed = self._occurrences_owed(self.next_run, now)
+        runs = self._plan_owed(owed, now, skip)
+        self._log_owed(runs, owed, skip)
+        self.next_run = owed.upcoming
+        if owed.upcoming is None:
+            self.status = self.Status.COMPLETED
         return runs
 
     def _plan_owed(self, owed: Owed, now: datetime, skip: SkipReason) -> list[TaskRun]:
