@@ -393,34 +393,41 @@ class Others:
 
     holders: dict[int, TaskRun] = field(default_factory=dict)
     same_day: list[TaskRun] = field(default_factory=list)
+    # Run pk -> its local day (start, end) in its task's zone as it is now.
+    days: dict[int, tuple[datetime, datetime]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, runs: Sequence[TaskRun], ledger: dict[str, SendLog]) -> Others:
         ours = {run.pk for run in runs}
         held = {row.run_id for row in ledger.values() if row.run_id not in ours}
         holders = TaskRun.objects.in_bulk([pk for pk in held if pk is not None])
-        days = Q()
-        for run in runs:
-            if run.task.keyed_by_day:
-                begin, end = timing.local_day(run.occurrence, run.task.timezone)
-                days |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
+        days = {
+            run.pk: timing.local_day(run.occurrence, run.task.timezone)
+            for run in runs
+            if run.task.keyed_by_day
+        }
         same_day: list[TaskRun] = []
         if days:
+            around = Q()
+            for run in runs:
+                if run.pk in days:
+                    begin, end = days[run.pk]
+                    around |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
             same_day = list(
-                TaskRun.objects.filter(days)
+                TaskRun.objects.filter(around)
                 .filter(
                     status__in=(TaskRun.Status.SENT, TaskRun.Status.UNKNOWN, TaskRun.Status.RUNNING)
                 )
                 .exclude(pk__in=ours)
             )
-        return cls(holders, same_day)
+        return cls(holders, same_day, days)
 
     def day_of(self, run: TaskRun) -> list[TaskRun]:
         """Other runs of ``run``'s task on its local day, for a task that fires at most
         once a day (in the task's zone as it is now)."""
-        if not run.task.keyed_by_day:
+        if run.pk not in self.days:
             return []
-        begin, end = timing.local_day(run.occurrence, run.task.timezone)
+        begin, end = self.days[run.pk]
         return [
             other
             for other in self.same_day
@@ -598,10 +605,10 @@ def _resend_is_safe(row: SendLog, now: datetime) -> bool:
         sender = get_sender(row.channel)
     except RemindersError:
         return False
-    if sender.retry_in_doubt:
-        return True
+    if not sender.resends_in_doubt:
+        return False
     window = timedelta(seconds=sender.duplicate_check_seconds)
-    return sender.supports_duplicate_check and now - row.created_at < window
+    return sender.retry_in_doubt or now - row.created_at < window
 
 
 # Reserving ------------------------------------------------------------------------------
@@ -809,9 +816,7 @@ def _failure_outcome(job: Job, error: SendError, now: datetime) -> Outcome:
     run = job.run
     delays = _retry_delays(run.task)
     doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
-    resend_safe = job.sender is not None and (
-        job.sender.supports_duplicate_check or job.sender.retry_in_doubt
-    )
+    resend_safe = job.sender is not None and job.sender.resends_in_doubt
     attempts_left = run.attempts <= len(delays)
     will_retry = error.retryable and attempts_left and (resend_safe or not doubt)
     retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None

@@ -173,6 +173,13 @@ class BaseSender(ABC):
         rather than the run ending ``unknown`` for ops to decide."""
         return bool(self.options.get("retry_in_doubt"))
 
+    @property
+    def resends_in_doubt(self) -> bool:
+        """Whether a message whose delivery is in doubt may be sent again on this
+        channel: the provider drops a repeated body (inside its window), or the channel
+        accepts a possible duplicate (``retry_in_doubt``)."""
+        return self.supports_duplicate_check or self.retry_in_doubt
+
     def secrets(self) -> Iterable[str]:
         """The credentials this sender holds, masked in every error and log line: here
         the OPTIONS values under names that say so; senders add what else they know."""
