@@ -106,3 +106,18 @@ def reports_every_day(settings: Any) -> None:
         "daily_report": {"calendar": ""},
         "weekly_report": {"calendar": ""},
     }
+
+
+@pytest.fixture
+def paced_channel(settings: Any) -> str:
+    """A memory channel paced at 20 a second, one at a time, whose runs wait at most
+    0.2 s for a slot: what the rate-limit tests send through."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "paced": {
+            "BACKEND": "reminders.senders.memory.MemorySender",
+            "OPTIONS": {"rate_limit": 20, "rate_burst": 1},
+        },
+    }
+    settings.REMINDERS_RATE_MAX_WAIT = 0.2
+    return "paced"

@@ -101,19 +101,6 @@ def test_reserve__with_no_bulk_work_high_may_use_the_whole_channel(store):
     assert slots[-1].at - T0 == pytest.approx(99 / 100)
 
 
-@pytest.fixture
-def paced_channel(settings):
-    settings.REMINDERS_CHANNELS = {
-        **settings.REMINDERS_CHANNELS,
-        "paced": {
-            "BACKEND": "reminders.senders.memory.MemorySender",
-            "OPTIONS": {"rate_limit": 20, "rate_burst": 1},
-        },
-    }
-    settings.REMINDERS_RATE_MAX_WAIT = 0.2
-    return "paced"
-
-
 def test_deliver__a_high_run_goes_while_bulk_work_has_spent_its_share(
     make_task, outbox, paced_channel
 ):

@@ -147,19 +147,6 @@ def test_pause__holds_the_bucket_for_everyone_and_never_shortens(store):
     assert later.reserved is True
 
 
-@pytest.fixture
-def paced_channel(settings):
-    settings.REMINDERS_CHANNELS = {
-        **settings.REMINDERS_CHANNELS,
-        "paced": {
-            "BACKEND": "reminders.senders.memory.MemorySender",
-            "OPTIONS": {"rate_limit": 20, "rate_burst": 1},
-        },
-    }
-    settings.REMINDERS_RATE_MAX_WAIT = 0.2
-    return "paced"
-
-
 def test_deliver__runs_beyond_the_rate_wait_without_spending_an_attempt(
     make_task, outbox, paced_channel
 ):
