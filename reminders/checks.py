@@ -1,14 +1,15 @@
 """System checks for configuration that would lose or duplicate messages.
 
 ``check_settings`` reads settings only. ``check_kinds`` and ``check_calendars`` read the
-database, so Django runs
-it only where a command asks for database checks (``migrate``, ``check --database``, and
-``run_reminders`` at start-up); it warns and never stops a process, since a task of an
-unknown kind stops nothing either (it is put in ``error`` when due).
+database, so Django runs them only where a command asks for database checks
+(``migrate``, ``check --database``, and ``run_reminders`` at start-up); they warn and
+never stop a process, since a task of an unknown kind or an uncovered year stops
+nothing either (it is put in ``error``, or its occurrence skipped, when due).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from datetime import date
 from typing import Any
@@ -17,7 +18,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -216,18 +217,12 @@ def check_kinds(
     app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """Kinds that active or paused tasks use and this process has not registered."""
-    from .models import ScheduledTask
-
-    alias = router.db_for_read(ScheduledTask)
-    if not databases or alias not in databases:
-        return []
     try:
-        if ScheduledTask._meta.db_table not in connections[alias].introspection.table_names():
-            return []  # not migrated yet
+        live = _live_tasks(databases)
+        if live is None:
+            return []
         unknown = dict(
-            ScheduledTask.objects.using(alias)
-            .filter(status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED))
-            .exclude(kind__in=kinds.names())
+            live.exclude(kind__in=kinds.names())
             .values_list("kind")
             .annotate(tasks=Count("pk"))
             .order_by("kind")
@@ -259,15 +254,16 @@ def check_calendars(
 ) -> list[CheckMessage]:
     """Calendars that live tasks or registered kinds use and that do not cover the
     current year or, from December, the next: their occurrences then would be skipped."""
-    from .models import ScheduledTask
-
-    alias = router.db_for_read(ScheduledTask)
-    if not databases or alias not in databases:
-        return []
     today = today or timezone.localdate()
     years = [today.year, today.year + 1] if today.month == 12 else [today.year]
     messages: list[CheckMessage] = []
-    for name in sorted(_calendars_in_use(alias)):
+    if _checked_alias(databases) is None:
+        return []
+    try:
+        live = _live_tasks(databases)
+    except DatabaseError:
+        live = None  # the database's own checks and errors say what is wrong with it
+    for name in sorted(_calendars_in_use(live)):
         try:
             missing = [year for year in years if not calendars.get(name).covers(year)]
         except ImproperlyConfigured:
@@ -277,27 +273,44 @@ def check_calendars(
     return messages
 
 
-def _calendars_in_use(alias: str) -> set[str]:
-    from .models import ScheduledTask
-
+def _calendars_in_use(live: QuerySet[Any] | None) -> set[str]:
+    """Calendars the registered kinds name, and those ``live`` tasks name themselves."""
     used: set[str | None] = set()
     for kind in kinds.names():
         try:
             used.add(kinds.policy(kind).calendar)
         except ImproperlyConfigured:
             continue
-    try:
-        if ScheduledTask._meta.db_table in connections[alias].introspection.table_names():
+    # The database's own checks and errors say what is wrong with it.
+    if live is not None:
+        with contextlib.suppress(DatabaseError):
             used.update(
-                ScheduledTask.objects.using(alias)
-                .filter(status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED))
-                .exclude(calendar__isnull=True)
-                .values_list("calendar", flat=True)
-                .distinct()
+                live.exclude(calendar__isnull=True).values_list("calendar", flat=True).distinct()
             )
-    except DatabaseError:
-        pass  # the database's own checks and errors say what is wrong with it
     return {name for name in used if name}
+
+
+def _checked_alias(databases: Sequence[str] | None) -> str | None:
+    """The tasks' database, if the checks were asked to read it."""
+    from .models import ScheduledTask
+
+    alias = router.db_for_read(ScheduledTask)
+    return alias if databases and alias in databases else None
+
+
+def _live_tasks(databases: Sequence[str] | None) -> QuerySet[Any] | None:
+    """Active and paused tasks on the database the checks were asked to read; None when
+    that database is not among them, or not migrated yet."""
+    from .models import ScheduledTask
+
+    alias = _checked_alias(databases)
+    if alias is None:
+        return None
+    if ScheduledTask._meta.db_table not in connections[alias].introspection.table_names():
+        return None
+    return ScheduledTask.objects.using(alias).filter(
+        status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
+    )
 
 
 def _uncovered_warning(name: str, years: list[int]) -> Warning:
