@@ -64,15 +64,6 @@ def _wall_clock(moment: datetime, zone_name: str) -> datetime:
         return moment.astimezone(timing.UTC).replace(tzinfo=None)
 
 
-def _in_zone(wall_clock: datetime, zone_name: str | None) -> datetime:
-    """The moment the clocks of the zone read ``wall_clock``; a time in a DST gap moves
-    past it and one that occurs twice is its first instance (``timing.localize``)."""
-    try:
-        return timing.localize(wall_clock, timing.zone(zone_name or ""))
-    except timing.InvalidSchedule:
-        return wall_clock.replace(tzinfo=timing.UTC)  # the zone's own error is on its field
-
-
 class RunAtInTaskZoneForm(forms.ModelForm):
     """Shows ``run_at`` in the task's ``timezone`` and reads what is entered in the zone
     the form gives, instead of the site's (its field must be a ``WallClockDateTimeField``)."""
@@ -86,7 +77,7 @@ class RunAtInTaskZoneForm(forms.ModelForm):
         cleaned = super().clean() or self.cleaned_data
         run_at = cleaned.get("run_at")
         if isinstance(run_at, datetime) and timezone.is_naive(run_at):
-            cleaned["run_at"] = _in_zone(run_at, cleaned.get("timezone"))
+            cleaned["run_at"] = timing.wall_clock_in(run_at, cleaned.get("timezone") or "")
         return cleaned
 
 

@@ -96,12 +96,7 @@ def _aware(at: object, tz: str) -> datetime | None:
         raise ValidationError({"at": f"at must be a datetime, not {type(at).__name__}."})
     if timezone.is_aware(at):
         return at
-    try:
-        return timing.localize(at, timing.zone(tz))
-    except (timing.InvalidSchedule, OverflowError):
-        # A bad tz, or a time at the very ends of datetime's range: validation reports
-        # either on its own parameter.
-        return at.replace(tzinfo=timing.UTC)
+    return timing.wall_clock_in(at, tz)
 
 
 def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:

@@ -67,6 +67,17 @@ def localize(naive: datetime, tz: ZoneInfo) -> datetime:
     return aware
 
 
+def wall_clock_in(naive: datetime, tz_name: str) -> datetime:
+    """The moment the clocks of ``tz_name`` read ``naive`` (``localize``), for input
+    still to be validated: a zone that is not valid, or a time at the very ends of
+    ``datetime``'s range, gives the time in UTC, and validation reports the fault on its
+    own field."""
+    try:
+        return localize(naive, zone(tz_name))
+    except (InvalidSchedule, OverflowError):
+        return naive.replace(tzinfo=UTC)
+
+
 def next_occurrence(expression: str, tz_name: str, after: datetime) -> datetime:
     """The first occurrence strictly after ``after`` (aware), as an aware UTC datetime."""
     tz = zone(tz_name)
