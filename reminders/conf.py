@@ -112,6 +112,14 @@ class Settings:
         return _positive_number("REMINDERS_RATE_MAX_WAIT", self._get("RATE_MAX_WAIT", 2.0))
 
     @property
+    def RATE_BORROW_SECONDS(self) -> float:
+        """How far ahead a send may take the other priority class's idle rate-limit
+        slots: the longest a high send waits behind bulk sends that borrowed its share."""
+        return _positive_number(
+            "REMINDERS_RATE_BORROW_SECONDS", self._get("RATE_BORROW_SECONDS", 0.5)
+        )
+
+    @property
     def MAX_PAUSE_SECONDS(self) -> float:
         """The longest a provider's "too fast" (Retry-After, a pause) may hold a channel;
         longer ones are capped, and logged."""
@@ -151,8 +159,9 @@ class Settings:
 
     @property
     def HIGH_RATE_SHARE(self) -> float:
-        """The share of each paced channel's rate kept for ``high`` priority runs: bulk
-        (``normal``, ``low``) sends also fit a bucket paced at the rest. 0: none kept."""
+        """The share of each paced channel's rate kept for ``high`` priority runs, the
+        rest for bulk (``normal``, ``low``) ones; each may borrow the other's idle
+        slots (``RATE_BORROW_SECONDS``). 0: no split, one bucket in order."""
         raw = self._get("HIGH_RATE_SHARE", 0.2)
         try:
             share = float(raw)

@@ -37,9 +37,10 @@ truth:
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A job stops taking new sends when its time is nearly up and hands the rest
   back, and renews its lease while it makes progress.
-* A bulk run (priority ``normal`` or ``low``) never spends the share of a paced
-  channel kept for ``high`` runs (``REMINDERS_HIGH_RATE_SHARE``): its sends also fit
-  the channel's bulk bucket; a high run's fit the channel's alone.
+* A bulk run (priority ``normal`` or ``low``) never books the share of a paced
+  channel kept for ``high`` runs (``REMINDERS_HIGH_RATE_SHARE``) further ahead than
+  ``REMINDERS_RATE_BORROW_SECONDS``, nor a high run bulk's: each class's sends fit its
+  share, or the other's idle slots just ahead (``reminders.ratelimit``).
 * Error texts reach rows and logs only after the sender's secrets are masked here,
   where every send error passes.
 """
@@ -76,7 +77,7 @@ from .exceptions import (
 )
 from .models import EXPIRED_CODE, Priority, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import UNLIMITED, Limit, bulk_rate, render_body
+from .senders.base import UNLIMITED, Limit, render_body
 
 logger = logging.getLogger(__name__)
 
@@ -224,21 +225,18 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
         if batch and not shareable:
             break
         batch.append(job)
-        # No more can go at one moment than the channel's burst (a bulk run's: its
-        # share's): asking for more slots would only lock more rows.
-        room = min(room, _burst(job, sender))
+        # No more can go at one moment than the channel's burst: asking for more slots
+        # would only lock more rows.
+        room = min(room, _burst(sender))
         if not shareable or len(batch) >= room:
             break
     return batch, pending[len(batch) :]
 
 
-def _burst(job: Job, sender: BaseSender | None) -> float:
-    """How many sends of the job's priority may go at one moment on its channel."""
+def _burst(sender: BaseSender | None) -> float:
+    """How many sends may go at one moment on the job's channel."""
     rate = sender.channel_rate() if sender else None
-    if rate is None:
-        return math.inf
-    bulk = bulk_rate(rate) if job.priority != Priority.HIGH else None
-    return (bulk or rate).burst
+    return math.inf if rate is None else rate.burst
 
 
 def _ready_sender(job: Job) -> BaseSender | None:

@@ -7,6 +7,14 @@ intervals, so a limit counts what reaches the provider, not our calls. The resul
 token bucket that needs one number of state and no background refill. A worker reserves
 a batch's slots right before sending it, and sleeps until the first if it lies ahead.
 
+A paced channel is split in two shares, high priority and bulk
+(``senders.base.shares``), paced apart, that add up to the channel: each class always
+gets its share, whatever the other has booked. A send may also take the other class's
+idle slots, but only those within ``REMINDERS_RATE_BORROW_SECONDS`` (``Limit.lender``):
+a class alone on the channel uses all of it, and a high send that falls due behind a
+bulk backlog waits at most that long for its share. One number per bucket cannot let a
+late request go before slots booked earlier; keeping the classes apart is what does.
+
 A provider's "too fast" pauses a bucket for everyone (``pause``), for at most
 ``REMINDERS_MAX_PAUSE_SECONDS``: one reply (a Retry-After of hours) must not silence a
 channel for longer than ops allow, and a capped pause is logged and says so in its
@@ -24,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from math import inf
 
@@ -60,7 +68,13 @@ def reserve(
     reserved one, a request is reserved only if it may go at that same moment.
     Unlimited buckets only carry pauses: they are read, never locked or written.
     """
-    limits = {limit.name: limit for request in requests for limit in request}
+    limits = {
+        each.name: each
+        for request in requests
+        for limit in request
+        for each in (limit, limit.lender)
+        if each is not None
+    }
     paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
     unlimited = sorted(name for name in limits if name not in paced)
     with _store().hold(paced, unlimited) as held:
@@ -85,26 +99,38 @@ def _allot(
     blocked: set[str] = set()
     slots: list[Slot] = []
     deadline = now + max_wait
-    for limits in requests:
-        ready = {
-            limit.name: max(
-                _ready_at(limit, tat.get(limit.name, now)), paused.get(limit.name, now), now
-            )
-            for limit in limits
-        }
+    borrow_until = now + conf.RATE_BORROW_SECONDS
+    for request in requests:
+        spend: dict[str, Limit] = {}
+        ready: dict[str, float] = {}
+        for limit in request:
+            moment = _moment(limit, tat, paused, now)
+            lender = limit.lender
+            if lender is not None and lender.name not in blocked:
+                lender = replace(lender, cost=limit.cost)
+                lent = _moment(lender, tat, paused, now)
+                if lent < moment and lent <= borrow_until:
+                    limit, moment = lender, lent
+            spend[limit.name] = limit
+            ready[limit.name] = moment
         at = max(ready.values(), default=now)
         late = {name for name, moment in ready.items() if moment > deadline}
         if late or blocked.intersection(ready):
             blocked.update(late)
             slots.append(Slot(at, False))
             continue
-        for limit in limits:
-            if limit.name in tat:
-                tat[limit.name] = max(tat[limit.name], at) + limit.cost * limit.rate.interval
+        for name, limit in spend.items():
+            if name in tat:
+                tat[name] = max(tat[name], at) + limit.cost * limit.rate.interval
         slots.append(Slot(at, True))
         if together:
             deadline = min(deadline, at)
     return slots
+
+
+def _moment(limit: Limit, tat: dict[str, float], paused: dict[str, float], now: float) -> float:
+    """The earliest moment a send fits ``limit``: its pace, and a pause on it."""
+    return max(_ready_at(limit, tat.get(limit.name, now)), paused.get(limit.name, now), now)
 
 
 def _ready_at(limit: Limit, tat: float) -> float:

@@ -94,28 +94,46 @@ class Rate:
 
 UNLIMITED = Rate(math.inf)
 PACE_MARGIN = 0.97
-HIGH = "high"  # the priority that may spend the whole channel
+HIGH = "high"  # the priority class of high runs, and the name of its share's bucket
+BULK = "bulk"  # the class of every other priority
 
 
-def bulk_rate(channel: Rate | None) -> Rate | None:
-    """The pace bulk sends share on a channel paced at ``channel``: what is left once
-    ``REMINDERS_HIGH_RATE_SHARE`` of it is kept for ``high`` sends (its burst too, at
-    least one). None where nothing is kept: an unlimited channel, or no share."""
+def shares(channel: Rate | None) -> dict[str, Rate] | None:
+    """A paced channel split in two shares that add up to it: ``high`` gets
+    ``REMINDERS_HIGH_RATE_SHARE`` of the rate, ``bulk`` the rest, and the burst is split
+    likewise (each at least one). A send fits its class's share, or takes the other's
+    idle slots (``Limit.lender``), so neither class waits behind the other's backlog and
+    neither leaves the channel idle while it has work.
+
+    None where nothing is split: an unlimited channel, a share of 0, or a burst of 1,
+    which cannot be split without letting two sends go at one moment.
+    """
     share = conf.HIGH_RATE_SHARE
-    if channel is None or channel.per_second == math.inf or share == 0:
+    if channel is None or channel.per_second == math.inf or share == 0 or channel.burst < 2:
         return None
-    rest = 1.0 - share
-    return Rate(channel.per_second * rest, max(1, int(channel.burst * rest)))
+    high_burst = min(channel.burst - 1, max(1, round(channel.burst * share)))
+    return {
+        HIGH: Rate(channel.per_second * share, high_burst),
+        BULK: Rate(channel.per_second * (1 - share), channel.burst - high_burst),
+    }
 
 
 @dataclass(frozen=True)
 class Limit:
     """A named bucket shared by every process (``wecom:channel``) and its pace; a send
-    spends ``cost`` slots of it (a message split into n parts is n messages)."""
+    spends ``cost`` slots of it (a message split into n parts is n messages).
+
+    ``lender``: another bucket whose slots the send may spend instead (at the same
+    cost), when that gets it out sooner and no further ahead than
+    ``REMINDERS_RATE_BORROW_SECONDS``: the other class's share of the channel. Slots
+    are only borrowed that near, so the lender's own sends never wait longer than that
+    behind borrowed ones.
+    """
 
     name: str
     rate: Rate
     cost: int = 1
+    lender: Limit | None = None
 
 
 @dataclass(frozen=True)
@@ -209,16 +227,23 @@ class BaseSender(ABC):
 
         The channel's bucket is always there, unlimited if no rate is set, because it
         also carries the pause that a provider's "too fast" puts on the whole channel.
-        A bulk send (``priority`` other than ``high``) on a paced channel also fits the
-        channel's bulk bucket (``bulk_rate``), so that the share
-        ``REMINDERS_HIGH_RATE_SHARE`` of the channel is always left to ``high`` sends.
-        ``None``: the priority is unknown, the whole channel may be used.
+        A paced channel split in shares (``shares``) is paced by them instead: the send
+        fits the share of its priority's class, ``high`` or bulk (``normal``, ``low``),
+        or borrows the other class's idle slots. ``None``: an unknown priority, counted
+        as ``high``.
         """
         rate = self.channel_rate()
-        limits = [Limit(f"{self.rate_scope}:channel", rate or UNLIMITED)]
-        bulk = bulk_rate(rate) if priority not in (None, HIGH) else None
-        if bulk is not None:
-            limits.append(Limit(f"{self.rate_scope}:channel:bulk", bulk))
+        channel = f"{self.rate_scope}:channel"
+        split = shares(rate)
+        if split is None:
+            limits = [Limit(channel, rate or UNLIMITED)]
+        else:
+            own, other = (HIGH, BULK) if priority in (None, HIGH) else (BULK, HIGH)
+            lender = Limit(f"{channel}:{other}", split[other])
+            limits = [
+                Limit(channel, UNLIMITED),
+                Limit(f"{channel}:{own}", split[own], lender=lender),
+            ]
         if self.recipient_rate is not None:
             limits.append(Limit(f"{self.rate_scope}:to:{message.recipient}", self.recipient_rate))
         return limits

@@ -2,6 +2,7 @@
 
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -9,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from reminders import ratelimit
 from reminders.conf import settings as conf
 from reminders.models import RateBucket, TaskRun
-from reminders.senders.base import UNLIMITED, Limit, Message, Rate, bulk_rate
+from reminders.senders.base import UNLIMITED, Limit, Message, Rate, shares
 from reminders.senders.memory import MemorySender
 from tests.settings import rate_cache
 from tests.support.jobs import tick
@@ -17,8 +18,11 @@ from tests.support.jobs import tick
 pytestmark = pytest.mark.django_db
 
 T0 = 1_900_000_000.0
-CHANNEL = Limit("c:channel", Rate(per_second=100, burst=1))
-BULK = Limit("c:channel:bulk", Rate(per_second=80, burst=1))
+CHANNEL = Limit("c:channel", UNLIMITED)  # carries pauses only: the shares pace it
+HIGH_SHARE = Limit("c:channel:high", Rate(per_second=20, burst=1))
+BULK_SHARE = Limit("c:channel:bulk", Rate(per_second=80, burst=1))
+BULK = [CHANNEL, replace(BULK_SHARE, lender=HIGH_SHARE)]
+HIGH = [CHANNEL, replace(HIGH_SHARE, lender=BULK_SHARE)]
 
 
 @pytest.fixture(params=["database", "cache"])
@@ -29,20 +33,27 @@ def store(request, settings):
     return request.param
 
 
-def test_bulk_rate__is_the_channel_less_the_high_share(settings):
-    assert bulk_rate(Rate(100, burst=10)) == Rate(pytest.approx(80), burst=8)
-    settings.REMINDERS_HIGH_RATE_SHARE = 0.5
-    assert bulk_rate(Rate(10, burst=1)) == Rate(5, burst=1)  # never less than a burst of one
+def test_shares__split_the_channel_rate_and_burst(settings):
+    assert shares(Rate(100, burst=10)) == {
+        "high": Rate(pytest.approx(20), burst=2),
+        "bulk": Rate(pytest.approx(80), burst=8),
+    }
+    settings.REMINDERS_HIGH_RATE_SHARE = 0.01
+    # Each class may send at least one at a time; together never more than the burst.
+    assert shares(Rate(10, burst=2)) == {
+        "high": Rate(pytest.approx(0.1), burst=1),
+        "bulk": Rate(pytest.approx(9.9), burst=1),
+    }
 
 
-@pytest.mark.parametrize("channel", [None, UNLIMITED])
-def test_bulk_rate__an_unlimited_channel_keeps_no_share(channel):
-    assert bulk_rate(channel) is None
+@pytest.mark.parametrize("channel", [None, UNLIMITED, Rate(10, burst=1)])
+def test_shares__an_unlimited_channel_or_one_send_at_a_time_is_not_split(channel):
+    assert shares(channel) is None
 
 
-def test_bulk_rate__a_share_of_zero_keeps_none(settings):
+def test_shares__a_share_of_zero_splits_nothing(settings):
     settings.REMINDERS_HIGH_RATE_SHARE = 0
-    assert bulk_rate(Rate(100, burst=10)) is None
+    assert shares(Rate(100, burst=10)) is None
 
 
 @pytest.mark.parametrize("value", [-0.1, 1, 1.5, "half", None, True])
@@ -59,17 +70,30 @@ def test_high_workers__must_be_a_whole_number_of_at_least_0(settings, value):
         _ = conf.HIGH_WORKERS
 
 
-def test_limits__bulk_sends_also_fit_the_bulk_bucket_high_ones_the_channel_alone():
+def test_limits__each_class_fits_its_share_and_may_borrow_the_others():
     sender = MemorySender("paced", rate_limit=100, rate_burst=10)
     message = Message("alice", "text", {"content": "x"}, "k")
-    high = sender.limits(message, "high")
-    assert [limit.name for limit in high] == ["paced:channel"]
-    for priority in ("normal", "low"):
-        channel, bulk = sender.limits(message, priority)
-        assert (channel, bulk.name) == (high[0], "paced:channel:bulk")
-        assert bulk.rate == bulk_rate(channel.rate)
+    split = shares(sender.channel_rate())
+    assert split is not None
+    for priority, own, other in [
+        ("high", "high", "bulk"),
+        (None, "high", "bulk"),
+        ("normal", "bulk", "high"),
+        ("low", "bulk", "high"),
+    ]:
+        channel, share = sender.limits(message, priority)
+        assert channel == Limit("paced:channel", UNLIMITED)
+        assert (share.name, share.rate) == (f"paced:channel:{own}", split[own])
+        assert share.lender == Limit(f"paced:channel:{other}", split[other])
     # Unlimited: the channel's bucket only, which carries its pauses.
-    assert [limit.name for limit in MemorySender("free").limits(message, "low")] == ["free:channel"]
+    assert MemorySender("free").limits(message, "low") == [Limit("free:channel", UNLIMITED)]
+
+
+def test_limits__with_no_share_every_send_fits_the_channel_alone(settings):
+    settings.REMINDERS_HIGH_RATE_SHARE = 0
+    sender = MemorySender("paced", rate_limit=100, rate_burst=10)
+    message = Message("alice", "text", {"content": "x"}, "k")
+    assert sender.limits(message, "low") == [Limit("paced:channel", sender.channel_rate())]
 
 
 def sends_in_one_second(*requests: list[Limit]) -> list[int]:
@@ -83,31 +107,88 @@ def sends_in_one_second(*requests: list[Limit]) -> list[int]:
     return sent
 
 
-def test_reserve__bulk_work_alone_is_paced_at_its_share(store):
-    assert sends_in_one_second([CHANNEL, BULK]) == [pytest.approx(80, abs=1)]
+def test_reserve__bulk_work_alone_uses_the_whole_channel(store):
+    assert sends_in_one_second(BULK) == [pytest.approx(100, abs=1)]
 
 
-def test_reserve__bulk_work_never_spends_the_high_share(store):
-    """Both always waiting, bulk asking first: high still gets at least its 20 a second,
-    bulk no more than 80, the channel no more than 100."""
-    bulk, high = sends_in_one_second([CHANNEL, BULK], [CHANNEL])
-    assert bulk <= 80 + 1
-    assert high >= 20 - 1
-    assert bulk + high <= 100 + 1
+def test_reserve__high_work_alone_uses_the_whole_channel(store):
+    assert sends_in_one_second(HIGH) == [pytest.approx(100, abs=1)]
 
 
-def test_reserve__with_no_bulk_work_high_may_use_the_whole_channel(store):
-    slots = ratelimit.reserve([[CHANNEL]] * 100, max_wait=10, now=T0)
-    assert slots[-1].at - T0 == pytest.approx(99 / 100)
+def test_reserve__both_waiting_each_class_gets_its_share(store):
+    """Both classes always waiting for three seconds, asking every 5 ms, bulk first,
+    each booking up to a second ahead as workers do: once high work books its share
+    further ahead than bulk work may borrow it, each class gets its share of every
+    later second (the first one is a transient: bulk borrowed the idle high share)."""
+    slots: dict[str, list[float]] = {"bulk": [], "high": []}
+    for step in range(600):
+        for name, request in (("bulk", BULK), ("high", HIGH)):
+            [slot] = ratelimit.reserve([request], max_wait=1, now=T0 + step / 200)
+            if slot.reserved:
+                slots[name].append(slot.at)
+    second = {name: sum(T0 + 2 <= at < T0 + 3 for at in ats) for name, ats in slots.items()}
+    assert second == {"bulk": pytest.approx(80, abs=1), "high": pytest.approx(20, abs=1)}
 
 
-def test_deliver__a_high_run_goes_while_bulk_work_has_spent_its_share(
-    make_task, outbox, paced_channel
+def test_reserve__a_high_send_waits_at_most_the_borrow_time_behind_booked_bulk(store, settings):
+    settings.REMINDERS_RATE_BORROW_SECONDS = 0.5
+    # Bulk workers book all they may: two seconds of slots.
+    booked = ratelimit.reserve([BULK] * 1000, max_wait=2, now=T0)
+    last = max(slot.at for slot in booked if slot.reserved)
+    assert last - T0 == pytest.approx(2, abs=0.02)
+    # They used the whole channel: their share, and the high share up to 0.5 s ahead.
+    assert sum(slot.reserved for slot in booked) == pytest.approx(160 + 10, abs=2)
+    [high] = ratelimit.reserve([HIGH], max_wait=2, now=T0)
+    assert high.reserved
+    assert high.at - T0 == pytest.approx(0.5, abs=0.06)
+
+
+def test_reserve__the_channel_never_sees_more_than_its_pace(store):
+    """Bulk and high asking in turns for two seconds: in every 100 ms window of the
+    slots handed out, at most the channel's 10 and its burst of one (plus the two
+    shares' bursts)."""
+    moments = []
+    for step in range(4000):
+        for request in (BULK, HIGH):
+            [slot] = ratelimit.reserve([request], max_wait=0, now=T0 + step / 2000)
+            if slot.reserved:
+                moments.append(slot.at)
+    moments.sort()
+    busiest = max(
+        sum(1 for other in moments[index:] if other < moment + 0.1)
+        for index, moment in enumerate(moments)
+    )
+    assert busiest <= 10 + 2
+    assert 190 <= len(moments) <= 200 + 2
+
+
+@pytest.fixture
+def split_channel(settings) -> str:
+    """A memory channel paced at 20 a second with a burst of 2: shares of 4 and 16 a
+    second, one at a time each; runs wait at most 0.2 s for a slot, and borrow slots at
+    most 0.2 s ahead."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "split": {
+            "BACKEND": "reminders.senders.memory.MemorySender",
+            "OPTIONS": {"rate_limit": 20, "rate_burst": 2},
+        },
+    }
+    settings.REMINDERS_RATE_MAX_WAIT = 0.2
+    settings.REMINDERS_RATE_BORROW_SECONDS = 0.2
+    return "split"
+
+
+def test_deliver__a_high_run_goes_while_bulk_work_has_booked_ahead(
+    make_task, outbox, split_channel, settings
 ):
-    low = [make_task(channel=paced_channel, priority="low") for _ in range(3)]
-    inquiry = make_task("inquiry_timeout", channel=paced_channel)
-    # Other workers hold the bulk share's next five seconds; the channel itself is free.
-    RateBucket.objects.create(name="paced:channel:bulk", tat=time.time() + 5)
+    settings.REMINDERS_RATE_MAX_WAIT = 1.0
+    low = [make_task(channel=split_channel, priority="low") for _ in range(3)]
+    inquiry = make_task("inquiry_timeout", channel=split_channel)
+    # Other workers hold the bulk share's next five seconds, and have borrowed the high
+    # share as far ahead as they may: the high run waits for its share, bulk ones for later.
+    RateBucket.objects.create(name="split:channel:bulk", tat=time.time() + 5)
+    RateBucket.objects.create(name="split:channel:high", tat=time.time() + 0.6)
     assert tick() == 1
     assert [m.recipient for m in outbox] == [inquiry.recipient]
     waiting = TaskRun.objects.filter(task__in=low)
@@ -116,15 +197,24 @@ def test_deliver__a_high_run_goes_while_bulk_work_has_spent_its_share(
     }
 
 
-def test_deliver__bulk_runs_move_both_buckets_high_runs_the_channel_only(
-    make_task, outbox, paced_channel
-):
-    make_task("inquiry_timeout", channel=paced_channel)
+def test_deliver__a_bulk_run_borrows_the_idle_high_share(make_task, outbox, split_channel):
+    booked = time.time() + 5
+    RateBucket.objects.create(name="split:channel:bulk", tat=booked)
+    make_task(channel=split_channel, priority="normal")
     assert tick() == 1
-    assert set(RateBucket.objects.values_list("name", flat=True)) == {"paced:channel"}
-    make_task(channel=paced_channel, priority="normal")
+    assert len(outbox) == 1
+    buckets = dict(RateBucket.objects.values_list("name", "tat"))
+    assert buckets["split:channel:bulk"] == booked
+    assert buckets["split:channel:high"] > time.time() - 1
+
+
+def test_deliver__each_class_spends_its_own_share_first(make_task, outbox, split_channel):
+    def moved() -> set[str]:
+        return set(RateBucket.objects.filter(tat__gt=0).values_list("name", flat=True))
+
+    make_task("inquiry_timeout", channel=split_channel)
     assert tick() == 1
-    assert set(RateBucket.objects.values_list("name", flat=True)) == {
-        "paced:channel",
-        "paced:channel:bulk",
-    }
+    assert moved() == {"split:channel:high"}
+    make_task(channel=split_channel, priority="normal")
+    assert tick() == 1
+    assert moved() == {"split:channel:high", "split:channel:bulk"}

@@ -737,15 +737,21 @@ def test_session__proxy_settings_from_the_environment_are_honoured(
 
 
 def test_limits__per_app_channel_rate_and_per_member_rate(settings) -> None:
-    from reminders.senders.base import Message, Rate
+    from reminders.senders.base import UNLIMITED, Message, Rate, shares
 
     settings.WECOM_RATE_LIMIT = 40
     one = WeComSender("a", api_base="http://127.0.0.1:9", corp_id="c", corp_secret="s", agent_id=1)
     same_app = WeComSender(
         "b", api_base="http://127.0.0.1:9", corp_id="c", corp_secret="s", agent_id=1
     )
-    channel, member = one.limits(Message("alice", "text", {"content": "x"}, "k"))
-    assert channel.rate == Rate(40.0 * 0.97, 4)  # paced a little under the limit
+    assert one.channel_rate() == Rate(40.0 * 0.97, 4)  # paced a little under the limit
+    channel, share, member = one.limits(Message("alice", "text", {"content": "x"}, "k"), "low")
+    # The channel carries pauses; its pace is its shares' (the run's, or the other's).
+    assert channel.rate == UNLIMITED
+    split = shares(one.channel_rate())
+    assert split is not None
+    assert (share.name, share.rate) == ("wecom:c:1:channel:bulk", split["bulk"])
+    assert share.lender is not None and share.lender.rate == split["high"]
     assert member.rate == Rate.at_most(30, 60)
     assert member.name == "wecom:c:1:to:alice"
     assert channel.name == same_app.limits(Message("bob", "text", {}, "k"))[0].name
@@ -772,6 +778,7 @@ def test_limits__a_split_message_spends_one_slot_per_part(settings, options, con
     limits = sender.limits(Message("alice", "text", {"content": content}, "k"))
     assert [(limit.name, limit.cost) for limit in limits] == [
         ("wecom:c:1:channel", expected),
+        ("wecom:c:1:channel:high", expected),  # or the bulk share's slots, as many
         ("wecom:c:1:to:alice", expected),
     ]
     assert expected > 1 or cost == 1
