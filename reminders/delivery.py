@@ -58,7 +58,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cached_property, partial
+from functools import cached_property
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
@@ -493,7 +493,7 @@ def _expire(run: TaskRun, message: str, now: datetime) -> bool:
     """End the attempt in hand as ``expired`` and tell ops, while the run is ours."""
     if not run.close_attempt(TaskRun.Status.EXPIRED, code=EXPIRED_CODE, message=message, now=now):
         return False
-    transaction.on_commit(partial(signals.run_expired.send, TaskRun, run=run))
+    signals.after_commit(signals.run_expired, TaskRun, run=run)
     return True
 
 
@@ -578,7 +578,7 @@ def _give_up_in_doubt(run: TaskRun, row: SendLog, now: datetime, code: str, mess
         status=SendLog.Status.UNKNOWN, run=run, updated_at=now
     )
     if run.close_attempt(TaskRun.Status.UNKNOWN, code=code, message=message):
-        transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
+        signals.after_commit(signals.run_unknown, TaskRun, run=run)
 
 
 def _render_failed(run: TaskRun, exc: Exception) -> None:
@@ -587,13 +587,10 @@ def _render_failed(run: TaskRun, exc: Exception) -> None:
         logger.exception("task %s: rendering its message failed", run.task_id)
     error = PermanentSendError(f"{type(exc).__name__}: {exc}", code=code)
     if run.close_attempt(TaskRun.Status.FAILED, code=code, message=error.message):
-        task = run.task
-
-        def tell() -> None:
-            signals.task_error.send(ScheduledTask, task=task, code=code, message=error.message)
-            signals.run_failed.send(TaskRun, run=run, error=error)
-
-        transaction.on_commit(tell)
+        signals.after_commit(
+            signals.task_error, ScheduledTask, task=run.task, code=code, message=error.message
+        )
+        signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
 
 
 def _resend_is_safe(row: SendLog, now: datetime) -> bool:
@@ -781,9 +778,7 @@ def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
                 len(done) - closed,
             )
         for job, result in done:
-            transaction.on_commit(
-                partial(signals.run_sent.send, TaskRun, run=job.run, result=result)
-            )
+            signals.after_commit(signals.run_sent, TaskRun, run=job.run, result=result)
 
 
 def _known_pks(rows: list[SendLog]) -> None:
@@ -882,11 +877,11 @@ def _tell_failure(run: TaskRun, outcome: Outcome, error: SendError) -> None:
     if outcome.status == TaskRun.Status.RETRYING:
         ScheduledTask.objects.filter(pk=run.task_id).update(retry_count=F("retry_count") + 1)
     elif outcome.status == TaskRun.Status.UNKNOWN:
-        transaction.on_commit(lambda: signals.run_unknown.send(TaskRun, run=run))
+        signals.after_commit(signals.run_unknown, TaskRun, run=run)
     elif outcome.status == TaskRun.Status.EXPIRED:
-        transaction.on_commit(lambda: signals.run_expired.send(TaskRun, run=run))
+        signals.after_commit(signals.run_expired, TaskRun, run=run)
     else:
-        transaction.on_commit(lambda: signals.run_failed.send(TaskRun, run=run, error=error))
+        signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
 
 
 def _retry_delays(task: ScheduledTask) -> list[int]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 from django.core.exceptions import ValidationError
@@ -558,14 +557,13 @@ class ScheduledTask(models.Model):
         if off is None:
             return None
         if off.code == calendars.UNCOVERED:
-            alert = partial(
-                signals.calendar_uncovered.send,
+            signals.after_commit(
+                signals.calendar_uncovered,
                 ScheduledTask,
                 task=self,
                 calendar=off.calendar,
                 year=off.year,
             )
-            transaction.on_commit(alert, robust=True)
         return SkipReason(off.code, off.message)
 
     def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
@@ -673,9 +671,8 @@ class ScheduledTask(models.Model):
         self.error_message = message
         self.error_at = now or timezone.now()
         self.save(update_fields=["status", *self.ERROR_FIELDS, "updated_at"])
-        transaction.on_commit(
-            partial(signals.task_error.send, ScheduledTask, task=self, code=code, message=message),
-            robust=True,
+        signals.after_commit(
+            signals.task_error, ScheduledTask, task=self, code=code, message=message
         )
 
     def _clear_error(self) -> None:
@@ -833,7 +830,7 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
                 ).select_related("task")
             )
             for run in expired:
-                transaction.on_commit(partial(signals.run_expired.send, TaskRun, run=run))
+                signals.after_commit(signals.run_expired, TaskRun, run=run)
         return expired
 
     def stuck(self, now: datetime, timeout: float) -> RunQuerySet:
@@ -1063,7 +1060,7 @@ class TaskRun(models.Model):
         ).update(stuck_reported_at=now)
         if marked:
             self.stuck_reported_at = now
-            transaction.on_commit(partial(signals.run_stuck.send, TaskRun, run=self))
+            signals.after_commit(signals.run_stuck, TaskRun, run=self)
         return bool(marked)
 
     @property
