@@ -248,6 +248,7 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         if not change or any(name in form.changed_data for name in SCHEDULE_FIELDS):
             obj.replan(timezone.now())
         super().save_model(request, obj, form, change)
+        obj.wake_if_due()
 
     def response_change(self, request: HttpRequest, obj: ScheduledTask) -> HttpResponse:
         response = super().response_change(request, obj)

@@ -37,7 +37,8 @@ def schedule(
 
     Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. Raises
     ``ValidationError`` naming the parameter at fault; nothing is saved then. What is
-    refused, and why, is ``reminders.validation``'s to say.
+    refused, and why, is ``reminders.validation``'s to say. A task due now (or within a
+    tick) wakes the schedulers once the caller's transaction commits (``reminders.wake``).
     """
     _require_text(
         kind=kind,
@@ -124,6 +125,7 @@ def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
     ):
         task.replan(timezone.now())
     task.save()
+    task.wake_if_due()
     return task
 
 

@@ -46,7 +46,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars, kinds, recipients, signals, timing
+from . import calendars, kinds, recipients, signals, timing, wake
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 
@@ -340,6 +340,18 @@ class ScheduledTask(models.Model):
             self.status = self.Status.ACTIVE
             self._clear_error()
 
+    def wake_if_due(self, now: datetime | None = None) -> None:
+        """Wake the schedulers once the transaction commits if this task, as saved, is
+        active and falls due within a tick (``REMINDERS_TICK_SECONDS``): they would
+        otherwise find it only at their next scan. The API and the admin call this."""
+        soon = (now or timezone.now()) + timedelta(seconds=conf.TICK_SECONDS)
+        if (
+            self.status == self.Status.ACTIVE
+            and self.next_run is not None
+            and self.next_run <= soon
+        ):
+            wake.notify()
+
     def check_plannable(self) -> None:
         """Raise ``UnplannableTask`` when this process cannot plan the task as stored: its
         kind is not registered here, or its cron expression or time zone is invalid (as a
@@ -625,7 +637,9 @@ class ScheduledTask(models.Model):
         Occurrences that passed meanwhile follow the missed-run rule: the latest runs now,
         the others are recorded as skipped, saying they passed while the task was paused
         (or in error). The task is checked again first: one that cannot be planned is put
-        (or left) in error with the fresh reason, and ``UnplannableTask`` says why.
+        (or left) in error with the fresh reason, and ``UnplannableTask`` says why. The
+        schedulers are woken once this commits: runs of a paused task are not among the
+        moments they sleep until, and the latest owed one is due now.
         """
         if self.status not in self.RESUMABLE:
             return False
@@ -637,6 +651,7 @@ class ScheduledTask(models.Model):
         except UnplannableTask as exc:
             self.mark_error(exc.code, exc.message, now)
             raise
+        wake.notify()
         return True
 
     def _catch_up(self, now: datetime, skip: SkipReason) -> None:
@@ -1075,7 +1090,8 @@ class TaskRun(models.Model):
         with a fresh set of retries; never a run of a cancelled task (False then).
 
         For an ``unknown`` run this is the operator's word that the message did not
-        arrive: its ledger row becomes ``failed`` so that the message is sent again.
+        arrive: its ledger row becomes ``failed`` so that the message is sent again. The
+        schedulers are woken once this commits.
         """
         if self.status not in self.RETRYABLE:
             return False
@@ -1098,6 +1114,7 @@ class TaskRun(models.Model):
                 )
         if updated:
             self.refresh_from_db()
+            wake.notify()
         return bool(updated)
 
 

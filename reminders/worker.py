@@ -9,6 +9,9 @@ Run any number of these, on any number of hosts, against one database. Each one:
 * between ticks sleeps until the next task or run falls due if that comes before the
   tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
   back-pressure wakes early only for high priority work;
+* on PostgreSQL also wakes, and ticks at once, when another process makes work due now
+  (``reminders.wake``: a one-shot scheduled for now, a task resumed, a run retried);
+  elsewhere such work waits for the tick at most;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
 * starts the django-q2 clusters that execute them, each in a child process of its own
@@ -17,8 +20,9 @@ Run any number of these, on any number of hosts, against one database. Each one:
   the clusters in order instead of killing workers mid-send: the bulk cluster
   (``Q_CLUSTER``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers reading
   only the high priority queue, which bulk work therefore never occupies;
-* on SIGTERM or SIGINT stops claiming, hands back what no worker started, lets the
-  workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``), and exits.
+* on SIGTERM or SIGINT ends its sleep at once, stops claiming, hands back what no
+  worker started, lets the workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``),
+  and exits.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from . import dispatch
+from . import dispatch, wake
 from .conf import settings as conf
 from .models import SchedulerHeartbeat
 
@@ -113,6 +117,7 @@ class ReminderWorker:
         self.clusters: dict[str, BaseProcess] = {}
         self._pressed = False  # the last tick met back-pressure
         self._stopping = threading.Event()
+        self._sleeper: wake.Sleeper | None = None  # while ``run`` runs
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
 
@@ -123,6 +128,7 @@ class ReminderWorker:
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
         logger.info("reminders worker %s starting", self.owner)
+        self._sleeper = sleeper = wake.Sleeper()
         try:
             if self.with_cluster:
                 self._start_clusters()
@@ -130,7 +136,8 @@ class ReminderWorker:
                 busy = self._tick_safely()
                 self._watch_clusters()
                 if not busy:
-                    self._stopping.wait(self._sleep_seconds())
+                    # Woken (work made due now elsewhere, or a stop): tick again at once.
+                    sleeper.wait(self._sleep_seconds())
         finally:
             self.shutdown()
             for sig, handler in previous.items():
@@ -138,7 +145,12 @@ class ReminderWorker:
         logger.info("reminders worker %s stopped", self.owner)
 
     def stop(self) -> None:
+        """Stop after the current tick, without sleeping first; safe from a signal
+        handler or another thread."""
         self._stopping.set()
+        sleeper = self._sleeper
+        if sleeper is not None:
+            sleeper.interrupt()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         logger.info("got %s; stopping", signal.Signals(signum).name)
@@ -152,6 +164,9 @@ class ReminderWorker:
         released += self._release()
         if released:
             logger.info("handed back %d claimed runs no worker had started", released)
+        sleeper, self._sleeper = self._sleeper, None
+        if sleeper is not None:
+            sleeper.close()
         connections.close_all()
 
     def _release(self) -> int:
@@ -239,7 +254,10 @@ class ReminderWorker:
             self._start_cluster(queue, workers)
 
     def _start_cluster(self, queue: str, workers: int) -> None:
-        connections.close_all()  # never share a connection with a forked child
+        # Never share a connection with a forked child, the listening one included.
+        connections.close_all()
+        if self._sleeper is not None:
+            self._sleeper.disconnect()
         high = queue if workers else None
         process = multiprocessing.get_context("fork").Process(
             target=_run_cluster,

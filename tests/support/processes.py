@@ -259,6 +259,22 @@ def ledger_statuses() -> Counter[str]:
     return Counter(SendLog.objects.values_list("status", flat=True))
 
 
+def wake_listeners() -> list[int]:
+    """The backend pids of the sessions listening for due work on the test database
+    (``reminders.wake``; PostgreSQL only)."""
+    from django.db import connection
+
+    from reminders import wake
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE application_name = %s AND datname = current_database()",
+            [wake.APPLICATION_NAME],
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
 def state(record_file: Path) -> str:
     """What a failure message needs: where the runs, the ledger and the deliveries are."""
     return (
