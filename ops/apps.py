@@ -5,3 +5,7 @@ from django.utils.translation import gettext_lazy as _
 class OpsConfig(AppConfig):
     name = "ops"
     verbose_name = _("Operations")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks, receivers  # noqa: F401 - registers checks and receivers

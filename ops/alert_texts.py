@@ -1,0 +1,162 @@
+"""The words of an alert: a title and a body, written once when the alert is opened (so
+the record says exactly what ops were told), in ``OPS_ALERT_LANGUAGE``.
+
+Every string is marked for translation (English and Simplified Chinese catalogs). A
+digest counts its events and shows a few of them, never all: 500 failures are one
+message of a bounded size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from django.db.models import Count, QuerySet
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from .conf import settings as conf
+from .models import Alert, AlertEvent, AlertType
+
+EXAMPLES = 5
+CODES = 5
+PREFIX = "[reminders] "
+
+
+def _titles() -> dict[str, Callable[[int, dict[str, str]], str]]:
+    def plural(singular: str, many: str) -> Callable[[int, dict[str, str]], str]:
+        return lambda n, values: ngettext(singular, many, n) % {"count": n, **values}
+
+    return {
+        AlertType.RUN_FAILED: plural(
+            "%(count)d run of %(kind)s failed on channel %(channel)s",
+            "%(count)d runs of %(kind)s failed on channel %(channel)s",
+        ),
+        AlertType.CONFIGURATION: plural(
+            "Channel %(channel)s is misconfigured: %(count)d run failed",
+            "Channel %(channel)s is misconfigured: %(count)d runs failed",
+        ),
+        AlertType.RUN_UNKNOWN: plural(
+            "%(count)d run of %(kind)s on channel %(channel)s may or may not have arrived",
+            "%(count)d runs of %(kind)s on channel %(channel)s may or may not have arrived",
+        ),
+        AlertType.RUN_EXPIRED: plural(
+            "%(count)d run of %(kind)s on channel %(channel)s expired unsent",
+            "%(count)d runs of %(kind)s on channel %(channel)s expired unsent",
+        ),
+        AlertType.RUN_STUCK: plural(
+            "%(count)d run of %(kind)s on channel %(channel)s is stuck running",
+            "%(count)d runs of %(kind)s on channel %(channel)s are stuck running",
+        ),
+        AlertType.TASK_ERROR: plural(
+            "%(count)d error in tasks of kind %(kind)s",
+            "%(count)d errors in tasks of kind %(kind)s",
+        ),
+        AlertType.CALENDAR_UNCOVERED: plural(
+            "Calendar %(scope)s is not covered: %(count)d occurrence skipped",
+            "Calendar %(scope)s is not covered: %(count)d occurrences skipped",
+        ),
+        AlertType.HEARTBEAT_STALE: plural(
+            "%(count)d scheduler stopped ticking",
+            "%(count)d schedulers stopped ticking",
+        ),
+        AlertType.SUCCESS_RATE: plural(
+            "Low send success rate on channel %(channel)s (%(count)d check)",
+            "Low send success rate on channel %(channel)s (%(count)d checks)",
+        ),
+    }
+
+
+def _advice() -> dict[str, str]:
+    return {
+        AlertType.RUN_FAILED: _(
+            "Their retries are spent or no retry can help. See the runs in the admin; "
+            "retry them once the cause is fixed."
+        ),
+        AlertType.CONFIGURATION: _(
+            "The provider refused our credentials or settings: nothing on this channel "
+            "gets through until someone fixes them."
+        ),
+        AlertType.RUN_UNKNOWN: _(
+            "Sending them again was not safe. Ask the recipients, then retry the runs "
+            "that did not arrive."
+        ),
+        AlertType.RUN_EXPIRED: _("Their deadline passed before they could be sent."),
+        AlertType.RUN_STUCK: _(
+            "They have been running for longer than REMINDERS_RUN_TIMEOUT; their lease "
+            "hands them on if their worker died."
+        ),
+        AlertType.TASK_ERROR: _(
+            "These tasks cannot be planned or their messages cannot be rendered; fix them "
+            "and resume them in the admin."
+        ),
+        AlertType.CALENDAR_UNCOVERED: _(
+            "Occurrences in a year the working-day calendar does not cover are skipped. "
+            "Upgrade the calendar package once the year is published, and restart."
+        ),
+        AlertType.HEARTBEAT_STALE: _(
+            "A run_reminders process stopped ticking without stopping gracefully (killed, "
+            "hung or its host down)."
+        ),
+        AlertType.SUCCESS_RATE: _("Runs that ended in the window were mostly not sent."),
+    }
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _example(event: AlertEvent) -> str:
+    about = []
+    if event.run_id is not None:
+        about.append(_("run %(id)s") % {"id": event.run_id})
+    if event.task_id is not None:
+        about.append(_("task %(id)s") % {"id": event.task_id})
+    label = ", ".join(about) or _when(event.occurred_at)
+    code = f" [{event.code}]" if event.code else ""
+    return f"- {label}{code}: {event.message}"
+
+
+def render(alert: Alert, events: QuerySet[AlertEvent]) -> tuple[str, str]:
+    """The alert's title and body, from its events."""
+    with translation.override(conf.ALERT_LANGUAGE):
+        values = {
+            "kind": alert.kind or "-",
+            "channel": alert.channel or "-",
+            "scope": alert.scope or "-",
+        }
+        title = PREFIX + _titles()[alert.type](alert.event_count, values)
+        lines = [_advice()[alert.type], ""]
+        lines.append(
+            _("%(count)d events from %(first)s to %(last)s.")
+            % {
+                "count": alert.event_count,
+                "first": _when(alert.first_event_at),
+                "last": _when(alert.last_event_at),
+            }
+        )
+        codes = list(
+            events.exclude(code="").values("code").annotate(n=Count("id")).order_by("-n")[:CODES]
+        )
+        if codes:
+            lines.append(
+                _("By code: %(codes)s")
+                % {"codes": ", ".join(f"{row['code']}: {row['n']}" for row in codes)}
+            )
+        sample = list(events.order_by("occurred_at", "pk")[:EXAMPLES])
+        lines.append(_("First events:"))
+        lines += [_example(event) for event in sample]
+        more = alert.event_count - len(sample)
+        if more > 0:
+            lines.append(
+                ngettext(
+                    "… and %(count)d more.",
+                    "… and %(count)d more.",
+                    alert.event_count - len(sample),
+                )
+                % {"count": alert.event_count - len(sample)}
+            )
+        return title[:255], "\n".join(lines)

@@ -1,0 +1,65 @@
+"""System checks of the ``OPS_*`` settings: every one is read once, so a typo shows at
+start-up rather than when the first alert is due or the first scrape comes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+
+from . import alert_channels
+from .conf import settings as conf
+
+SETTINGS = (
+    "ALERT_WINDOW_SECONDS",
+    "ALERT_WINDOWS",
+    "ALERT_RETRY_DELAYS",
+    "ALERT_LEASE_SECONDS",
+    "ALERT_INTERVAL_SECONDS",
+    "HEARTBEAT_MAX_AGE_SECONDS",
+    "SUCCESS_RATE_THRESHOLD",
+    "SUCCESS_RATE_WINDOW_SECONDS",
+    "SUCCESS_RATE_MIN_RUNS",
+    "METRICS_ALLOWED_NETWORKS",
+    "METRICS_WINDOW_SECONDS",
+    "HEALTH_QUEUE_WAIT_SECONDS",
+)
+
+
+@register("ops")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name in SETTINGS:
+        try:
+            getattr(conf, name)
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), id="ops.E001"))
+    errors.extend(_check_alert_channels())
+    return errors
+
+
+def _check_alert_channels() -> list[CheckMessage]:
+    try:
+        aliases = list(conf.ALERT_CHANNELS)
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="ops.E002")]
+    if not aliases:
+        return [
+            Warning(
+                "OPS_ALERT_CHANNELS is empty: alerts are recorded, and nobody is told.",
+                id="ops.W001",
+            )
+        ]
+    found: list[CheckMessage] = []
+    for alias in aliases:
+        try:
+            problems = alert_channels.build(alias).problems()
+        except Exception as exc:
+            found.append(Error(f"OPS_ALERT_CHANNELS[{alias!r}]: {exc}", id="ops.E002"))
+            continue
+        found += [
+            Warning(f"OPS_ALERT_CHANNELS[{alias!r}]: {problem}", id="ops.W002")
+            for problem in problems
+        ]
+    return found

@@ -1,0 +1,174 @@
+"""The ops app's settings, read from ``django.conf.settings`` on every access.
+
+Nothing is copied at import time, so ``override_settings`` works everywhere; a value
+that cannot work raises ``ImproperlyConfigured`` where it is read, and the system
+checks (``ops.checks``) read every one of them at start-up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_ALERT_CHANNELS: dict[str, dict[str, Any]] = {
+    "admins": {"BACKEND": "ops.alert_channels.MailAdmins"},
+}
+
+
+def _number(name: str, value: Any, *, minimum: float = 0.0, inclusive: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}.") from None
+    if isinstance(value, bool) or number < minimum or (number == minimum and not inclusive):
+        bound = "at least" if inclusive else "greater than"
+        raise ImproperlyConfigured(f"{name} must be {bound} {minimum:g}, got {value!r}.")
+    return number
+
+
+def _items(value: Any) -> list[Any]:
+    """A list from a list or tuple, or from a comma-separated string (the environment)."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, Sequence):
+        return list(value)
+    raise ImproperlyConfigured(f"Expected a list or a comma-separated string, got {value!r}.")
+
+
+class Settings:
+    """Typed, lazily read ``OPS_*`` settings with their defaults."""
+
+    def _get(self, name: str, default: Any) -> Any:
+        return getattr(django_settings, f"OPS_{name}", default)
+
+    # Alerts ---------------------------------------------------------------------------
+
+    @property
+    def ALERT_CHANNELS(self) -> dict[str, dict[str, Any]]:
+        """Where alerts go, configured like ``CACHES``: alias -> ``BACKEND`` (a dotted
+        path to an ``ops.alert_channels.AlertChannel``) and ``OPTIONS``. Empty: alerts
+        are recorded and nobody is told."""
+        channels = self._get("ALERT_CHANNELS", DEFAULT_ALERT_CHANNELS)
+        if not isinstance(channels, dict) or not all(
+            isinstance(config, dict) and "BACKEND" in config for config in channels.values()
+        ):
+            raise ImproperlyConfigured(
+                "OPS_ALERT_CHANNELS must be a dict of aliases to dicts with a BACKEND."
+            )
+        return channels
+
+    @property
+    def ALERT_WINDOW_SECONDS(self) -> float:
+        """After an alert of a group goes out, the group's further events wait this long
+        and go together in one digest."""
+        return _number("OPS_ALERT_WINDOW_SECONDS", self._get("ALERT_WINDOW_SECONDS", 600))
+
+    @property
+    def ALERT_WINDOWS(self) -> dict[str, float]:
+        """Per alert type, a window other than ``ALERT_WINDOW_SECONDS``."""
+        raw = self._get("ALERT_WINDOWS", {})
+        if not isinstance(raw, dict):
+            raise ImproperlyConfigured("OPS_ALERT_WINDOWS must be a dict of alert types.")
+        return {str(k): _number(f"OPS_ALERT_WINDOWS[{k!r}]", v) for k, v in raw.items()}
+
+    def window_for(self, alert_type: str) -> float:
+        return self.ALERT_WINDOWS.get(alert_type, self.ALERT_WINDOW_SECONDS)
+
+    @property
+    def ALERT_RETRY_DELAYS(self) -> list[float]:
+        """Seconds before each new attempt of an alert a channel failed to deliver; after
+        the last one it is given up (``failed``)."""
+        raw = self._get("ALERT_RETRY_DELAYS", [60, 300, 900, 3600])
+        return [_number("OPS_ALERT_RETRY_DELAYS", item) for item in _items(raw)]
+
+    @property
+    def ALERT_LEASE_SECONDS(self) -> float:
+        """How long a delivery being sent is held before another step may try it again
+        (its sender died mid-way): alerts are delivered at least once."""
+        return _number("OPS_ALERT_LEASE_SECONDS", self._get("ALERT_LEASE_SECONDS", 300))
+
+    @property
+    def ALERT_LANGUAGE(self) -> str:
+        """The language alert texts are written in (``en``, ``zh-hans``)."""
+        return str(self._get("ALERT_LANGUAGE", "") or django_settings.LANGUAGE_CODE)
+
+    @property
+    def ALERT_INTERVAL_SECONDS(self) -> float:
+        """Seconds between two steps of ``ops_alerts --loop``."""
+        return _number("OPS_ALERT_INTERVAL_SECONDS", self._get("ALERT_INTERVAL_SECONDS", 15))
+
+    @property
+    def HEARTBEAT_MAX_AGE_SECONDS(self) -> float:
+        """A scheduler that has not ticked for longer is stale: an alert, and /healthz
+        failing when no scheduler is fresher."""
+        return _number("OPS_HEARTBEAT_MAX_AGE_SECONDS", self._get("HEARTBEAT_MAX_AGE_SECONDS", 60))
+
+    @property
+    def SUCCESS_RATE_THRESHOLD(self) -> float:
+        """A channel whose share of runs sent, among those that ended in the window, is
+        under this is alerted (0 turns the check off)."""
+        value = _number(
+            "OPS_SUCCESS_RATE_THRESHOLD",
+            self._get("SUCCESS_RATE_THRESHOLD", 0.9),
+            inclusive=True,
+        )
+        if value > 1:
+            raise ImproperlyConfigured(f"OPS_SUCCESS_RATE_THRESHOLD must be 0 to 1, got {value}.")
+        return value
+
+    @property
+    def SUCCESS_RATE_WINDOW_SECONDS(self) -> float:
+        return _number(
+            "OPS_SUCCESS_RATE_WINDOW_SECONDS", self._get("SUCCESS_RATE_WINDOW_SECONDS", 900)
+        )
+
+    @property
+    def SUCCESS_RATE_MIN_RUNS(self) -> int:
+        """Fewer runs ended in the window say nothing: no alert."""
+        return int(
+            _number(
+                "OPS_SUCCESS_RATE_MIN_RUNS",
+                self._get("SUCCESS_RATE_MIN_RUNS", 20),
+                minimum=1,
+                inclusive=True,
+            )
+        )
+
+    # Metrics and health ------------------------------------------------------------------
+
+    @property
+    def METRICS_TOKEN(self) -> str:
+        """A bearer token that opens ``/metrics``; empty: none does."""
+        return str(self._get("METRICS_TOKEN", "") or "")
+
+    @property
+    def METRICS_ALLOWED_NETWORKS(self) -> list[Network]:
+        """Networks (CIDRs) whose ``REMOTE_ADDR`` may read ``/metrics`` without a token."""
+        networks = []
+        for item in _items(self._get("METRICS_ALLOWED_NETWORKS", [])):
+            try:
+                networks.append(ipaddress.ip_network(str(item).strip(), strict=False))
+            except ValueError:
+                raise ImproperlyConfigured(
+                    f"OPS_METRICS_ALLOWED_NETWORKS: {item!r} is not a network (CIDR)."
+                ) from None
+        return networks
+
+    @property
+    def METRICS_WINDOW_SECONDS(self) -> float:
+        """The recent window the finished-run metrics (counts, histograms) cover."""
+        return _number("OPS_METRICS_WINDOW_SECONDS", self._get("METRICS_WINDOW_SECONDS", 3600))
+
+    @property
+    def HEALTH_QUEUE_WAIT_SECONDS(self) -> float:
+        """A django-q2 job waiting longer than this for a worker fails /healthz."""
+        return _number("OPS_HEALTH_QUEUE_WAIT_SECONDS", self._get("HEALTH_QUEUE_WAIT_SECONDS", 120))
+
+
+settings = Settings()

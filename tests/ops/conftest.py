@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ops import receivers
+from ops.alerts import StepResult, run_step
+from reminders import signals
+
+
+@pytest.fixture(autouse=True)
+def _ops_listening() -> Iterator[None]:
+    """The ops receivers connected, even after a test elsewhere cleared a signal's
+    receivers (connecting again with the same dispatch_uid is a no-op)."""
+    for name in (
+        "run_failed",
+        "run_unknown",
+        "run_expired",
+        "run_stuck",
+        "task_error",
+        "calendar_uncovered",
+    ):
+        getattr(signals, name).connect(getattr(receivers, name), dispatch_uid=f"ops.{name}")
+    yield
+
+
+@pytest.fixture
+def admins(settings: Any) -> None:
+    """Alerts by mail to the admins only (the locmem backend keeps them in mail.outbox)."""
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.OPS_ALERT_CHANNELS = {"admins": {"BACKEND": "ops.alert_channels.MailAdmins"}}
+
+
+@pytest.fixture
+def robot(settings: Any) -> str:
+    """Alerts to a group robot only: a reminders channel, the memory sender standing in
+    for the robot (its messages land in MemorySender.outbox)."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "ops_robot": {"BACKEND": "reminders.senders.memory.MemorySender"},
+    }
+    settings.OPS_ALERT_CHANNELS = {
+        "group": {
+            "BACKEND": "ops.alert_channels.ReminderChannel",
+            "OPTIONS": {"channel": "ops_robot", "recipient": "ops"},
+        }
+    }
+    return "ops_robot"
+
+
+class Clock:
+    """The alert step's clock, moved by the test."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def step(self, seconds: float = 0) -> StepResult:
+        self.now += timedelta(seconds=seconds)
+        return run_step(self.now)
+
+
+@pytest.fixture
+def clock(now: datetime) -> Clock:
+    """Starts a minute ahead of the real clock, so that what the engine's signals record
+    during the test (on the real clock) is in the step's past."""
+    return Clock(now + timedelta(minutes=1))
