@@ -3,11 +3,13 @@ the command that runs the step; the settings' system checks."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils.timezone import now as timezone_now
 
 from ops import checks
 from ops.models import AlertEvent
@@ -116,3 +118,50 @@ def test_system_checks__a_channel_that_cannot_work(settings):
     assert "cannot import" in found[0][1]
     assert any("needs a 'recipient'" in msg for _, msg in found)
     assert any("ADMINS is empty" in msg for _, msg in found)
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_the_loop_runs_until_sigterm_and_records_a_failing_channel(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    from ops.models import AlertDelivery
+    from tests.support.processes import REPO, database_url, wait_until
+
+    AlertEvent.objects.record("run_stuck", occurred_at=timezone_now(), kind="k")
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    err = (tmp_path / "stderr").open("wb")
+    loop = subprocess.Popen(
+        [sys.executable, "manage.py", "ops_alerts", "--loop", "--interval", "0.2"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+    )
+    try:
+        # The test settings have no ADMINS: mail_admins fails, is recorded, and the loop
+        # goes on.
+        delivery = wait_until(
+            lambda: AlertDelivery.objects.filter(status="retrying").first(),
+            timeout=60,
+            what="a failed delivery recorded",
+            processes=(),
+        )
+        assert "ADMINS is empty" in delivery.error
+        assert loop.poll() is None
+        loop.send_signal(signal.SIGTERM)
+        assert loop.wait(30) == 0
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait(10)
+        err.close()

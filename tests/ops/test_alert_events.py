@@ -154,3 +154,22 @@ def test_every_alert_type_has_its_words(clock):
     from ops.alert_texts import _advice, _titles
 
     assert set(_titles()) == set(_advice()) == set(AlertType.values)
+
+
+def test_a_receiver_costs_one_insert(make_task):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from ops import receivers
+    from reminders.exceptions import PermanentSendError as Error
+
+    task = make_task()
+    dispatch.materialize()
+    with_task = TaskRun.objects.select_related("task").get(task=task)
+    alone = TaskRun.objects.get(task=task)
+    with CaptureQueriesContext(connection) as loaded:
+        receivers.run_failed(TaskRun, run=with_task, error=Error("x", code="1"))
+    with CaptureQueriesContext(connection) as unloaded:
+        receivers.run_failed(TaskRun, run=alone, error=Error("x", code="1"))
+    assert [q["sql"].split()[0] for q in loaded.captured_queries] == ["INSERT"]
+    assert [q["sql"].split()[0] for q in unloaded.captured_queries] == ["SELECT", "INSERT"]
