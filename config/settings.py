@@ -157,3 +157,26 @@ Q_CLUSTER = {
     "catch_up": False,
     "label": "Task queue",
 }
+
+# --- ops -------------------------------------------------------------------------------
+# Alerts go to ADMINS by mail (a comma-separated list of addresses) and, with
+# OPS_ALERT_ROBOT naming a REMINDERS_CHANNELS alias whose sender is a group robot
+# (wecom_robot), to that group too. EMAIL_URL as django-environ reads it, e.g.
+# smtp+tls://user:password@smtp.example.com:587; a timeout keeps a dead mail server
+# from holding the alert step.
+ADMINS = [(address, address) for address in env.list("ADMINS", default=[])]
+SERVER_EMAIL = env.str("SERVER_EMAIL", default="root@localhost")
+globals().update(env.email_url("EMAIL_URL", default="smtp://localhost:25"))
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+if env.str("OPS_ALERT_ROBOT", default=""):
+    OPS_ALERT_CHANNELS = {
+        "admins": {"BACKEND": "ops.alert_channels.MailAdmins"},
+        "robot": {
+            "BACKEND": "ops.alert_channels.ReminderChannel",
+            "OPTIONS": {"channel": env.str("OPS_ALERT_ROBOT")},
+        },
+    }
+OPS_ALERT_LANGUAGE = env.str("OPS_ALERT_LANGUAGE", default="")
+# /metrics is refused unless one of these lets a scraper in (see the README).
+OPS_METRICS_TOKEN = env.str("OPS_METRICS_TOKEN", default="")
+OPS_METRICS_ALLOWED_NETWORKS = env.list("OPS_METRICS_ALLOWED_NETWORKS", default=[])
