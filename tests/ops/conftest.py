@@ -1,30 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
-from ops import receivers
 from ops.alerts import StepResult, run_step
-from reminders import signals
-
-
-@pytest.fixture(autouse=True)
-def _ops_listening() -> Iterator[None]:
-    """The ops receivers connected, even after a test elsewhere cleared a signal's
-    receivers (connecting again with the same dispatch_uid is a no-op)."""
-    for name in (
-        "run_failed",
-        "run_unknown",
-        "run_expired",
-        "run_stuck",
-        "task_error",
-        "calendar_uncovered",
-    ):
-        getattr(signals, name).connect(getattr(receivers, name), dispatch_uid=f"ops.{name}")
-    yield
 
 
 @pytest.fixture

@@ -127,7 +127,11 @@ def test_uncovered_year__is_skipped_and_ops_are_told(make_task, outbox):
 def test_uncovered_year__the_signal_waits_for_the_commit(make_task):
     year = max(calendars.get("cn").years()) + 1
     heard: list[int] = []
-    signals.calendar_uncovered.connect(lambda sender, **kw: heard.append(kw["year"]), weak=False)
+
+    def listener(sender: object, **kw: object) -> None:
+        heard.append(kw["year"])  # type: ignore[arg-type]
+
+    signals.calendar_uncovered.connect(listener, weak=False)
     try:
         daily_report_from(make_task, date(year, 1, 4))
         with TestCase.captureOnCommitCallbacks(execute=False) as hooks:
@@ -135,7 +139,7 @@ def test_uncovered_year__the_signal_waits_for_the_commit(make_task):
         assert heard == []
         assert len(hooks) == 1
     finally:
-        signals.calendar_uncovered.receivers.clear()
+        signals.calendar_uncovered.disconnect(listener)
 
 
 def test_check__warns_of_a_calendar_live_tasks_use_that_misses_the_current_year(
