@@ -22,7 +22,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import calendars, kinds
+from . import builders, calendars, kinds
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
 from .policies import PolicyError
@@ -72,6 +72,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except ImproperlyConfigured as exc:
             errors.append(Error(str(exc), id="reminders.E004"))
     errors.extend(_check_kinds_settings())
+    errors.extend(_check_builders())
     errors.extend(_check_kinds_calendars())
     errors.extend(_check_cluster())
     errors.extend(_check_rate_limit_cache())
@@ -164,6 +165,27 @@ def _check_kinds_settings() -> list[CheckMessage]:
             )
         except PolicyError as exc:
             messages.append(Error(f"REMINDERS_KINDS[{name!r}]: {exc}", id="reminders.E009"))
+    return messages
+
+
+def _check_builders() -> list[CheckMessage]:
+    """``REMINDERS_BUILDERS`` names callables that import; builders are plugged in for
+    kinds some code registered; ``REMINDERS_REPORT_URL`` is a link."""
+    messages: list[CheckMessage] = [
+        Error(problem, id="reminders.E011") for problem in builders.setting_problems()
+    ]
+    for name in sorted(builders.plugged_kinds() - set(kinds.names())):
+        messages.append(
+            Warning(
+                f"A message builder is plugged in for {name!r}, which no code registered.",
+                hint=f"Registered kinds: {', '.join(kinds.names())}.",
+                id="reminders.W006",
+            )
+        )
+    try:
+        _ = conf.REPORT_URL
+    except ImproperlyConfigured as exc:
+        messages.append(Error(str(exc), id="reminders.E012"))
     return messages
 
 

@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .content import link_problem
+
 DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
 }
@@ -49,6 +51,29 @@ class Settings:
                 "REMINDERS_KINDS must be a dict of kind names to dicts of policy settings."
             )
         return kinds
+
+    @property
+    def BUILDERS(self) -> dict[str, str]:
+        """Message builders a CRM plugs in by kind, as dotted paths:
+        ``{"follow_up": "crm.reminders.build_follow_up"}`` (``reminders.builders``)."""
+        builders = self._get("BUILDERS", {})
+        if not isinstance(builders, dict) or not all(
+            isinstance(kind, str) and isinstance(path, str) for kind, path in builders.items()
+        ):
+            raise ImproperlyConfigured(
+                "REMINDERS_BUILDERS must be a dict of kind names to dotted paths of builders."
+            )
+        return builders
+
+    @property
+    def REPORT_URL(self) -> str:
+        """Where reports are written: the link of a report reminder whose payload has no
+        ``url``; empty: none."""
+        url = self._get("REPORT_URL", "") or ""
+        problem = link_problem(url) if url else None
+        if problem is not None:
+            raise ImproperlyConfigured(f"REMINDERS_REPORT_URL {problem}")
+        return str(url)
 
     @property
     def DEFAULT_CHANNEL(self) -> str:

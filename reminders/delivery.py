@@ -67,6 +67,7 @@ from django.utils import timezone
 from . import kinds, ratelimit, signals, timing
 from .conf import settings as conf
 from .exceptions import (
+    BuilderFailed,
     ConfigurationSendError,
     InDoubtSendError,
     PermanentSendError,
@@ -583,7 +584,9 @@ def _give_up_in_doubt(run: TaskRun, row: SendLog, now: datetime, code: str, mess
 
 def _render_failed(run: TaskRun, exc: Exception) -> None:
     code = "kind" if isinstance(exc, UnknownKind) else "render"
-    if not isinstance(exc, RemindersError):
+    # A builder's own bug (what it raised, the cause of BuilderFailed) gets its traceback.
+    unexpected = exc.__cause__ if isinstance(exc, BuilderFailed) else exc
+    if unexpected is not None and not isinstance(unexpected, RemindersError):
         logger.exception("task %s: rendering its message failed", run.task_id)
     error = PermanentSendError(f"{type(exc).__name__}: {exc}", code=code)
     if run.close_attempt(TaskRun.Status.FAILED, code=code, message=error.message):

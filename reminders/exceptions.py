@@ -17,6 +17,15 @@ class UnknownKind(RemindersError, LookupError):
     """A task kind that no code registered."""
 
 
+class BadPayload(RemindersError, ValueError):
+    """A payload field a kind's builder cannot use: its type or its value."""
+
+
+class BuilderFailed(RemindersError):
+    """A message builder that raised, or returned something that is not a message; the
+    message names the builder and the kind, and what it raised is the ``__cause__``."""
+
+
 class UnplannableTask(RemindersError, ValidationError):
     """A stored task this process cannot plan; ``code`` and ``message`` say why."""
 

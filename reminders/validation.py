@@ -2,9 +2,10 @@
 
 The invariant: every task the API or the admin saves names one member its channel can
 reach, a schedule that fires, a one-shot time inside ``AT_EARLIEST``..``AT_LATEST``, a
-payload JSON can carry, and a message its channel can carry. The message is the one its
-first occurrence renders through ``kinds.render``, which is what delivery sends, so the
-check stays true when a kind's wording changes.
+payload JSON can carry (in a language the project declares, if it names one), and a
+message its channel can carry. The message is the one its first occurrence renders
+through ``kinds.render``, which is what delivery sends, so the check stays true when a
+kind's wording changes.
 
 Why at scheduling: a task that cannot be sent fails at every occurrence, long after the
 caller that made the mistake has moved on, and only a run's error shows it. Refused
@@ -31,6 +32,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import kinds, timing
+from .builders import supported_language
 from .exceptions import RemindersError, SendError
 from .models import ScheduledTask, TaskRun
 from .senders import BaseSender, Message, get_sender
@@ -137,6 +139,18 @@ def _check_content(task: ScheduledTask) -> None:
         raise ValidationError(_('The payload\'s "content" is empty.'), code="content_empty")
 
 
+def _check_language(task: ScheduledTask) -> None:
+    """``payload["lang"]``, the language of the task's message, is one the project
+    declares (``settings.LANGUAGES``), as ``builders.language`` reads it."""
+    if task.payload.get("lang") is None or supported_language(task.payload["lang"]):
+        return
+    raise ValidationError(
+        _('The payload\'s "lang" %(lang)s is not a language this project declares.'),
+        code="payload_lang",
+        params={"lang": repr(task.payload["lang"])[:80]},
+    )
+
+
 def _sender(task: ScheduledTask) -> BaseSender:
     try:
         return get_sender(task.channel)
@@ -200,6 +214,7 @@ CHECKS: list[tuple[str, frozenset[str], Callable[[ScheduledTask], None]]] = [
     ("run_at", frozenset({"run_at"}), _check_run_at),
     ("payload", frozenset({"payload"}), _check_payload_json),
     ("payload", frozenset({"payload"}), _check_content),
+    ("payload", frozenset({"payload"}), _check_language),
     ("channel", frozenset({"channel"}), _check_channel),
     ("recipient", frozenset({"recipient", "channel"}), _check_recipient),
     (

@@ -178,6 +178,8 @@ class BaseSender(ABC):
     duplicate_check_seconds: ClassVar[int] = 0
     # The provider's limit per recipient, if it has one (WeCom: 30 a minute).
     recipient_rate: ClassVar[Rate | None] = None
+    # The message types the provider takes; None: any (the provider decides).
+    msgtypes: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias
@@ -247,6 +249,11 @@ class BaseSender(ABC):
         if self.recipient_rate is not None:
             limits.append(Limit(f"{self.rate_scope}:to:{message.recipient}", self.recipient_rate))
         return limits
+
+    def accepts(self, msgtype: str) -> bool:
+        """Whether this channel carries messages of ``msgtype``: what a builder asks
+        before it writes a ``textcard`` (a WeCom group robot takes none)."""
+        return self.msgtypes is None or msgtype in self.msgtypes
 
     @abstractmethod
     def send(self, message: Message) -> SendResult: ...

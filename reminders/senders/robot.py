@@ -28,6 +28,10 @@ from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
 
 INVALID_KEY = 93000
 MARKDOWN_LIMIT = 4096  # bytes; WeCom rejects longer markdown from a robot
+# What a group robot posts: no textcard, which is an app message.
+ROBOT_MSGTYPES = frozenset(
+    {"text", "markdown", "markdown_v2", "image", "news", "file", "voice", "template_card"}
+)
 
 
 class WeComRobotSender(BaseSender):
@@ -40,6 +44,7 @@ class WeComRobotSender(BaseSender):
 
     # At most 20 messages a minute per robot, whatever the recipients.
     robot_rate: ClassVar[Rate] = Rate.at_most(20, 60)
+    msgtypes: ClassVar[frozenset[str] | None] = ROBOT_MSGTYPES
 
     def __init__(
         self,
@@ -123,6 +128,12 @@ class WeComRobotSender(BaseSender):
     def _body(self, message: Message) -> dict[str, Any]:
         body = dict(message.body)
         what = f"WeCom robot {message.msgtype} message"
+        if not self.accepts(message.msgtype):
+            raise PayloadSendError(
+                f"{what}: a group robot posts no {message.msgtype!r} messages "
+                f"(it takes {', '.join(sorted(ROBOT_MSGTYPES))}).",
+                code="msgtype",
+            )
         self._check_content(message.msgtype, body, what)
         if message.msgtype == "text":
             if self.mention_recipient and message.recipient:

@@ -58,7 +58,25 @@ PAYLOAD_CODES = frozenset({40008, 40035, 40058, 44004, 45002, 40033, 47001})
 
 # -- what WeCom accepts ------------------------------------------------------------------
 CONTENT_LIMIT = 2048  # bytes of text or markdown content
-FIELD_LIMITS: dict[str, dict[str, int]] = {"textcard": {"title": 128, "description": 512}}
+FIELD_LIMITS: dict[str, dict[str, int]] = {
+    "textcard": {"title": 128, "description": 512, "url": 2048}
+}
+# The app message types of message/send.
+APP_MSGTYPES = frozenset(
+    {
+        "text",
+        "image",
+        "voice",
+        "video",
+        "file",
+        "textcard",
+        "news",
+        "mpnews",
+        "markdown",
+        "miniprogram_notice",
+        "template_card",
+    }
+)
 MAX_DUPLICATE_CHECK_SECONDS = 4 * 3600
 MAX_PARTS = 10
 PART_MARKER_BYTES = 16  # room for "(10/10) " with margin
@@ -131,6 +149,7 @@ class WeComSender(BaseSender):
     duplicate_check_seconds: ClassVar[int] = MAX_DUPLICATE_CHECK_SECONDS
     # WeCom's per-member limit of 30 a minute and 1,000 an hour, for the shared limiter.
     recipient_rate: ClassVar[Rate | None] = Rate.at_most(30, 60)
+    msgtypes: ClassVar[frozenset[str] | None] = APP_MSGTYPES
 
     def __init__(
         self,
@@ -302,6 +321,10 @@ class WeComSender(BaseSender):
         """The message's body, or its parts when it is too long and splitting is on."""
         body = message.body
         what = f"WeCom {message.msgtype} message"
+        if not self.accepts(message.msgtype):
+            raise PayloadSendError(
+                f"{what}: WeCom app messages have no type {message.msgtype!r}.", code="msgtype"
+            )
         for name, limit in FIELD_LIMITS.get(message.msgtype, {}).items():
             size = _size(str(body.get(name, "")))
             if size > limit:

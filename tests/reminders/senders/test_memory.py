@@ -101,8 +101,10 @@ def test_engine__the_same_text_twice_to_one_member_is_delivered_twice(make_task)
 
 @pytest.mark.django_db
 def test_engine__without_the_stamp_the_double_shows_the_silent_merge(make_task, monkeypatch):
-    # What render did before it stamped messages: the kind's content alone.
-    monkeypatch.setattr(kinds, "render", lambda task, run: kinds.get(task.kind).render(task, run))
+    # What render did before it stamped messages: the CRM's text alone.
+    monkeypatch.setattr(
+        kinds, "render", lambda task, run: kinds.Content("text", dict(task.payload))
+    )
 
     two_follow_ups_an_hour_apart(make_task)
 

@@ -68,6 +68,21 @@ def test_send__mentions_are_member_ids_and_never_everyone_by_default(
     assert stub.calls(WEBHOOK) == []
 
 
+def test_check_message__a_robot_posts_no_textcard(
+    robot: WeComRobotSender, stub: StubServer
+) -> None:
+    card = {"title": "Daily report", "description": "Submit it", "url": "https://crm.example"}
+    message = Message("ops", "textcard", card, "a")
+
+    assert (robot.accepts("textcard"), robot.accepts("markdown")) == (False, True)
+    with pytest.raises(PayloadSendError, match="posts no 'textcard'"):
+        robot.check_message(message)
+    with pytest.raises(PayloadSendError) as caught:
+        robot.send(message)
+    assert caught.value.code == "msgtype"
+    assert stub.calls(WEBHOOK) == []
+
+
 def test_send__a_mentioned_recipient_is_one_member_too(stub: StubServer) -> None:
     robot = WeComRobotSender("g", key=KEY, api_base=stub.url, mention_recipient=True)
     try:

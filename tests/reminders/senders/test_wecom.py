@@ -474,6 +474,25 @@ def test_check_message__refuses_what_send_would_refuse_without_a_request(
     assert wecom_stub.requests == []
 
 
+def test_check_message__refuses_a_type_wecom_has_not_and_a_link_over_its_limit(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom()
+    card = {"title": "Follow-up", "description": "Call ACME", "btntxt": "View"}
+    sender.check_message(
+        Message("lisi", "textcard", {**card, "url": "https://x/" + "a" * 2038}, "k")
+    )
+
+    with pytest.raises(PayloadSendError, match="url is 2049 bytes"):
+        sender.check_message(
+            Message("lisi", "textcard", {**card, "url": "https://x/" + "a" * 2039}, "k")
+        )
+    with pytest.raises(PayloadSendError, match="no type 'telegram'") as caught:
+        sender.send(Message("lisi", "telegram", {"content": "hi"}, "k"))
+    assert (caught.value.code, sender.accepts("textcard")) == ("msgtype", True)
+    assert wecom_stub.calls(SEND) == []
+
+
 # -- secrets never leak -------------------------------------------------------------------
 
 

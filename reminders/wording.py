@@ -1,0 +1,295 @@
+"""The engine's own wording of the five kinds it ships, in the task's language, fitted to
+what WeCom carries.
+
+Each public function is a kind's default builder (``Kind.render``, replaceable per kind:
+``reminders.builders``). What it reads from the payload, every field optional:
+
+* ``daily_report``, ``weekly_report``: ``url``, where the report is written (else the
+  setting ``REMINDERS_REPORT_URL``; ``""``: no link).
+* ``birthday``: ``name``.
+* ``follow_up``: ``customer``, ``subject``, ``url`` (the record); the due time shown is
+  the occurrence in the task's zone.
+* ``inquiry_timeout``: ``customer``, ``subject``, ``minutes`` (how long it has waited, a
+  whole number), ``url``, ``escalated_from`` (the member id it was first sent to: the
+  message then says it is an escalation, and to whom it went first).
+
+``payload["content"]`` (a CRM's own text) and ``payload["lang"]`` are ``kinds.render``'s.
+
+Invariants:
+
+* A message with a link is a ``textcard`` (title, description, url, button) where the
+  task's channel carries one (``BaseSender.accepts``: a WeCom app does, a group robot
+  does not), else ``text`` with the link on a line of its own; without a link, ``text``.
+* Every word comes from gettext, in the language ``kinds.render`` made active (the
+  task's); the catalogs are in ``reminders/locale``.
+* What the CRM wrote (customer, subject, name) is shown as one line of plain text: runs
+  of whitespace and control characters become one space. Nothing is escaped: WeCom shows
+  text as given (a textcard description knows a few ``<div class="gray">`` tags, which
+  these messages do not use), so an escaped ``&amp;`` would show as such.
+* It fits: a textcard's title in 128 bytes and description in 512, a text in 2,048,
+  counting the make-up line and the stamp that ``kinds.render`` adds under it
+  (``stamps.tail``), which are never cut. What gives is the CRM's text: its fields
+  share the room left equally (a short one keeps all of itself), each cut at a
+  character (never inside one, nor between one and its accent or emoji modifier) and
+  marked "…". The engine's words and the link are never cut (a cut link is a broken
+  one: one over 2,048 bytes, or not http(s), is a bad payload).
+* Deterministic: a function of the task, the run, the settings and the catalogs; never
+  of the clock, so a run rendered again is the same bytes.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext, ngettext, pgettext
+
+from . import stamps, timing
+from .conf import settings as conf
+from .content import Content, link_problem
+from .exceptions import BadPayload, RemindersError
+from .recipients import MEMBER_ID
+from .senders import get_sender
+
+if TYPE_CHECKING:
+    from .models import ScheduledTask, TaskRun
+
+# WeCom's limits, in UTF-8 bytes (the senders check them too: senders.wecom).
+TITLE_LIMIT = 128
+DESCRIPTION_LIMIT = 512
+TEXT_LIMIT = 2048
+ELLIPSIS = "…"
+# What attaches to the character before it: cutting before one splits a character.
+_ATTACHED = frozenset("\u200d\ufe0e\ufe0f") | {chr(c) for c in range(0x1F3FB, 0x1F400)}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a message: a translated template with ``%(name)s`` placeholders, the
+    engine's values (``fixed``, never cut) and the CRM's text (``crm``, cut to fit)."""
+
+    template: str
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    crm: Mapping[str, str] = field(default_factory=dict)
+
+    def format(self, crm: Mapping[str, str]) -> str:
+        if not self.fixed and not self.crm:
+            return self.template
+        return self.template % {**self.fixed, **crm}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A message before it is fitted: a textcard's ``title`` or, as text, ``headline``
+    (none: the lines alone), the ``lines`` both forms share, the link and its button."""
+
+    title: Line
+    lines: Sequence[Line]
+    headline: Line | None = None
+    url: str = ""
+    button: str = ""
+
+
+# The five kinds -------------------------------------------------------------------------
+
+
+def daily_report(task: ScheduledTask, run: TaskRun) -> Content:
+    title = pgettext("message title", "Daily report")
+    return _report(task, run, title, gettext("Please submit your daily report."))
+
+
+def weekly_report(task: ScheduledTask, run: TaskRun) -> Content:
+    title = pgettext("message title", "Weekly report")
+    return _report(task, run, title, gettext("Please submit your weekly report."))
+
+
+def _report(task: ScheduledTask, run: TaskRun, title: str, text: str) -> Content:
+    url = link(task, default=conf.REPORT_URL)
+    button = pgettext("textcard button, at most 4 characters", "Open")
+    return compose(task, run, Draft(Line(title), [Line(text)], url=url, button=button))
+
+
+def birthday(task: ScheduledTask, run: TaskRun) -> Content:
+    name = crm_text(task, "name")
+    if name:
+        greeting = gettext("Happy birthday, %(name)s! Best wishes from all of us.")
+        line = Line(greeting, crm={"name": name})
+    else:
+        line = Line(gettext("Happy birthday! Best wishes from all of us."))
+    return compose(task, run, Draft(Line(pgettext("message title", "Happy birthday")), [line]))
+
+
+def follow_up(task: ScheduledTask, run: TaskRun) -> Content:
+    customer, subject = crm_text(task, "customer"), crm_text(task, "subject")
+    titled = pgettext("message title", "Follow-up: %(customer)s")
+    untitled = pgettext("message title", "Follow-up reminder")
+    title = Line(titled, crm={"customer": customer}) if customer else Line(untitled)
+    due = run.occurrence.astimezone(timing.zone(task.timezone)).strftime("%Y-%m-%d %H:%M")
+    lines = [*_about(customer, subject), Line(gettext("Due: %(due)s"), fixed={"due": due})]
+    headline = Line(gettext("You have a customer follow-up due."))
+    button = pgettext("textcard button, at most 4 characters", "View")
+    draft = Draft(title, lines, headline=headline, url=link(task), button=button)
+    return compose(task, run, draft)
+
+
+def inquiry_timeout(task: ScheduledTask, run: TaskRun) -> Content:
+    customer, subject = crm_text(task, "customer"), crm_text(task, "subject")
+    minutes, first = _minutes(task), _member(task, "escalated_from")
+    if first:
+        titled = pgettext("message title", "Escalated inquiry: %(customer)s")
+        untitled = pgettext("message title", "Escalated inquiry")
+        headline = gettext("A customer inquiry that was not answered has been escalated to you.")
+    else:
+        titled = pgettext("message title", "Inquiry waiting: %(customer)s")
+        untitled = pgettext("message title", "Inquiry waiting too long")
+        headline = gettext("A customer inquiry has been waiting too long for your reply.")
+    title = Line(titled, crm={"customer": customer}) if customer else Line(untitled)
+    lines = _about(customer, subject)
+    if minutes is not None:
+        waited = ngettext(
+            "Waiting for a reply: %(minutes)d minute",
+            "Waiting for a reply: %(minutes)d minutes",
+            minutes,
+        )
+        lines.append(Line(waited, fixed={"minutes": minutes}))
+    if first:
+        escalated = gettext("Escalated from: %(member)s, the first recipient")
+        lines.append(Line(escalated, fixed={"member": first}))
+    button = pgettext("textcard button, at most 4 characters", "View")
+    draft = Draft(title, lines, headline=Line(headline), url=link(task), button=button)
+    return compose(task, run, draft)
+
+
+def _about(customer: str, subject: str) -> list[Line]:
+    lines = []
+    if customer:
+        lines.append(Line(gettext("Customer: %(customer)s"), crm={"customer": customer}))
+    if subject:
+        lines.append(Line(gettext("Subject: %(subject)s"), crm={"subject": subject}))
+    return lines
+
+
+# The message ----------------------------------------------------------------------------
+
+
+def compose(task: ScheduledTask, run: TaskRun, draft: Draft) -> Content:
+    """``draft`` as a textcard (a link, and a channel that carries one) or a text,
+    fitted with room for the lines ``kinds.render`` adds under it."""
+    tail = stamps.tail(task, run)
+    if draft.url and carries(task, "textcard"):
+        body = {
+            "title": fit([draft.title], TITLE_LIMIT),
+            "description": fit(draft.lines, DESCRIPTION_LIMIT, tail),
+            "url": draft.url,
+            "btntxt": draft.button,
+        }
+        return Content("textcard", body)
+    lines = [*([draft.headline] if draft.headline else []), *draft.lines]
+    if draft.url:
+        lines.append(Line("%(url)s", fixed={"url": draft.url}))
+    return Content("text", {"content": fit(lines, TEXT_LIMIT, tail)})
+
+
+def carries(task: ScheduledTask, msgtype: str) -> bool:
+    """Whether the task's channel carries ``msgtype``; a channel that cannot be built
+    says so where channels are checked, so it is taken to carry anything here."""
+    try:
+        return get_sender(task.channel).accepts(msgtype)
+    except (RemindersError, ImproperlyConfigured, TypeError):
+        return True
+
+
+def fit(lines: Sequence[Line], limit: int, tail: Sequence[str] = ()) -> str:
+    """``lines`` joined, with the CRM's values cut so that they and ``tail`` (joined
+    under them) take at most ``limit`` UTF-8 bytes."""
+    blank = [line.format(dict.fromkeys(line.crm, "")) for line in lines]
+    room = limit - size("\n".join([*blank, *tail]))
+    values = iter(shares([value for line in lines for value in line.crm.values()], room))
+    return "\n".join(line.format({name: next(values) for name in line.crm}) for line in lines)
+
+
+def shares(values: Sequence[str], budget: int) -> list[str]:
+    """``values`` cut to take at most ``budget`` bytes together: each keeps as much of
+    itself as an equal share of what the shorter ones leave allows."""
+    allowed = [0] * len(values)
+    left = max(budget, 0)
+    order = sorted(range(len(values)), key=lambda index: size(values[index]))
+    for rank, index in enumerate(order):
+        allowed[index] = min(size(values[index]), left // (len(values) - rank))
+        left -= allowed[index]
+    return [cut(value, room) for value, room in zip(values, allowed, strict=True)]
+
+
+def cut(text: str, budget: int) -> str:
+    """``text`` in at most ``budget`` UTF-8 bytes: whole, or cut at a character boundary
+    that splits nothing and ended with "…" (empty when not even that fits)."""
+    if size(text) <= budget:
+        return text
+    room = budget - size(ELLIPSIS)
+    if room <= 0:
+        return ""
+    end = len(text.encode()[:room].decode(errors="ignore"))
+    while end > 0 and (
+        unicodedata.combining(text[end]) or text[end] in _ATTACHED or text[end - 1] == "\u200d"
+    ):
+        end -= 1
+    return text[:end].rstrip() + ELLIPSIS
+
+
+def size(text: str) -> int:
+    return len(text.encode())
+
+
+# The payload ----------------------------------------------------------------------------
+
+
+def crm_text(task: ScheduledTask, name: str) -> str:
+    """``payload[name]``, text the CRM wrote, as one line; "" when absent or blank."""
+    value = _payload(task).get(name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadPayload(f'payload["{name}"] must be text, not {type(value).__name__}.')
+    spaced = "".join(" " if unicodedata.category(char) == "Cc" else char for char in value)
+    return " ".join(spaced.split())
+
+
+def link(task: ScheduledTask, default: str = "") -> str:
+    """``payload["url"]`` (``""``: no link), else ``default``; a bad one is refused."""
+    url = _payload(task).get("url")
+    if url is None:
+        return default
+    problem = link_problem(url) if url != "" else None
+    if problem is not None:
+        raise BadPayload(f'payload["url"] {problem}')
+    return str(url)
+
+
+def _minutes(task: ScheduledTask) -> int | None:
+    value = _payload(task).get("minutes")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadPayload(
+            f'payload["minutes"] must be a whole number of minutes, 0 or more, not {value!r}.'
+        )
+    return value
+
+
+def _member(task: ScheduledTask, name: str) -> str:
+    value = _payload(task).get(name)
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or not MEMBER_ID.fullmatch(value):
+        raise BadPayload(
+            f'payload["{name}"] must be one WeCom member id (1 to 64 ASCII letters, digits '
+            f"and _-@., starting with a letter or digit), not {value!r:.80}."
+        )
+    return value
+
+
+def _payload(task: ScheduledTask) -> Mapping[str, Any]:
+    return task.payload if isinstance(task.payload, dict) else {}

@@ -1,0 +1,148 @@
+"""The translation catalogs: the committed .mo is its .po compiled, the project's
+compiler reads .po files as GNU msgfmt does, and the .po translates every string of the
+modules whose words it covers, with the same placeholders."""
+
+from __future__ import annotations
+
+import gettext
+import io
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import REPO
+
+COMPILER = REPO / "bin" / "compilemessages"
+PO = REPO / "reminders" / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+# The modules whose every translatable string the catalog covers.
+TRANSLATED = ["kinds.py", "stamps.py", "wording.py", "validation.py"]
+PLACEHOLDER = re.compile(r"%\((\w+)\)[sdr]")
+
+compiler = runpy.run_path(str(COMPILER))
+
+
+def catalog(data: bytes) -> dict[str, str]:
+    return gettext.GNUTranslations(io.BytesIO(data))._catalog  # type: ignore[attr-defined]
+
+
+def test_mo__the_committed_one_is_its_po_compiled():
+    result = subprocess.run(
+        [sys.executable, str(COMPILER), "--check"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compiler__reads_context_plurals_escapes_and_leaves_out_fuzzy_and_obsolete():
+    po = r"""
+msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\n"
+"Plural-Forms: nplurals=2; plural=(n != 1);\n"
+
+# a comment
+msgctxt "title"
+msgid "Open"
+msgstr "打开"
+
+msgid "Open"
+msgstr "开"
+
+#, python-format
+msgid "%(n)d day"
+msgid_plural "%(n)d days"
+msgstr[0] "%(n)d 天"
+msgstr[1] "%(n)d 天们"
+
+msgid ""
+"two \"lines\"\n"
+"joined"
+msgstr "两\t行"
+
+#, fuzzy, python-format
+msgid "Unsure %(x)s"
+msgstr "不确定 %(x)s"
+
+msgid "Untranslated"
+msgstr ""
+
+#~ msgid "Gone"
+#~ msgstr "没了"
+"""
+    translations = gettext.GNUTranslations(io.BytesIO(compiler["mo"](compiler["parse"](po))))
+
+    assert translations.pgettext("title", "Open") == "打开"
+    assert translations.gettext("Open") == "开"
+    assert [translations.ngettext("%(n)d day", "%(n)d days", n) for n in (1, 2)] == [
+        "%(n)d 天",
+        "%(n)d 天们",
+    ]
+    assert translations.gettext('two "lines"\njoined') == "两\t行"
+    assert translations.gettext("Unsure %(x)s") == "Unsure %(x)s"
+    assert translations.gettext("Untranslated") == "Untranslated"
+    assert translations.gettext("Gone") == "Gone"
+
+
+@pytest.mark.parametrize(
+    "po",
+    [
+        'msgid "a"\nmsgstr "b"\nbogus "c"\n',
+        'msgid "a"\nmsgstr b\n',
+        'msgid "a" x\nmsgstr "b"\n',
+        '"orphan"\n',
+        'msgid ""\nmsgstr "Content-Type: text/plain; charset=GB2312\\n"\n',
+    ],
+)
+def test_compiler__refuses_what_it_cannot_read(po):
+    with pytest.raises(SyntaxError):
+        compiler["parse"](po)
+
+
+@pytest.mark.skipif(shutil.which("msgfmt") is None, reason="GNU gettext is not installed")
+def test_compiler__reads_the_catalog_as_gnu_msgfmt_does(tmp_path: Path):
+    gnu = tmp_path / "gnu.mo"
+    subprocess.run(["msgfmt", "--check", "-o", str(gnu), str(PO)], check=True)
+
+    assert catalog(compiler["compiled"](PO)) == catalog(gnu.read_bytes())
+
+
+def test_po__translations_keep_the_placeholders_of_their_message():
+    messages = compiler["parse"](PO.read_text(encoding="utf-8"))
+    assert len(messages) > 30
+    for key, value in messages.items():
+        if not key:
+            continue  # the header
+        source = key.split("\x04")[-1]
+        wanted = {frozenset(PLACEHOLDER.findall(text)) for text in source.split("\x00")}
+        for form in value.split("\x00"):
+            assert frozenset(PLACEHOLDER.findall(form)) in wanted, (source, form)
+
+
+@pytest.mark.skipif(shutil.which("xgettext") is None, reason="GNU gettext is not installed")
+def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path):
+    pot = tmp_path / "source.pot"
+    keywords = ["gettext_lazy", "gettext", "ngettext:1,2", "pgettext:1c,2", "_"]
+    subprocess.run(
+        [
+            "xgettext",
+            "--language=Python",
+            "--from-code=UTF-8",
+            "--no-location",
+            *(f"--keyword={keyword}" for keyword in keywords),
+            "-o",
+            str(pot),
+            *(str(REPO / "reminders" / name) for name in TRANSLATED),
+        ],
+        check=True,
+    )
+    # Every message of the template, "translated" so that the compiler keeps it.
+    template = pot.read_text(encoding="utf-8").replace("charset=CHARSET", "charset=UTF-8")
+    filled = re.sub(r'^(msgstr(\[\d\])?) ""$', r'\1 "x"', template, flags=re.MULTILINE)
+    source = set(compiler["parse"](filled))
+    translated = set(compiler["parse"](PO.read_text(encoding="utf-8")))
+
+    assert source - translated == set()
