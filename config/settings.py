@@ -1,7 +1,8 @@
 """Settings for running reminders standalone; every value comes from the environment.
 
 A CRM that adds the ``reminders`` and ``ops`` apps keeps its own settings module and
-copies only the ``REMINDERS_*``, ``WECOM_*`` and ``Q_CLUSTER`` blocks it needs.
+copies only the ``REMINDERS_*`` and ``WECOM_*`` settings it needs; its ``Q_CLUSTER``,
+if it has one, stays its own (see the django-q2 block below).
 """
 
 from pathlib import Path
@@ -142,9 +143,11 @@ REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
 
 # --- django-q2 -----------------------------------------------------------------------
-# Our own loop claims and enqueues due runs; django-q2 only executes them. Delivery is
-# idempotent, so the ORM broker's at-least-once redelivery (``retry``) is harmless.
-Q_CLUSTER = {
+# The engine's own cluster, which run_reminders runs (keys left out take the defaults of
+# reminders.conf; these are they, spelled out). Our own loop claims and enqueues due
+# runs; django-q2 only executes them. Delivery is idempotent, so the ORM broker's
+# at-least-once redelivery (``retry``) is harmless.
+REMINDERS_CLUSTER = {
     "name": env.str("Q_CLUSTER_NAME", default="reminders"),
     "orm": "default",
     "workers": env.int("Q_WORKERS", default=2),
@@ -154,8 +157,6 @@ Q_CLUSTER = {
     "save_limit": -1,
     "poll": 0.1,
     "bulk": 10,
-    "catch_up": False,
-    "label": "Task queue",
 }
 
 # --- ops -------------------------------------------------------------------------------
@@ -180,3 +181,10 @@ OPS_ALERT_LANGUAGE = env.str("OPS_ALERT_LANGUAGE", default="")
 # /metrics is refused unless one of these lets a scraper in (see the README).
 OPS_METRICS_TOKEN = env.str("OPS_METRICS_TOKEN", default="")
 OPS_METRICS_ALLOWED_NETWORKS = env.list("OPS_METRICS_ALLOWED_NETWORKS", default=[])
+
+# This project has no django-q2 work of its own, so its django-q2 is the engine's
+# cluster: `manage.py qcluster` executes the engine's queue as run_reminders' clusters
+# do (beside `run_reminders --no-cluster`, or as the benchmarks' bare baseline). A CRM
+# keeps a Q_CLUSTER of its own instead; reminders.W007 tells where one reads the
+# engine's queue with other settings.
+Q_CLUSTER = {**REMINDERS_CLUSTER, "catch_up": False, "label": "Task queue"}

@@ -5,6 +5,13 @@ database, so Django runs them only where a command asks for database checks
 (``migrate``, ``check --database``, and ``run_reminders`` at start-up); they warn and
 never stop a process, since a task of an unknown kind or an uncovered year stops
 nothing either (it is put in ``error``, or its occurrence skipped, when due).
+
+``check_worker`` guards what only ``run_reminders`` uses: the engine's django-q2 cluster
+(``REMINDERS_CLUSTER``) and how the host's own ``Q_CLUSTER`` stands beside it. It is a
+deployment check tagged ``reminders_worker``: ``run_reminders`` runs it at start-up (its
+errors stop it there), ``check --deploy`` shows it (``check --deploy --tag
+reminders_worker`` alone), and no other command of the host runs it, so that the
+worker's settings never block, say, the host's ``makemigrations``.
 """
 
 from __future__ import annotations
@@ -74,7 +81,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors.extend(_check_kinds_settings())
     errors.extend(_check_builders())
     errors.extend(_check_kinds_calendars())
-    errors.extend(_check_cluster())
     errors.extend(_check_rate_limit_cache())
     return errors
 
@@ -205,33 +211,85 @@ def _check_kinds_calendars() -> list[CheckMessage]:
     return messages
 
 
-def _check_cluster() -> list[CheckMessage]:
-    q = getattr(django_settings, "Q_CLUSTER", {})
-    messages: list[CheckMessage] = []
-    if q.get("orm") != "default":
-        messages.append(
-            Error(
-                "Q_CLUSTER['orm'] must be 'default': a claim and its queued job must commit "
-                "in one transaction.",
-                id="reminders.E005",
-            )
-        )
+WORKER_TAG = "reminders_worker"
+
+
+@register(WORKER_TAG, deploy=True)
+def check_worker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The engine's cluster, and the host's django-q2 beside it; see the module docstring
+    for where this runs."""
     try:
         lease = conf.LEASE_SECONDS
     except ImproperlyConfigured:
-        return messages
-    timeout = q.get("timeout")
+        return []  # E004 says so
+    try:
+        cluster = conf.CLUSTER
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), id="reminders.E013")]
+    messages: list[CheckMessage] = []
+    if cluster["orm"] != "default":
+        messages.append(
+            Error(
+                f"REMINDERS_CLUSTER['orm'] is {cluster['orm']!r}; it must be 'default': a "
+                "claim and its queued job must commit in one transaction.",
+                id="reminders.E005",
+            )
+        )
+    timeout, retry = cluster["timeout"], cluster["retry"]
     if timeout is None or timeout >= lease:
         messages.append(
             Error(
-                f"Q_CLUSTER['timeout'] ({timeout}) must be below REMINDERS_LEASE_SECONDS "
-                f"({lease}): a job that outlives its lease has its runs claimed by another "
-                "worker while it still sends them.",
-                hint="Set Q_CLUSTER['timeout'] to about 0.8 x REMINDERS_LEASE_SECONDS.",
+                f"REMINDERS_CLUSTER['timeout'] ({timeout}) must be below "
+                f"REMINDERS_LEASE_SECONDS ({lease}): a job that outlives its lease has its "
+                "runs claimed by another worker while it still sends them.",
+                hint="Leave it out (0.8 x REMINDERS_LEASE_SECONDS), or set about that.",
                 id="reminders.E008",
             )
         )
+    elif retry <= timeout:
+        messages.append(
+            Error(
+                f"REMINDERS_CLUSTER['retry'] ({retry}) must be above its timeout ({timeout}): "
+                "django-q2 hands a job to another worker while the first still runs it.",
+                hint="Leave it out (a minute past REMINDERS_LEASE_SECONDS).",
+                id="reminders.E008",
+            )
+        )
+    messages.extend(_check_host_cluster(cluster))
     return messages
+
+
+def _check_host_cluster(cluster: dict[str, Any]) -> list[CheckMessage]:
+    """The host's django-q2, as this process resolved it (``Q_CLUSTER``, with
+    ``ALT_CLUSTERS`` picked by ``Q_CLUSTER_NAME``), reading one of the engine's queues:
+    meant where the project's django-q2 is the engine's (the standalone settings), and
+    then its ``qcluster`` must run jobs as the engine's cluster does."""
+    from django_q.conf import Conf
+
+    from .cluster import HIGH_QUEUE_SUFFIX
+
+    queues = {cluster["name"], f"{cluster['name']}{HIGH_QUEUE_SUFFIX}"}
+    other_broker = Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict)
+    if other_broker or cluster["orm"] != Conf.ORM or Conf.CLUSTER_NAME not in queues:
+        return []
+    names = ("timeout", "retry", "max_attempts")
+    differ = [
+        f"{name} {getattr(Conf, name.upper())!r} (REMINDERS_CLUSTER: {cluster[name]!r})"
+        for name in names
+        if getattr(Conf, name.upper()) != cluster[name]
+    ]
+    if not differ:
+        return []
+    return [
+        Warning(
+            f"Q_CLUSTER reads the engine's queue {Conf.CLUSTER_NAME!r} on database "
+            f"{cluster['orm']!r}: a `manage.py qcluster` with it executes deliveries, with "
+            f"other settings: {', '.join(differ)}.",
+            hint="Give the project's own django-q2 a name of its own (Q_CLUSTER['name']), "
+            "or, where it is meant to execute the engine's jobs, REMINDERS_CLUSTER's settings.",
+            id="reminders.W007",
+        )
+    ]
 
 
 @register("reminders", Tags.database)

@@ -18,6 +18,27 @@ DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},
 }
 
+# The engine's own django-q2 cluster (``REMINDERS_CLUSTER`` is read over these; see
+# ``reminders.cluster``). ``timeout`` and ``retry`` follow the lease unless set.
+CLUSTER_DEFAULTS: dict[str, Any] = {
+    "name": "reminders",
+    "orm": "default",
+    "workers": 2,
+    "max_attempts": 1,
+    "save_limit": -1,
+    "poll": 0.1,
+    "bulk": 10,
+    "recycle": 500,
+    "max_rss": None,
+    "guard_cycle": 0.5,
+    "cpu_affinity": 0,
+    "daemonize_workers": True,
+}
+# Keys of ``REMINDERS_CLUSTER`` beside the defaults'; django-q2's ``queue_limit`` is
+# ``workers`` squared unless set. Keys of a django-q2 ``Q_CLUSTER`` that pick another
+# broker, or drive the host's schedules, have no meaning for the engine's cluster.
+CLUSTER_KEYS = {*CLUSTER_DEFAULTS, "timeout", "retry", "queue_limit"}
+
 
 def _positive_number(name: str, value: Any) -> float:
     try:
@@ -176,10 +197,47 @@ class Settings:
         return _positive_number("REMINDERS_RUN_TIMEOUT", self._get("RUN_TIMEOUT", 600))
 
     @property
+    def CLUSTER(self) -> dict[str, Any]:
+        """The engine's django-q2 cluster: ``REMINDERS_CLUSTER`` over ``CLUSTER_DEFAULTS``,
+        with ``timeout`` at 0.8 of the lease and ``retry`` a minute past it unless set.
+        The host's own ``Q_CLUSTER`` is never read here."""
+        raw = self._get("CLUSTER", {})
+        if not isinstance(raw, dict):
+            raise ImproperlyConfigured(
+                f"REMINDERS_CLUSTER must be a dict of django-q2 cluster settings, got {raw!r}."
+            )
+        unknown = sorted(set(raw) - CLUSTER_KEYS)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"REMINDERS_CLUSTER has keys the engine's cluster does not take: "
+                f"{', '.join(unknown)}. It is always django-q2's ORM broker and never runs "
+                f"django-q2 schedules; it takes: {', '.join(sorted(CLUSTER_KEYS))}."
+            )
+        lease = self.LEASE_SECONDS
+        cluster = {
+            **CLUSTER_DEFAULTS,
+            "timeout": max(int(lease * 0.8), 1),
+            "retry": lease + 60,
+            **raw,
+        }
+        name, workers = cluster["name"], cluster["workers"]
+        if not isinstance(name, str) or not name:
+            raise ImproperlyConfigured(f"REMINDERS_CLUSTER['name'] must be a name, got {name!r}.")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ImproperlyConfigured(
+                f"REMINDERS_CLUSTER['workers'] must be a whole number of at least 1, "
+                f"got {workers!r}."
+            )
+        if cluster["timeout"] is not None:
+            _positive_number("REMINDERS_CLUSTER['timeout']", cluster["timeout"])
+        _positive_number("REMINDERS_CLUSTER['retry']", cluster["retry"])
+        return cluster
+
+    @property
     def JOB_TIMEOUT(self) -> float | None:
         """Seconds django-q2 lets one job run before it kills the worker
-        (``Q_CLUSTER['timeout']``); None when it sets none."""
-        timeout = getattr(django_settings, "Q_CLUSTER", {}).get("timeout")
+        (``REMINDERS_CLUSTER['timeout']``); None when it sets none."""
+        timeout = self.CLUSTER["timeout"]
         return None if timeout is None else float(timeout)
 
     @property

@@ -5,9 +5,10 @@ unique per (task, occurrence), so two schedulers materializing the same task cre
 one run; claims lock rows with ``SKIP LOCKED`` where the database has it and always
 re-check the row's state in the ``UPDATE`` itself, so each run has one holder. A
 claim's high priority runs are enqueued on the queue of their own cluster
-(``high_queue``), never in a job with bulk runs, so bulk work cannot hold them up. An error
-confined to one task (see ``ScheduledTask.runs_owed``) marks that task and never stops
-a tick: every other task still gets its runs.
+(``high_queue``), never in a job with bulk runs, so bulk work cannot hold them up. Every
+job goes to the engine's own cluster (``reminders.cluster``), never to the host
+project's django-q2. An error confined to one task (see ``ScheduledTask.runs_owed``)
+marks that task and never stops a tick: every other task still gets its runs.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
 from django.utils import timezone
-from django_q.conf import Conf
-from django_q.tasks import async_task
 
+from . import cluster
 from .conf import settings as conf
 from .exceptions import UnplannableTask
 from .models import Priority, ScheduledTask, TaskRun
@@ -31,7 +31,6 @@ from .models import Priority, ScheduledTask, TaskRun
 logger = logging.getLogger(__name__)
 
 DELIVER = "reminders.delivery.deliver"
-HIGH_QUEUE_SUFFIX = "-high"
 
 
 def _skip_locked() -> bool:
@@ -150,17 +149,12 @@ def _enqueue(token: str, claimed: list[tuple[int, int]]) -> None:
     for queue, pks in queues.items():
         for chunk in _chunks(pks, conf.RUNS_PER_JOB):
             name = f"deliver-{token[:8]}-{chunk[0]}"
-            async_task(DELIVER, token, chunk, task_name=name, cluster=queue)
+            cluster.enqueue(queue, DELIVER, token, chunk, task_name=name)
 
 
-def bulk_queue() -> str:
-    """The queue of the bulk cluster: django-q2's own cluster name."""
-    return str(Conf.CLUSTER_NAME)
-
-
-def high_queue() -> str:
-    """The queue of the cluster that executes high priority runs only."""
-    return f"{Conf.CLUSTER_NAME}{HIGH_QUEUE_SUFFIX}"
+# The queues of the engine's clusters.
+bulk_queue = cluster.bulk_queue
+high_queue = cluster.high_queue
 
 
 def queue_for(rank: int) -> str:

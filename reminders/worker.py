@@ -18,8 +18,9 @@ Run any number of these, on any number of hosts, against one database. Each one:
   session, with stop signals blocked in all of its processes, so that a SIGTERM sent to
   the process group or to every process (systemd's ``KillMode=control-group``) stops
   the clusters in order instead of killing workers mid-send: the bulk cluster
-  (``Q_CLUSTER``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers reading
-  only the high priority queue, which bulk work therefore never occupies;
+  (``REMINDERS_CLUSTER``, never the host project's ``Q_CLUSTER``: see
+  ``reminders.cluster``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers
+  reading only the high priority queue, which bulk work therefore never occupies;
 * on SIGTERM or SIGINT ends its sleep at once, stops claiming, hands back what no
   worker started, lets the workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``),
   and exits.
@@ -37,17 +38,13 @@ import time
 from datetime import datetime, timedelta
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
-from . import dispatch, wake
+from . import cluster, dispatch, wake
 from .conf import settings as conf
 from .models import SchedulerHeartbeat
-
-if TYPE_CHECKING:
-    from django_q.brokers import Broker
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +57,10 @@ HEARTBEAT_SECONDS = 5.0
 MIN_SLEEP_SECONDS = 0.05
 
 
-def _run_cluster(parent_pid: int, queue: str | None = None, workers: int = 0) -> None:
-    """Body of the cluster child: a django-q2 cluster that stops in order when asked,
-    when the scheduler process is gone, and never in pieces.
+def _run_cluster(parent_pid: int, queue: str, workers: int) -> None:
+    """Body of the cluster child: our django-q2 cluster of ``workers`` workers reading
+    ``queue`` (``cluster.run_as``), that stops in order when asked, when the scheduler
+    process is gone, and never in pieces.
 
     SIGTERM and SIGINT are blocked before the cluster forks, so its sentinel, pusher and
     workers inherit the mask: a signal sent to every process of the service (systemd's
@@ -70,42 +68,21 @@ def _run_cluster(parent_pid: int, queue: str | None = None, workers: int = 0) ->
     mid-handshake. This process alone takes them, synchronously, and stops the cluster
     the way django-q2 means it to (workers finish what they hold). Job timeouts are
     unaffected: django-q2 enforces them with SIGALRM inside the worker.
-
-    With ``queue``, the cluster reads that queue alone with ``workers`` workers (the
-    high priority cluster; see ``_as_queue_cluster``).
     """
     os.setsid()
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from django_q.cluster import Cluster
 
-    cluster = Cluster(_as_queue_cluster(queue, workers) if queue else None)
-    cluster.start()
-    while cluster.sentinel is not None and cluster.sentinel.is_alive():
+    q_cluster = Cluster(cluster.run_as(queue, workers))
+    q_cluster.start()
+    while q_cluster.sentinel is not None and q_cluster.sentinel.is_alive():
         received = signal.sigtimedwait(STOP_SIGNALS, 0.5)
         orphaned = os.getppid() != parent_pid
         if received is not None or orphaned:
             if orphaned:
                 logger.warning("scheduler process %s is gone; stopping the cluster", parent_pid)
-            cluster.stop()
+            q_cluster.stop()
             break
-
-
-def _as_queue_cluster(queue: str, workers: int) -> Broker:
-    """Make this process's django-q2 a cluster of ``workers`` reading ``queue`` only;
-    returns the broker to start it with.
-
-    django-q2 fixes its configuration when first imported (``Conf``), and this process,
-    forked from the scheduler, inherited the bulk cluster's. Only this process and the
-    ones it forks see the change. The queue's tasks are saved under its name, and its
-    sentinel leaves django-q2's own schedules to the bulk cluster.
-    """
-    from django_q.brokers import get_broker
-    from django_q.conf import Conf
-
-    Conf.CLUSTER_NAME = queue
-    Conf.WORKERS = workers
-    Conf.SCHEDULER = False
-    return get_broker(queue)
 
 
 class ReminderWorker:
@@ -243,8 +220,8 @@ class ReminderWorker:
     # The cluster children ----------------------------------------------------------------
 
     def _queues(self) -> dict[str, int]:
-        """The clusters to run: queue name -> workers (0: the bulk cluster's own)."""
-        queues = {dispatch.bulk_queue(): 0}
+        """The clusters to run: queue name -> workers."""
+        queues = {dispatch.bulk_queue(): int(conf.CLUSTER["workers"])}
         if conf.HIGH_WORKERS > 0:
             queues[dispatch.high_queue()] = conf.HIGH_WORKERS
         return queues
@@ -258,10 +235,9 @@ class ReminderWorker:
         connections.close_all()
         if self._sleeper is not None:
             self._sleeper.disconnect()
-        high = queue if workers else None
         process = multiprocessing.get_context("fork").Process(
             target=_run_cluster,
-            args=(os.getpid(), high, workers),
+            args=(os.getpid(), queue, workers),
             name=f"reminders-cluster-{queue}",
         )
         process.start()

@@ -1,15 +1,22 @@
 import pytest
 from django.core import checks
 
-from reminders.checks import check_settings
+from reminders.checks import check_settings, check_worker
 
 
 def ids(messages) -> list[str]:
     return [m.id for m in messages]
 
 
+def worker_errors() -> list[checks.CheckMessage]:
+    """The worker checks' errors; a changed REMINDERS_CLUSTER also differs from the
+    standalone Q_CLUSTER (reminders.W007), which these tests leave aside."""
+    return [m for m in check_worker() if m.is_serious()]
+
+
 def test_checks__pass_on_the_project_settings():
     assert check_settings() == []
+    assert check_worker() == []
 
 
 def test_checks__default_channel_must_exist(settings):
@@ -33,17 +40,25 @@ def test_checks__retry_delays_must_be_positive_numbers(settings):
 
 
 def test_checks__broker_must_share_the_default_database(settings):
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "orm": "other"}
-    assert ids(check_settings()) == ["reminders.E005"]
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "orm": "other"}
+    assert ids(check_worker()) == ["reminders.E005"]
+    assert check_settings() == []  # a worker's setting: only where the worker checks run
 
 
 @pytest.mark.parametrize("timeout", [600, 300, None])
 def test_checks__a_job_timeout_not_below_the_lease_is_an_error(settings, timeout):
     settings.REMINDERS_LEASE_SECONDS = 300
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": timeout}
-    [message] = check_settings()
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "timeout": timeout}
+    [message] = worker_errors()
     assert (message.id, message.level) == ("reminders.E008", checks.ERROR)
     assert "REMINDERS_LEASE_SECONDS" in message.msg
+
+
+def test_checks__a_retry_not_above_the_job_timeout_is_an_error(settings):
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "timeout": 100, "retry": 100}
+    [message] = worker_errors()
+    assert message.id == "reminders.E008"
+    assert "REMINDERS_CLUSTER['retry'] (100)" in message.msg
 
 
 def test_checks__max_worker_deaths_must_be_a_positive_number(settings):
@@ -218,3 +233,90 @@ def test_checks__bad_settings_are_errors_naming_them(settings, setting, value, e
     setattr(settings, setting, value)
     messages = check_settings()
     assert error in ids(messages)
+
+
+# The engine's own cluster beside the host's ----------------------------------------------
+
+# A CRM's own django-q2: Redis, its own name; none of the engine's business.
+HOST_ON_REDIS = {
+    "name": "crm",
+    "redis": {"host": "127.0.0.1", "port": 6379, "db": 0},
+    "timeout": 60,
+    "retry": 120,
+}
+
+
+@pytest.mark.django_db
+def test_a_host_django_q2_on_redis_does_not_block_the_host_s_makemigrations(settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.Q_CLUSTER = HOST_ON_REDIS
+    out = StringIO()
+    call_command("makemigrations", "--check", "--dry-run", skip_checks=False, stdout=out)
+    assert "No changes detected" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_worker_checks_show_with_check_deploy_and_its_tag_only(settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "orm": "other"}
+    call_command("check", stdout=StringIO())  # not a deployment check: not run
+    for args in (["--deploy"], ["--deploy", "--tag", "reminders_worker"]):
+        with pytest.raises(SystemCheckError, match=r"reminders\.E005"):
+            call_command("check", *args, stdout=StringIO(), stderr=StringIO())
+
+
+@pytest.mark.django_db
+def test_run_reminders__does_not_start_with_a_bad_cluster(settings, monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from reminders.worker import ReminderWorker
+
+    started = []
+    monkeypatch.setattr(ReminderWorker, "run", lambda worker: started.append(worker))
+    settings.REMINDERS_CLUSTER = {"workers": 2, "redis": {"host": "127.0.0.1"}}
+    with pytest.raises(SystemCheckError, match=r"reminders\.E013.*redis"):
+        call_command("run_reminders", "--no-cluster", skip_checks=False)
+    assert started == []
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        pytest.param(["reminders"], "must be a dict", id="not a dict"),
+        pytest.param({"sqs": {}}, "sqs", id="another broker"),
+        pytest.param({"schedule": True}, "schedule", id="unknown key"),
+        pytest.param({"workers": 0}, "['workers']", id="no workers"),
+        pytest.param({"name": ""}, "['name']", id="no name"),
+        pytest.param({"retry": -1}, "['retry']", id="negative retry"),
+    ],
+)
+def test_checks__a_cluster_setting_the_worker_cannot_take_is_an_error(settings, value, named):
+    settings.REMINDERS_CLUSTER = value
+    [message] = check_worker()
+    assert message.id == "reminders.E013"
+    assert named in message.msg
+
+
+def test_checks__the_host_s_django_q2_reading_our_queue_with_other_settings_is_a_warning(
+    monkeypatch,
+):
+    """As in the standalone settings, where Q_CLUSTER is the engine's cluster: only a
+    difference in how it runs the engine's jobs is worth a word."""
+    from django_q.conf import Conf
+
+    assert (Conf.ORM, Conf.CLUSTER_NAME) == ("default", "reminders")
+    assert check_worker() == []
+    monkeypatch.setattr(Conf, "TIMEOUT", 900)
+    [message] = check_worker()
+    assert (message.id, message.level) == ("reminders.W007", checks.WARNING)
+    assert "timeout 900 (REMINDERS_CLUSTER: 240)" in message.msg
+    monkeypatch.setattr(Conf, "CLUSTER_NAME", "crm")  # its own queue: none of ours
+    assert check_worker() == []

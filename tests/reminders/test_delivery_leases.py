@@ -60,7 +60,7 @@ def claim_all() -> dispatch.Claim:
 
 def test_a_job_stops_taking_runs_when_its_time_is_nearly_up(make_task, channels, settings):
     settings.REMINDERS_LEASE_SECONDS = 10
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": 1}
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "timeout": 1}
     for _ in range(6):
         make_task(channel="slow")
     claim = claim_all()
@@ -75,7 +75,7 @@ def test_a_job_stops_taking_runs_when_its_time_is_nearly_up(make_task, channels,
 
 def test_a_job_renews_its_lease_while_it_makes_progress(make_task, channels, settings):
     settings.REMINDERS_LEASE_SECONDS = 1
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "timeout": None}  # reminders.E008 aside
+    settings.REMINDERS_CLUSTER = {**settings.REMINDERS_CLUSTER, "timeout": None}  # E008 aside
     for _ in range(5):
         make_task(channel="slow")
     claim = claim_all()

@@ -4,6 +4,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import router
 
+from reminders.checks import WORKER_TAG
 from reminders.models import ScheduledTask
 from reminders.worker import ReminderWorker
 
@@ -22,7 +23,8 @@ class Command(BaseCommand):
         "Run the reminders scheduler and its django-q2 workers until SIGTERM or Ctrl-C. "
         "Start one per host, or several: each occurrence is still sent once."
     )
-    # Checked in handle(), with the database: tasks of kinds this process does not know.
+    # Checked in handle(): with the database (tasks of kinds this process does not know),
+    # and the worker's own deployment checks (its cluster), which other commands skip.
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -47,5 +49,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["skip_checks"]:
             self.check(databases=[router.db_for_write(ScheduledTask)])
+            self.check(tags=[WORKER_TAG], include_deployment_checks=True)
         logging.getLogger("reminders").setLevel(LOG_LEVELS[options["verbosity"]])
         ReminderWorker(tick=options["tick"], with_cluster=not options["no_cluster"]).run()

@@ -1,0 +1,104 @@
+"""The engine's django-q2 cluster, beside whatever django-q2 the host project runs.
+
+A CRM may run django-q2 for work of its own: its ``Q_CLUSTER`` (a Redis broker, say, and
+queues of its own) stays its own, and the engine never reads it. The engine's jobs go to
+a cluster of its own, ``REMINDERS_CLUSTER`` (read over sound defaults by
+``reminders.conf``): django-q2's ORM broker on the ``default`` database, the queue named
+``REMINDERS_CLUSTER['name']`` and, for high priority runs, that name with ``-high``.
+Neither cluster ever takes the other's jobs:
+
+* Our jobs are enqueued with an explicit broker (``enqueue``), never through django-q2's
+  process-wide configuration. ``async_task(cluster=...)`` names only the queue, on the
+  broker *type* of the host's ``Q_CLUSTER`` (a Redis list, for a CRM on Redis). And
+  ``ALT_CLUSTERS`` picked by ``Q_CLUSTER_NAME`` is resolved once per process, at import,
+  from the environment, merged over the host's settings (where the host's
+  ``broker_class`` or ``sqs`` still wins over ``orm``), and it reroutes every
+  ``async_task`` of that process, the CRM's own too. The broker enqueues on the claim's
+  connection, so a claim and its job commit together (``reminders.E005``).
+* ``run_as`` makes a process forked for it run our cluster. It sets the django-q2
+  settings that only drive a running cluster (workers, timeout, retry, polling, what is
+  saved) to ours, and leaves those that decide where an ``async_task`` goes (the broker,
+  ``CLUSTER_NAME``, ``PREFIX``, ``sync``, ``cached``) the host's: CRM code that runs
+  inside our workers (a handler of ``reminders.signals.run_sent``, say) and enqueues a
+  job of its own still sends it to the CRM's cluster. Our cluster never runs django-q2
+  schedules; they are the host's cluster's to run.
+* Payloads are signed with the host's ``Q_CLUSTER['name']`` (django-q2's ``PREFIX``) in
+  every process, the enqueuing scheduler and our workers alike, as django-q2 means for
+  the clusters of one site. One consequence: django-q2 records the host's cluster name
+  on the task rows it saves (failed jobs) of our cluster too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import db
+from django.db import transaction
+from django_q.brokers import Broker
+from django_q.brokers.orm import ORM
+from django_q.conf import Conf
+from django_q.models import OrmQ
+from django_q.tasks import async_task
+
+from .conf import CLUSTER_KEYS
+from .conf import settings as conf
+
+HIGH_QUEUE_SUFFIX = "-high"
+
+
+class EngineBroker(ORM):
+    """django-q2's ORM broker on the engine's database, whatever django-q2's settings in
+    this process name (a host on Redis has none)."""
+
+    def get_connection(self, list_key: str | None = None) -> Any:
+        alias = conf.CLUSTER["orm"]
+        if transaction.get_autocommit(using=alias):
+            # Outside a claim's transaction: drop connections gone stale, as django-q2 does.
+            db.close_old_connections()
+        return OrmQ.objects.using(alias)
+
+    def info(self) -> str:
+        return f"ORM {conf.CLUSTER['orm']}"
+
+
+def bulk_queue() -> str:
+    """The queue of the bulk cluster: ``REMINDERS_CLUSTER['name']``."""
+    return str(conf.CLUSTER["name"])
+
+
+def high_queue() -> str:
+    """The queue of the cluster that executes high priority runs only."""
+    return f"{bulk_queue()}{HIGH_QUEUE_SUFFIX}"
+
+
+def broker(queue: str) -> Broker:
+    return EngineBroker(list_key=queue)
+
+
+def enqueue(queue: str, func: str, *args: Any, task_name: str) -> None:
+    """Queue ``func(*args)`` for our cluster reading ``queue``, in the current transaction.
+
+    ``sync`` and ``cached`` are said here so that a host's ``Q_CLUSTER`` setting them
+    (a CRM's test settings) can neither run a delivery inside the claim nor keep its
+    result in a cache instead of django-q2's tables.
+    """
+    async_task(func, *args, task_name=task_name, broker=broker(queue), sync=False, cached=False)
+
+
+def run_as(queue: str, workers: int) -> Broker:
+    """Make this process's django-q2 run our cluster: ``workers`` workers reading
+    ``queue``; returns the broker to start it with.
+
+    django-q2 fixes its settings when first imported (``Conf``); this process was forked
+    to run the cluster, and only it and the processes it forks see the change.
+    """
+    cluster = conf.CLUSTER
+    for key in sorted(CLUSTER_KEYS - {"name", "orm", "queue_limit"}):
+        setattr(Conf, key.upper(), cluster[key])
+    Conf.WORKERS = workers
+    Conf.QUEUE_LIMIT = cluster.get("queue_limit", workers**2)
+    Conf.SCHEDULER = False
+    Conf.SAVE_LIMIT_PER = None
+    ours = broker(queue)
+    db.connections.close_all()  # the cluster forks its processes next: share no connection
+    return ours
