@@ -4,7 +4,11 @@ Actions narrow the selection to the rows they apply to and call the models' own 
 methods, the same ones the API and the commands use; the admin holds no rules of its own.
 Every row an action leaves alone is counted in its report, with the reason. A task's
 one-shot time is shown and read on the wall clock of the task's own zone, as
-``api.schedule`` reads a naive ``at`` in ``tz``.
+``api.schedule`` reads a naive ``at`` in ``tz``. The CRM object a task is about is
+shown, never edited (only the API sets it): a link to its admin page where the site
+registers its model, else its name; the changelist fetches the objects of a page with
+one query per model (``reminders.about.prefetch``), and an object deleted since, or a
+model no longer installed, is said so rather than failing the page.
 """
 
 from __future__ import annotations
@@ -15,17 +19,20 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
+from django.contrib.admin.views.main import ChangeList
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars, kinds, timing, validation
+from . import about, calendars, kinds, timing, validation
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 from .models import Priority, ScheduledTask, SendLog, TaskRun
@@ -165,6 +172,15 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
             self.add_error(None, exc)
 
 
+class TaskChangeList(ChangeList):
+    """The changelist, with the objects its page of tasks is about fetched together."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # Iterating the page's QuerySet fills its cache: the rows shown are these ones.
+        about.prefetch(self.result_list)
+
+
 # Shown, never edited: status changes only through the actions.
 STATE_FIELDS = (
     "status",
@@ -193,16 +209,28 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         "last_run_at",
         "priority",
         "channel",
+        "about_link",
     )
     list_filter = ("kind", "status", "priority", "channel")
     search_fields = ("recipient", "key")
     ordering = (F("next_run").asc(nulls_last=True), "pk")
     actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
-    readonly_fields = STATE_FIELDS
+    readonly_fields = ("about_link", *STATE_FIELDS)
     fieldsets = (
         (
             None,
-            {"fields": ("kind", "recipient", "channel", "priority", "calendar", "payload", "key")},
+            {
+                "fields": (
+                    "kind",
+                    "recipient",
+                    "channel",
+                    "priority",
+                    "calendar",
+                    "payload",
+                    "key",
+                    "about_link",
+                )
+            },
         ),
         (
             _("Schedule"),
@@ -224,6 +252,39 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         if task.run_at is not None:
             return f"{_wall_clock(task.run_at, task.timezone):%Y-%m-%d %H:%M}"
         return task.schedule_display
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return TaskChangeList
+
+    @admin.display(description=_("about"))
+    def about_link(self, task: ScheduledTask) -> str:
+        """The object the task is about: a link to its admin page, else its name."""
+        if task.content_type_id is None:
+            return "-"
+        model = about.model_of(task)
+        if model is None:
+            content_type = ContentType.objects.get_for_id(task.content_type_id)
+            return gettext("%(type)s %(id)s (its model is no longer installed)") % {
+                "type": f"{content_type.app_label}.{content_type.model}",
+                "id": task.object_id,
+            }
+        obj = about.target(task)
+        if obj is None:
+            return gettext("%(model)s %(id)s (deleted)") % {
+                "model": model._meta.verbose_name,
+                "id": task.object_id,
+            }
+        if self.admin_site.is_registered(model):
+            opts = model._meta
+            try:
+                url = reverse(
+                    f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+                    args=[quote(obj.pk)],
+                )
+            except NoReverseMatch:
+                return str(obj)
+            return format_html('<a href="{}">{}</a>', url, obj)
+        return str(obj)
 
     @admin.display(description=_("runs"))
     def runs_link(self, task: ScheduledTask) -> str:

@@ -1,29 +1,45 @@
-"""What CRM code calls: ``schedule`` a message and ``cancel`` it."""
+"""What CRM code calls: ``schedule`` messages, one or many, and ``cancel`` them.
+
+Every way in is one path, ``reminders.scheduling``: ``schedule`` is one item of it,
+``schedule_many`` thousands, and the helpers (``schedule_birthday``,
+``schedule_inquiry_timeout``) build their items with ``reminders.occasions``. So each
+refuses, creates and updates tasks by the same rules, and bad input raises a
+``ValidationError`` naming the parameter at fault, with nothing saved.
+
+A task may be about a CRM object (``about``), found again by ``cancel_for(obj)``; a
+recipient may be a CRM user, who stands for their WeCom member id (``reminders.users``).
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from datetime import date, datetime, time
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.db import transaction
+from django.db.models import Model
 
-from . import kinds, timing, validation
-from .conf import settings as conf
-from .exceptions import UnknownKind
-from .models import Priority, ScheduledTask
+from . import about as about_objects
+from . import occasions, scheduling
+from .exceptions import BulkValidationError
+from .models import ScheduledTask
+from .occasions import BIRTHDAY_TIME, birthday_item
 
-__all__ = ["cancel", "schedule"]
-
-# The model's field names, as the caller spelled them.
-_PARAMETER = {"run_at": "at", "timezone": "tz"}
+__all__ = [
+    "birthday_item",
+    "cancel",
+    "cancel_for",
+    "schedule",
+    "schedule_birthday",
+    "schedule_inquiry_timeout",
+    "schedule_many",
+]
 
 
 def schedule(
     kind: str,
-    recipient: str,
+    recipient: str | Model,
     *,
     cron: str | None = None,
     at: datetime | None = None,
@@ -32,109 +48,122 @@ def schedule(
     key: str | None = None,
     channel: str | None = None,
     priority: str | None = None,
+    about: Model | None = None,
 ) -> ScheduledTask:
     """Create a task, or with ``key`` create-or-update the task that has it.
 
-    Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. Raises
-    ``ValidationError`` naming the parameter at fault; nothing is saved then. What is
-    refused, and why, is ``reminders.validation``'s to say. A task due now (or within a
-    tick) wakes the schedulers once the caller's transaction commits (``reminders.wake``).
+    ``recipient`` is a WeCom member id, or a user of the CRM (``reminders.users``).
+    Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. ``about``: the
+    saved CRM object the task is about, for ``cancel_for``. Raises ``ValidationError``
+    naming the parameter at fault; nothing is saved then. What is refused, and why, is
+    ``reminders.validation``'s to say. A task due now (or within a tick) wakes the
+    schedulers once the caller's transaction commits (``reminders.wake``).
     """
-    _require_text(
-        kind=kind,
-        recipient=recipient,
-        cron=cron,
-        tz=tz,
-        key=key,
-        channel=channel,
-        priority=priority,
-    )
-    tz = tz or django_settings.TIME_ZONE
-    try:
-        default_priority = kinds.policy(kind).priority
-    except UnknownKind:
-        default_priority = Priority.NORMAL
-    fields: dict[str, Any] = {
+    item = {
         "kind": kind,
         "recipient": recipient,
-        "cron": (cron or "").strip(),
-        "run_at": _aware(at, tz),
-        "timezone": tz,
-        "payload": {} if payload is None else payload,
-        "channel": channel or conf.DEFAULT_CHANNEL,
-        "priority": priority or default_priority,
+        "cron": cron,
+        "at": at,
+        "tz": tz,
+        "payload": payload,
+        "key": key,
+        "channel": channel,
+        "priority": priority,
+        "about": about,
     }
-    if cron is not None and at is not None:
-        raise _renamed(ValidationError({"cron": "Give exactly one of cron and at, not both."}))
-    for _ in range(2):
-        try:
-            with transaction.atomic():
-                return _upsert(key or None, fields)
-        except IntegrityError:
-            if not key:
-                raise
-            # Another caller created the same key first: update that one.
-            continue
-    raise RuntimeError("unreachable")  # pragma: no cover
-
-
-def _require_text(**parameters: object) -> None:
-    """Text parameters are ``str`` (or None where optional): never coerced, so that what
-    is stored is what the caller wrote."""
-    errors = {
-        name: f"{name} must be text, not {type(value).__name__}."
-        for name, value in parameters.items()
-        if value is not None and not isinstance(value, str)
-    }
-    if errors:
-        raise ValidationError(errors)
-
-
-def _aware(at: object, tz: str) -> datetime | None:
-    if at is None:
-        return None
-    if not isinstance(at, datetime):
-        raise ValidationError({"at": f"at must be a datetime, not {type(at).__name__}."})
-    if timezone.is_aware(at):
-        return at
-    return timing.wall_clock_in(at, tz)
-
-
-def _upsert(key: str | None, fields: dict[str, Any]) -> ScheduledTask:
-    task = None
-    if key is not None:
-        task = ScheduledTask.objects.select_for_update().filter(key=key).first()
-    if task is None:
-        task = ScheduledTask(key=key)
-        schedule_changed = True
-    else:
-        schedule_changed = any(
-            getattr(task, name) != fields[name] for name in ("cron", "run_at", "timezone")
-        )
-    for name, value in fields.items():
-        setattr(task, name, value)
     try:
-        validation.clean_task(task)
-    except ValidationError as exc:
-        raise _renamed(exc) from None
-    # Scheduling a cancelled task (or one in error) again revives it; a paused one stays
-    # paused, re-planned if its schedule changed.
-    if schedule_changed or task.status in (
-        ScheduledTask.Status.CANCELLED,
-        ScheduledTask.Status.ERROR,
-    ):
-        task.replan(timezone.now())
-    task.save()
-    task.wake_if_due()
+        [task] = scheduling.schedule_all([item]).tasks
+    except BulkValidationError as exc:
+        raise exc.causes[0] from None
     return task
 
 
-def _renamed(exc: ValidationError) -> ValidationError:
-    if not hasattr(exc, "error_dict"):
-        return exc
-    return ValidationError(
-        {_PARAMETER.get(field, field): errors for field, errors in exc.error_dict.items()}
+def schedule_many(
+    items: Iterable[Mapping[str, Any]],
+    *,
+    progress: scheduling.Progress | None = None,
+) -> list[ScheduledTask]:
+    """``schedule`` for each item (a mapping of its keyword arguments, ``kind`` and
+    ``recipient`` included), in one transaction: all the tasks, in the order of the
+    items, or none. Upserts by key as ``schedule`` does; a key may appear once per call.
+
+    Raises ``reminders.exceptions.BulkValidationError`` (a ``ValidationError``) whose
+    ``errors`` maps each bad item's index to its errors by parameter. ``progress(checked,
+    total)`` is called as the items are checked (for a progress bar).
+    """
+    return scheduling.schedule_all(items, progress=progress).tasks
+
+
+def schedule_birthday(
+    recipient: str | Model,
+    born: date,
+    *,
+    at: time = BIRTHDAY_TIME,
+    tz: str | None = None,
+    key: str | None = None,
+    about: Model | None = None,
+    payload: dict[str, Any] | None = None,
+) -> ScheduledTask:
+    """A ``birthday`` greeting every year at ``at`` on the clock of ``tz``, on the day
+    and month of ``born``; a 29 February birthday on 28 February in common years
+    (``reminders.occasions``). In ``schedule_many``, use ``birthday_item``."""
+    item = birthday_item(recipient, born, at=at, tz=tz, key=key, about=about, payload=payload)
+    return schedule(**item)
+
+
+def schedule_inquiry_timeout(
+    recipient: str | Model,
+    arrived_at: datetime,
+    *,
+    minutes: int,
+    about: Model,
+    escalate_to: str | Model | None = None,
+    escalate_after_minutes: int | None = None,
+    payload: dict[str, Any] | None = None,
+    key: str | None = None,
+) -> list[ScheduledTask]:
+    """An ``inquiry_timeout`` alert to ``recipient`` ``minutes`` after ``arrived_at``,
+    and with ``escalate_to`` a second one to them ``escalate_after_minutes`` later
+    (saying whom it escalates from and how long the inquiry has waited); returns the
+    tasks, the alert first. Both are about ``about`` (the inquiry: ``cancel_for`` it
+    when it is answered) and keyed from ``key`` or from it, so calling again updates
+    them; an escalation left out of a later call is cancelled. ``ValidationError``
+    names the parameter at fault; nothing is saved then."""
+    items = occasions.inquiry_timeout_items(
+        recipient,
+        arrived_at,
+        minutes=minutes,
+        about=about,
+        escalate_to=escalate_to,
+        escalate_after_minutes=escalate_after_minutes,
+        payload=payload,
+        key=key,
     )
+    with transaction.atomic():
+        try:
+            tasks = scheduling.schedule_all(items).tasks
+        except BulkValidationError as exc:
+            raise _inquiry_errors(exc) from None
+        if escalate_to is None:
+            cancel(occasions.escalation_key(items[0]["key"]))
+    return tasks
+
+
+# An inquiry item's parameters, as ``schedule_inquiry_timeout`` names them: the alert's,
+# then the escalation's.
+_INQUIRY_PARAMETERS: tuple[dict[str, str], ...] = (
+    {"at": "arrived_at"},
+    {"recipient": "escalate_to", "at": "escalate_after_minutes"},
+)
+
+
+def _inquiry_errors(exc: BulkValidationError) -> ValidationError:
+    errors: dict[str, list[str]] = {}
+    for index, fields in exc.errors.items():
+        for field, messages in fields.items():
+            said = errors.setdefault(_INQUIRY_PARAMETERS[index].get(field, field), [])
+            said.extend(message for message in messages if message not in said)
+    return ValidationError(errors)
 
 
 def cancel(key: str) -> bool:
@@ -145,3 +174,22 @@ def cancel(key: str) -> bool:
             return False
         task.cancel()
         return True
+
+
+def cancel_for(obj: Model) -> int:
+    """Cancel every task about ``obj`` not cancelled yet, and their runs not yet
+    started, in one transaction; returns how many tasks."""
+    try:
+        content_type, object_id = about_objects.reference(obj)
+    except ValidationError as exc:
+        raise ValidationError({"obj": exc}) from None
+    with transaction.atomic():
+        tasks = list(
+            ScheduledTask.objects.select_for_update()
+            .filter(content_type=content_type, object_id=object_id)
+            .exclude(status=ScheduledTask.Status.CANCELLED)
+            .order_by("pk")
+        )
+        for task in tasks:
+            task.cancel()
+    return len(tasks)

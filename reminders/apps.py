@@ -1,4 +1,5 @@
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 
@@ -7,5 +8,18 @@ class RemindersConfig(AppConfig):
     verbose_name = _("Reminders")
     default_auto_field = "django.db.models.BigAutoField"
 
+    def import_models(self) -> None:
+        # A task may be about any CRM object (ScheduledTask.about), through the content
+        # types framework. Without it importing the models fails with a message that
+        # names neither this app nor the fix; this one names both. (A system check could
+        # not say it: checks run only once every model has been imported.)
+        if not apps.is_installed("django.contrib.contenttypes"):
+            raise ImproperlyConfigured(
+                "reminders needs 'django.contrib.contenttypes' in INSTALLED_APPS: a task "
+                "may be about any CRM object (ScheduledTask.about)."
+            )
+        super().import_models()
+
     def ready(self) -> None:
-        from . import checks, senders  # noqa: F401 - registers checks and the settings hook
+        # Registers the checks and the settings hook.
+        from . import checks, senders, users  # noqa: F401

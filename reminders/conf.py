@@ -268,6 +268,18 @@ class Settings:
         return raw
 
     @property
+    def RECIPIENT_RESOLVER(self) -> str:
+        """The dotted path of a callable, user -> WeCom member id; empty: the user's
+        ``USER_ID_FIELD`` (``reminders.users``)."""
+        return str(self._get("RECIPIENT_RESOLVER", "") or "")
+
+    @property
+    def USER_ID_FIELD(self) -> str:
+        """The user model's attribute that holds a user's member id; empty: its
+        ``USERNAME_FIELD``."""
+        return str(self._get("USER_ID_FIELD", "") or "")
+
+    @property
     def WORKER_ID(self) -> str:
         return str(self._get("WORKER_ID", "") or socket.gethostname())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 
@@ -34,6 +36,48 @@ class UnplannableTask(RemindersError, ValidationError):
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message, code=code)
+
+
+class BulkValidationError(RemindersError, ValidationError):
+    """Items of one ``api.schedule_many`` call that cannot be scheduled; none was saved.
+
+    ``errors`` maps each bad item's index (from 0, in the order given) to its errors by
+    parameter name, as ``ValidationError.message_dict`` gives them for one ``schedule``
+    call; ``causes`` holds those ``ValidationError`` objects, codes included. As a
+    ``ValidationError`` it lists one message per error, "item 3, recipient: ...", so a
+    caller that catches ``ValidationError`` reads them too; ``str()`` is a readable list.
+    """
+
+    def __init__(self, causes: Mapping[int, ValidationError], *, label: str = "item") -> None:
+        self.causes = dict(sorted(causes.items()))
+        self.errors: dict[int, dict[str, list[str]]] = {
+            index: _message_dict(error) for index, error in self.causes.items()
+        }
+        self.label = label
+        super().__init__(
+            [
+                ValidationError(f"{label} {index}, {field}: {message}")
+                for index, fields in self.errors.items()
+                for field, messages in fields.items()
+                for message in messages
+            ]
+        )
+
+    def __str__(self) -> str:
+        count = len(self.errors)
+        lines = [
+            f"{count} {self.label}{'s' if count != 1 else ''} cannot be scheduled; "
+            "nothing was saved:"
+        ]
+        lines += [f"  {message}" for message in self.messages]
+        return "\n".join(lines)
+
+
+def _message_dict(error: ValidationError) -> dict[str, list[str]]:
+    """``error.message_dict``, with an error not tied to a field under ``__all__``."""
+    if hasattr(error, "error_dict"):
+        return error.message_dict
+    return {"__all__": error.messages}
 
 
 class SendError(RemindersError):

@@ -1,8 +1,9 @@
 """Tasks, their runs (one per occurrence) and the send ledger (one row per idempotency key).
 
 The database holds the invariants: exactly one of ``cron`` and ``run_at``, one run per
-task and occurrence, one ledger row per key. State changes are methods here, reused by
-the scheduler, the worker, the admin and the commands.
+task and occurrence, one ledger row per key, and a task about one CRM object (a content
+type and a primary key, ``about``) or about none, never half of one. State changes are
+methods here, reused by the scheduler, the worker, the admin and the commands.
 
 Only ``active`` tasks are planned. A task this process cannot plan (its kind is not
 registered here, its stored cron or zone is invalid) is put in ``error`` with the reason,
@@ -40,6 +41,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, NamedTuple
 
+from django.contrib.contenttypes.fields import GenericForeignKey
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import connection, models, transaction
 from django.db.models import Q
@@ -51,6 +54,10 @@ from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
 
 logger = logging.getLogger(__name__)
+
+# The longest primary key, as text, of an object a task may be about: an integer, a
+# UUID (36 characters) and most text keys fit.
+OBJECT_ID_MAX_LENGTH = 64
 
 
 def _max_length(choices: type[models.TextChoices]) -> int:
@@ -166,6 +173,9 @@ MAKEUP_SUFFIX = ":makeup"
 
 # Runs one task may have planned ahead in one call of ``runs_planned``.
 PLAN_AHEAD_MAX = 60
+# Tasks whose pending runs ``ScheduledTask.replan_all`` cancels in one UPDATE (well under
+# every database's limit of parameters in one statement).
+REPLAN_CHUNK = 500
 
 
 class Owed(NamedTuple):
@@ -249,6 +259,23 @@ class ScheduledTask(models.Model):
         validators=[validate_key],
         help_text=_("The CRM's own identifier: scheduling again with it updates this task."),
     )
+    # The CRM object the task is about, if any (``about``): set together or not at all.
+    # PROTECT: a content type goes only when its model is removed from the CRM, and the
+    # tasks about its objects (and their runs) are not deleted with it unasked.
+    content_type = models.ForeignKey(
+        ContentType,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("about (type)"),
+    )
+    # Text, so that integer, UUID and text primary keys all fit; NULL, as the content
+    # type, when the task is about nothing (the GenericForeignKey sets both to None).
+    object_id = models.CharField(  # noqa: DJ001
+        _("about (id)"), max_length=OBJECT_ID_MAX_LENGTH, null=True, blank=True
+    )
+    about = GenericForeignKey("content_type", "object_id")
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
@@ -272,6 +299,15 @@ class ScheduledTask(models.Model):
                 & ~Q(recipient__regex=recipients.OUTSIDE_MEMBER_ID_SQL),
                 violation_error_message=_("A recipient is one WeCom member id."),
             ),
+            # ``about``: an object (a type and a non-empty id) or nothing, never half.
+            models.CheckConstraint(
+                name="reminders_task_about_whole",
+                condition=(Q(content_type__isnull=True) & Q(object_id__isnull=True))
+                | (Q(content_type__isnull=False) & Q(object_id__isnull=False) & ~Q(object_id="")),
+                violation_error_message=_(
+                    "A task is about an object (its type and id) or about nothing."
+                ),
+            ),
         ]
         indexes = [
             models.Index(
@@ -279,6 +315,8 @@ class ScheduledTask(models.Model):
                 name="reminders_task_due_idx",
                 condition=Q(status="active"),
             ),
+            # ``api.cancel_for(obj)``: the tasks about one object.
+            models.Index(fields=["content_type", "object_id"], name="reminders_task_about_idx"),
         ]
 
     def __str__(self) -> str:
@@ -289,9 +327,16 @@ class ScheduledTask(models.Model):
         return self.cron or (self.run_at.isoformat() if self.run_at else "-")
 
     def clean(self) -> None:
+        """What the check constraints hold, said on the fields at fault; so a task that
+        passes ``full_clean`` is never refused by them."""
+        errors: dict[str, Any] = {}
         if bool(self.cron) == (self.run_at is not None):
             message = _("Give exactly one of a cron expression and a one-shot time.")
-            raise ValidationError({"cron": message, "run_at": message})
+            errors.update(cron=message, run_at=message)
+        if (self.content_type_id is None) != (self.object_id is None) or self.object_id == "":
+            errors["object_id"] = _("A task is about an object (its type and id) or about nothing.")
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def priority_rank(self) -> int:
@@ -333,23 +378,36 @@ class ScheduledTask(models.Model):
         are cancelled, ``next_run`` is planned from ``now``, and the task is active again
         (had it completed, been cancelled or been in error) unless it is paused, which it
         stays. The API and the admin both call this. The caller saves."""
-        if self.pk is not None:
-            self.runs.cancel_pending()
-        self.plan_first_run(now)
-        if self.status != self.Status.PAUSED:
-            self.status = self.Status.ACTIVE
-            self._clear_error()
+        self.replan_all([self], now)
 
-    def wake_if_due(self, now: datetime | None = None) -> None:
-        """Wake the schedulers once the transaction commits if this task, as saved, is
-        active and falls due within a tick (``REMINDERS_TICK_SECONDS``): they would
-        otherwise find it only at their next scan. The API and the admin call this."""
+    @classmethod
+    def replan_all(cls, tasks: Sequence[ScheduledTask], now: datetime) -> None:
+        """``replan`` for many tasks: the pending runs of the saved ones are cancelled
+        with one UPDATE per ``REPLAN_CHUNK`` tasks, not one each. The caller saves."""
+        saved = [task.pk for task in tasks if task.pk is not None]
+        for start in range(0, len(saved), REPLAN_CHUNK):
+            TaskRun.objects.filter(task_id__in=saved[start : start + REPLAN_CHUNK]).cancel_pending()
+        for task in tasks:
+            task.plan_first_run(now)
+            if task.status != cls.Status.PAUSED:
+                task.status = cls.Status.ACTIVE
+                task._clear_error()
+
+    def due_soon(self, now: datetime | None = None) -> bool:
+        """Whether this task, as saved, is active and falls due within a tick
+        (``REMINDERS_TICK_SECONDS``): the schedulers would find it only at their next
+        scan, unless woken."""
         soon = (now or timezone.now()) + timedelta(seconds=conf.TICK_SECONDS)
-        if (
+        return (
             self.status == self.Status.ACTIVE
             and self.next_run is not None
             and self.next_run <= soon
-        ):
+        )
+
+    def wake_if_due(self, now: datetime | None = None) -> None:
+        """Wake the schedulers once the transaction commits if this task is
+        ``due_soon``. The API and the admin call this."""
+        if self.due_soon(now):
             wake.notify()
 
     def check_plannable(self) -> None:

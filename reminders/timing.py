@@ -35,7 +35,14 @@ def zone(name: str) -> ZoneInfo:
 
 
 def validate_cron(expression: str) -> None:
-    expression = expression.strip()
+    _check_cron(expression.strip())
+
+
+# Remembered per expression (the valid ones: an exception is never cached), since
+# thousands of tasks scheduled at once share a few hundred expressions. Whether five cron
+# fields fire within ten years does not depend on the year one starts counting from.
+@lru_cache(maxsize=1024)
+def _check_cron(expression: str) -> None:
     if not expression.startswith("@") and len(expression.split()) != CRON_FIELDS:
         raise InvalidSchedule(f"{expression!r} must have 5 fields (minute hour day month weekday).")
     if not croniter.is_valid(expression):
@@ -78,8 +85,12 @@ def wall_clock_in(naive: datetime, tz_name: str) -> datetime:
         return naive.replace(tzinfo=UTC)
 
 
+@lru_cache(maxsize=4096)
 def next_occurrence(expression: str, tz_name: str, after: datetime) -> datetime:
-    """The first occurrence strictly after ``after`` (aware), as an aware UTC datetime."""
+    """The first occurrence strictly after ``after`` (aware), as an aware UTC datetime.
+
+    A pure function of its arguments, remembered: tasks scheduled together are planned
+    from one ``now``, so thousands of them cost one computation per distinct schedule."""
     tz = zone(tz_name)
     start = after.astimezone(tz).replace(tzinfo=None)
     itr = croniter(expression, start)

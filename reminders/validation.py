@@ -15,9 +15,16 @@ saved.
 Each rule lives in one place. What one field decides is the model's: its field
 validators and database constraints (``reminders.models``, ``reminders.recipients``),
 which imports and bulk writes meet too. What needs several fields or the channel is
-here. ``reminders.api.schedule`` calls ``clean_task``; the admin's form, whose ModelForm
-already runs the model's ``full_clean``, calls ``check_sendable`` after it. Errors are
-keyed by the model's field names.
+here. ``reminders.scheduling``, the one path of ``api.schedule``, ``api.schedule_many``
+and the CSV import, calls ``clean_task``; the admin's form, whose ModelForm already runs
+the model's ``full_clean``, calls ``check_sendable`` after it. Errors are keyed by the
+model's field names.
+
+Checking reads no table, so that thousands of tasks scheduled at once cost no query
+each: the model's check constraints are not asked row by row (each would be a query),
+because each is the database's copy of a field validator or of the model's ``clean()``,
+which have already said the same on the field at fault; the database still enforces
+them when the row is written.
 """
 
 from __future__ import annotations
@@ -45,35 +52,42 @@ AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 AT_LATEST = datetime(2100, 1, 1, tzinfo=UTC)
 
 
-def clean_task(task: ScheduledTask, *, exclude: Collection[str] = ()) -> None:
-    """The model's ``full_clean`` and then ``check_sendable``: raises one
+def clean_task(
+    task: ScheduledTask, *, exclude: Collection[str] = (), now: datetime | None = None
+) -> None:
+    """The model's ``full_clean`` (its fields and ``clean()``; not its check
+    constraints, see above) and then ``check_sendable`` as of ``now``: raises one
     ``ValidationError`` with every field's errors; the caller saves only if none."""
     errors: dict[str, Any] = {}
     try:
-        task.full_clean(exclude=exclude, validate_unique=False)
+        task.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
         errors = exc.update_error_dict(errors)
     try:
-        check_sendable(task, skip={*exclude, *errors})
+        check_sendable(task, skip={*exclude, *errors}, now=now)
     except ValidationError as exc:
         errors = exc.update_error_dict(errors)
     if errors:
         raise ValidationError(errors)
 
 
-def check_sendable(task: ScheduledTask, *, skip: Collection[str] = ()) -> None:
-    """The checks beyond one field, on a task whose fields passed the model's own.
+def check_sendable(
+    task: ScheduledTask, *, skip: Collection[str] = (), now: datetime | None = None
+) -> None:
+    """The checks beyond one field, on a task whose fields passed the model's own; the
+    message checked is its first occurrence after ``now`` (default: the present).
 
     ``skip`` names fields already found wrong: a check that reads one of them is left
     out, since its error would only repeat that one.
     """
+    now = now or timezone.now()
     failed = set(skip)
     errors: dict[str, list[ValidationError]] = {}
     for field, reads, check in CHECKS:
         if failed & reads:
             continue
         try:
-            check(task)
+            check(task, now)
         except ValidationError as exc:
             errors.setdefault(field, []).extend(exc.error_list)
             failed.add(field)
@@ -81,7 +95,7 @@ def check_sendable(task: ScheduledTask, *, skip: Collection[str] = ()) -> None:
         raise ValidationError(errors)
 
 
-def _check_run_at(task: ScheduledTask) -> None:
+def _check_run_at(task: ScheduledTask, now: datetime) -> None:
     at = task.run_at
     if at is None:
         return
@@ -95,7 +109,7 @@ def _check_run_at(task: ScheduledTask) -> None:
         )
 
 
-def _check_payload_json(task: ScheduledTask) -> None:
+def _check_payload_json(task: ScheduledTask, now: datetime) -> None:
     """What JSON (and every database's JSON column) can carry: no NaN or Infinity, no
     objects JSON does not know, no lone surrogates, no NUL (PostgreSQL refuses it)."""
     try:
@@ -124,7 +138,7 @@ def _texts(value: Any) -> Iterator[str]:
             stack.extend(item)
 
 
-def _check_content(task: ScheduledTask) -> None:
+def _check_content(task: ScheduledTask, now: datetime) -> None:
     """``payload["content"]``, which replaces a kind's wording, must be text to send."""
     if "content" not in task.payload:
         return
@@ -139,7 +153,7 @@ def _check_content(task: ScheduledTask) -> None:
         raise ValidationError(_('The payload\'s "content" is empty.'), code="content_empty")
 
 
-def _check_language(task: ScheduledTask) -> None:
+def _check_language(task: ScheduledTask, now: datetime) -> None:
     """``payload["lang"]``, the language of the task's message, is one the project
     declares (``settings.LANGUAGES``), as ``builders.language`` reads it."""
     if task.payload.get("lang") is None or supported_language(task.payload["lang"]):
@@ -163,11 +177,11 @@ def _sender(task: ScheduledTask) -> BaseSender:
         ) from None
 
 
-def _check_channel(task: ScheduledTask) -> None:
+def _check_channel(task: ScheduledTask, now: datetime) -> None:
     _sender(task)
 
 
-def _check_recipient(task: ScheduledTask) -> None:
+def _check_recipient(task: ScheduledTask, now: datetime) -> None:
     """The channel's own rule, which may be narrower than a member id (a phone number)."""
     try:
         _sender(task).validate_recipient(task.recipient)
@@ -175,9 +189,9 @@ def _check_recipient(task: ScheduledTask) -> None:
         raise ValidationError(str(exc), code="recipient_channel") from None
 
 
-def _check_message(task: ScheduledTask) -> None:
+def _check_message(task: ScheduledTask, now: datetime) -> None:
     """The first occurrence's message, rendered as delivery renders it, fits the channel."""
-    run = _first_run(task)
+    run = _first_run(task, now)
     try:
         content = kinds.render(task, run)
     except Exception as exc:  # a CRM's kind may fail on any payload it cannot use
@@ -197,20 +211,22 @@ def _check_message(task: ScheduledTask) -> None:
         ) from None
 
 
-def _first_run(task: ScheduledTask) -> TaskRun:
-    """An unsaved run of the task's first occurrence: what ``kinds.render`` needs."""
+def _first_run(task: ScheduledTask, now: datetime) -> TaskRun:
+    """An unsaved run of the task's first occurrence after ``now``: what
+    ``kinds.render`` needs."""
     if task.run_at is not None:
         occurrence = task.run_at
     else:
-        occurrence = timing.next_occurrence(task.cron, task.timezone, timezone.now())
+        occurrence = timing.next_occurrence(task.cron, task.timezone, now)
     local = occurrence.astimezone(timing.zone(task.timezone))
     return TaskRun(task=task, occurrence=occurrence, run_date=local.date(), due_at=occurrence)
 
 
 _SCHEDULE = frozenset({"cron", "run_at", "timezone"})
 
-# Each check: the field its error is reported on, the fields it reads, the check.
-CHECKS: list[tuple[str, frozenset[str], Callable[[ScheduledTask], None]]] = [
+# Each check: the field its error is reported on, the fields it reads, the check (of the
+# task as of a moment).
+CHECKS: list[tuple[str, frozenset[str], Callable[[ScheduledTask, datetime], None]]] = [
     ("run_at", frozenset({"run_at"}), _check_run_at),
     ("payload", frozenset({"payload"}), _check_payload_json),
     ("payload", frozenset({"payload"}), _check_content),

@@ -59,3 +59,6 @@ def rate_cache(prefix: str) -> dict[str, str]:
 if os.environ.get("TEST_RATE_CACHE_PREFIX"):
     CACHES = {**CACHES, "rate": rate_cache(os.environ["TEST_RATE_CACHE_PREFIX"])}  # noqa: F405
     REMINDERS_RATE_LIMIT_CACHE = "rate"
+
+# A stand-in CRM: objects tasks are about, and where users' member ids are kept.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.crm"]  # noqa: F405

@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from reminders import api, kinds
+from reminders import api, kinds, validation
 from reminders.models import ScheduledTask
 from reminders.senders.wecom import CONTENT_LIMIT, MAX_PARTS
 
@@ -122,3 +122,46 @@ def test_schedule__the_first_occurrence_of_a_cron_is_rendered(stamped_kind):
         stamped_kind, "alice", cron="0 9 * * *", channel="wecom", payload={"content": "hi"}
     )
     assert task.pk is not None
+
+
+# Checking reads no table ---------------------------------------------------------------
+
+
+def valid_task(**fields) -> ScheduledTask:
+    task = ScheduledTask(
+        kind="follow_up",
+        recipient="alice",
+        channel="memory",
+        run_at=timezone.now(),
+        timezone="Asia/Shanghai",
+        priority="normal",
+    )
+    for name, value in fields.items():
+        setattr(task, name, value)
+    return task
+
+
+# Each check constraint, a task that breaks it, and the field validation says it on.
+BROKEN = {
+    "reminders_task_cron_xor_run_at": ({"cron": "0 9 * * *"}, "cron"),
+    "reminders_task_recipient_is_member_id": ({"recipient": "a\nb"}, "recipient"),
+    "reminders_task_about_whole": ({"object_id": "42"}, "object_id"),
+}
+
+
+def test_clean_task__says_on_a_field_whatever_a_check_constraint_would_refuse():
+    constraints = {c.name for c in ScheduledTask._meta.constraints}
+    assert constraints == set(BROKEN), "a new constraint needs a validator or clean() rule"
+    for name, (fields, field) in BROKEN.items():
+        with pytest.raises(ValidationError) as excinfo:
+            validation.clean_task(valid_task(**fields))
+        assert field in excinfo.value.message_dict, name
+
+
+def test_clean_task__reads_no_table(django_assert_num_queries):
+    from django.contrib.contenttypes.models import ContentType
+
+    content_type = ContentType.objects.get_for_model(ScheduledTask)
+    task = valid_task(content_type=content_type, object_id="1", key="k", calendar="cn")
+    with django_assert_num_queries(0):
+        validation.clean_task(task, exclude=("content_type",))
