@@ -89,6 +89,7 @@ bench: $(STAMP)
 	@$(PY) bin/db-reachable "$(PG_URL)" || { echo "benchmarks need PostgreSQL at $(PG_URL)"; exit 1; }
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/throughput.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/ratelimit.py
+	DATABASE_URL=$(PG_URL) $(PY) benchmarks/bulk.py
 
 clean:
 	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache
