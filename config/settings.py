@@ -33,6 +33,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The admin in the browser's language (Accept-Language) when it is one of LANGUAGES.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -79,7 +81,10 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-LANGUAGE_CODE = "en-us"
+# The admin, alerts and messages are in Simplified Chinese unless LANGUAGE_CODE says
+# otherwise (e.g. en); an operator's browser asking for English gets the admin in English.
+LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="zh-hans")
+LANGUAGES = [("zh-hans", "简体中文"), ("en", "English")]
 TIME_ZONE = env.str("TIME_ZONE", default="Asia/Shanghai")
 USE_I18N = True
 USE_TZ = True

@@ -11,6 +11,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_reminders{_suffix}"}
 
+# The suite asserts English texts: the tests and the processes they start (which get
+# these settings) use English whatever LANGUAGE_CODE the environment sets.
+LANGUAGE_CODE = "en-us"
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 REMINDERS_DEFAULT_CHANNEL = "memory"

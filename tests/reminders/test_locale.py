@@ -19,8 +19,24 @@ from tests.support.processes import REPO
 
 COMPILER = REPO / "bin" / "compilemessages"
 PO = REPO / "reminders" / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
-# The modules whose every translatable string the catalog covers.
-TRANSLATED = ["kinds.py", "stamps.py", "wording.py", "validation.py"]
+OPS_PO = REPO / "ops" / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+CATALOGS = [PO, OPS_PO]
+# The modules whose every translatable string each catalog covers.
+TRANSLATED = {
+    PO: [
+        "reminders/about.py",
+        "reminders/admin.py",
+        "reminders/apps.py",
+        "reminders/kinds.py",
+        "reminders/models.py",
+        "reminders/recipients.py",
+        "reminders/stamps.py",
+        "reminders/users.py",
+        "reminders/validation.py",
+        "reminders/wording.py",
+    ],
+    OPS_PO: ["ops/alert_texts.py", "ops/apps.py", "ops/models.py"],
+}
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sdr]")
 
 compiler = runpy.run_path(str(COMPILER))
@@ -28,6 +44,10 @@ compiler = runpy.run_path(str(COMPILER))
 
 def catalog(data: bytes) -> dict[str, str]:
     return gettext.GNUTranslations(io.BytesIO(data))._catalog  # type: ignore[attr-defined]
+
+
+def test_catalogs__the_compiler_finds_both_apps():
+    assert sorted(compiler["catalogs"]()) == sorted(CATALOGS)
 
 
 def test_mo__the_committed_one_is_its_po_compiled():
@@ -103,15 +123,26 @@ def test_compiler__refuses_what_it_cannot_read(po):
 
 
 @pytest.mark.skipif(shutil.which("msgfmt") is None, reason="GNU gettext is not installed")
-def test_compiler__reads_the_catalog_as_gnu_msgfmt_does(tmp_path: Path):
+@pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
+def test_compiler__reads_the_catalog_as_gnu_msgfmt_does(tmp_path: Path, po: Path):
     gnu = tmp_path / "gnu.mo"
-    subprocess.run(["msgfmt", "--check", "-o", str(gnu), str(PO)], check=True)
+    subprocess.run(["msgfmt", "--check", "-o", str(gnu), str(po)], check=True)
 
-    assert catalog(compiler["compiled"](PO)) == catalog(gnu.read_bytes())
+    assert catalog(compiler["compiled"](po)) == catalog(gnu.read_bytes())
 
 
-def test_po__translations_keep_the_placeholders_of_their_message():
-    messages = compiler["parse"](PO.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
+def test_po__chinese_has_one_plural_form(po: Path):
+    messages = compiler["parse"](po.read_text(encoding="utf-8"))
+    assert "Plural-Forms: nplurals=1; plural=0;" in messages[""]
+    plurals = {key: value for key, value in messages.items() if "\x00" in key}
+    assert plurals
+    assert all("\x00" not in value for value in plurals.values())
+
+
+@pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
+def test_po__translations_keep_the_placeholders_of_their_message(po: Path):
+    messages = compiler["parse"](po.read_text(encoding="utf-8"))
     assert len(messages) > 30
     for key, value in messages.items():
         if not key:
@@ -123,9 +154,11 @@ def test_po__translations_keep_the_placeholders_of_their_message():
 
 
 @pytest.mark.skipif(shutil.which("xgettext") is None, reason="GNU gettext is not installed")
-def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path):
+@pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
+def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path, po: Path):
     pot = tmp_path / "source.pot"
-    keywords = ["gettext_lazy", "gettext", "ngettext:1,2", "pgettext:1c,2", "_"]
+    # plural: ops/alert_texts.py marks the singular and plural of its titles with it.
+    keywords = ["gettext_lazy", "gettext", "ngettext:1,2", "pgettext:1c,2", "_", "plural:1,2"]
     subprocess.run(
         [
             "xgettext",
@@ -135,7 +168,7 @@ def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path):
             *(f"--keyword={keyword}" for keyword in keywords),
             "-o",
             str(pot),
-            *(str(REPO / "reminders" / name) for name in TRANSLATED),
+            *(str(REPO / name) for name in TRANSLATED[po]),
         ],
         check=True,
     )
@@ -143,6 +176,6 @@ def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path):
     template = pot.read_text(encoding="utf-8").replace("charset=CHARSET", "charset=UTF-8")
     filled = re.sub(r'^(msgstr(\[\d\])?) ""$', r'\1 "x"', template, flags=re.MULTILINE)
     source = set(compiler["parse"](filled))
-    translated = set(compiler["parse"](PO.read_text(encoding="utf-8")))
+    translated = set(compiler["parse"](po.read_text(encoding="utf-8")))
 
     assert source - translated == set()

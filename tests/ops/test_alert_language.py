@@ -1,0 +1,63 @@
+"""Alerts are written in OPS_ALERT_LANGUAGE, else LANGUAGE_CODE: Simplified Chinese or
+English, fixed when the alert is opened."""
+
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import pytest
+
+from reminders.exceptions import PermanentSendError
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import tick
+
+pytestmark = pytest.mark.django_db
+
+
+def fail_one(make_task) -> None:  # type: ignore[no-untyped-def]
+    make_task("follow_up", payload={"content": "Call ACME"})
+    MemorySender.script[:] = [PermanentSendError("invalid user", code="81013")]
+    tick()
+
+
+def test_an_alert_is_in_chinese_by_the_language_code(
+    make_task, admins, clock, mailoutbox, settings
+):
+    settings.LANGUAGE_CODE = "zh-hans"
+    fail_one(make_task)
+
+    [alert] = clock.step().opened
+
+    assert alert.title == "[reminders] follow_up 在渠道 memory 上有 1 条运行记录发送失败"
+    assert alert.body.startswith("重试次数已用完，或重试也无济于事。")
+    assert "按错误代码：81013: 1" in alert.body
+    assert "最早的事件：" in alert.body
+    assert "- 运行记录 " in alert.body
+    assert mailoutbox[0].subject.endswith(alert.title)
+
+
+def test_ops_alert_language_wins_over_the_language_code(make_task, admins, clock, settings):
+    settings.LANGUAGE_CODE = "zh-hans"
+    settings.OPS_ALERT_LANGUAGE = "en"
+    fail_one(make_task)
+
+    [alert] = clock.step().opened
+
+    assert alert.title == "[reminders] 1 run of follow_up failed on channel memory"
+    assert "First events:" in alert.body
+
+
+def test_every_alert_type_has_chinese_words():
+    from django.utils import translation
+
+    from ops.alert_texts import _advice, _titles
+
+    with translation.override("zh-hans"):
+        titles = {
+            t: words(2, {"kind": "k", "channel": "c", "scope": "cn 2031"})
+            for t, words in _titles().items()
+        }
+        advice = _advice()
+    for text in [*titles.values(), *advice.values()]:
+        assert any("\u4e00" <= char <= "\u9fff" for char in text), text
+    assert all("2" in title for title in titles.values())
