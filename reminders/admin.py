@@ -5,30 +5,57 @@ methods, the same ones the API and the commands use; the admin holds no rules of
 Every row an action leaves alone is counted in its report, with the reason. A task's
 one-shot time is shown and read on the wall clock of the task's own zone, as
 ``api.schedule`` reads a naive ``at`` in ``tz``.
+
+Permissions are checked on the server, for every action and view, whatever the page
+showed: pausing and resuming need ``pause_scheduledtask``, running now
+``run_now_scheduledtask``, cancelling and editing ``change_scheduledtask``; retrying a
+run ``retry_taskrun`` and marking it handled ``mark_handled_taskrun``. Run now, retry
+and mark handled show a confirmation page first (``reminders.admin_confirm``) saying
+what will happen to how many, and what will be left and why.
+
+A task's change form shows its schedule in words (``reminders.cron_text``), its next
+occurrences as the scheduler will plan them (``ScheduledTask.upcoming``: the zone, the
+stagger, the calendar's days off) and its last runs, as read-only fields: not an inline
+formset, so that saving a task never depends on its history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from typing import Any, cast
 
 from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars, kinds, timing, validation
+from . import admin_confirm, calendars, cron_text, kinds, timing, validation
+from .admin_confirm import Plan
+from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter
 from .conf import settings as conf
-from .exceptions import UnknownKind, UnplannableTask
-from .models import Priority, ScheduledTask, SendLog, TaskRun
+from .exceptions import ActionRefused, UnknownKind, UnplannableTask
+from .models import (
+    NOT_ENDED_UNSENT,
+    FailedToday,
+    Priority,
+    Refusal,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
@@ -62,6 +89,43 @@ def _wall_clock(moment: datetime, zone_name: str) -> datetime:
         return moment.astimezone(timing.zone(zone_name)).replace(tzinfo=None)
     except timing.InvalidSchedule:
         return moment.astimezone(timing.UTC).replace(tzinfo=None)
+
+
+def _occurrence_line(task: ScheduledTask, upcoming: Any) -> str:
+    """One occurrence ahead: its local date, weekday and time; its due time if staggered;
+    and the calendar's day off that skips it."""
+    local = upcoming.occurrence.astimezone(timing.zone(task.timezone))
+    line = f"{local:%Y-%m-%d} {date_format(local, 'D')} {local:%H:%M}"
+    if upcoming.due_at != upcoming.occurrence:
+        due = upcoming.due_at.astimezone(timing.zone(task.timezone))
+        line += " " + gettext("(due %(time)s)") % {"time": f"{due:%H:%M:%S}"}
+    off = upcoming.day_off
+    if off is not None and off.code == calendars.HOLIDAY:
+        line += " " + gettext("(holiday: skipped)")
+    elif off is not None:
+        line += " " + gettext("(%(year)d not covered by the calendar: skipped)") % {
+            "year": off.year
+        }
+    return line
+
+
+def _run_row(task: ScheduledTask, run: TaskRun) -> SafeString:
+    """One row of a task's recent runs, linking to the run."""
+    zone = timing.zone(task.timezone)
+    url = reverse("admin:reminders_taskrun_change", args=[run.pk])
+    finished = f"{run.finished_at.astimezone(zone):%Y-%m-%d %H:%M:%S}" if run.finished_at else "-"
+    return format_html(
+        '<td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+        "<td>{}</td><td>{}</td>",
+        url,
+        f"{run.occurrence.astimezone(zone):%Y-%m-%d %H:%M:%S}",
+        f"{run.due_at.astimezone(zone):%Y-%m-%d %H:%M:%S}",
+        run.get_status_display(),
+        run.attempts,
+        run.error_code or "-",
+        Truncator(run.error_message).chars(80) or "-",
+        finished,
+    )
 
 
 class RunAtInTaskZoneForm(forms.ModelForm):
@@ -178,6 +242,17 @@ STATE_FIELDS = (
     "created_at",
     "updated_at",
 )
+# Shown on a saved task's change form: its schedule in words and what comes next.
+PREVIEW_FIELDS = ("schedule_in_words", "upcoming")
+# How many of a task's runs its change form lists, and how many occurrences ahead.
+RECENT_RUNS = 20
+UPCOMING = 5
+TASK_NOUN = (_("task"), _("tasks"))
+RUN_NOUN = (_("run"), _("runs"))
+# Characters of a run's error shown in its row.
+ERROR_CHARS = 80
+# A row that changed between the confirmation page and its POST.
+NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
 
 
 @admin.register(ScheduledTask)
@@ -197,8 +272,8 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     list_filter = ("kind", "status", "priority", "channel")
     search_fields = ("recipient", "key")
     ordering = (F("next_run").asc(nulls_last=True), "pk")
-    actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
-    readonly_fields = STATE_FIELDS
+    actions = ("pause_tasks", "resume_tasks", "cancel_tasks", "run_now_tasks")
+    readonly_fields = (*STATE_FIELDS, *PREVIEW_FIELDS, "recent_runs")
     fieldsets = (
         (
             None,
@@ -216,14 +291,98 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
                 ),
             },
         ),
+        (_("Upcoming"), {"fields": PREVIEW_FIELDS}),
         (_("State"), {"fields": STATE_FIELDS}),
+        (_("Recent runs"), {"fields": ("recent_runs",)}),
     )
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
         if task.run_at is not None:
             return f"{_wall_clock(task.run_at, task.timezone):%Y-%m-%d %H:%M}"
+        if task.cron:
+            return format_html(
+                '<span title="{}">{}</span>', task.cron, cron_text.describe(task.cron)
+            )
         return task.schedule_display
+
+    @admin.display(description=_("in words"))
+    def schedule_in_words(self, task: ScheduledTask) -> str:
+        if task.cron:
+            return cron_text.describe(task.cron)
+        return gettext("Once, at %(when)s (%(zone)s)") % {
+            "when": self.schedule(task),
+            "zone": task.timezone,
+        }
+
+    @admin.display(description=_("next occurrences"))
+    def upcoming(self, task: ScheduledTask) -> str:
+        """The next occurrences in the task's zone, exactly as the scheduler plans them;
+        those the working-day calendar skips say so."""
+        if task.pk is None:
+            return "-"
+        if task.status in ScheduledTask.ENDED:
+            return gettext("None: the task has ended.")
+        try:
+            upcoming = task.upcoming(timezone.now(), UPCOMING)
+        except UnplannableTask as exc:
+            return gettext("Cannot be planned: %(reason)s") % {"reason": exc.message}
+        if not upcoming:
+            return gettext("None: the schedule has no occurrence left.")
+        items = format_html_join(
+            "", "<li>{}</li>", ((_occurrence_line(task, u),) for u in upcoming)
+        )
+        note = ""
+        if task.status == ScheduledTask.Status.PAUSED:
+            note = gettext("The task is paused: none of these is sent until it is resumed.")
+        return format_html(
+            '{}<ol class="reminders-upcoming">{}</ol>{}',
+            gettext("In %(zone)s:") % {"zone": task.timezone},
+            items,
+            note,
+        )
+
+    @admin.display(description=_("last runs"))
+    def recent_runs(self, task: ScheduledTask) -> str:
+        """The task's last ``RECENT_RUNS`` runs due by now, newest first, each linking to
+        its page (runs planned ahead are under "next occurrences")."""
+        if task.pk is None:
+            return "-"
+        runs = task.runs.filter(due_at__lte=timezone.now()).order_by("-due_at", "-pk")[:RECENT_RUNS]
+        rows = format_html_join("", "<tr>{}</tr>", ((_run_row(task, run),) for run in runs))
+        if not rows:
+            return gettext("None yet.")
+        head = format_html_join(
+            "",
+            "<th>{}</th>",
+            (
+                (label,)
+                for label in (
+                    gettext("occurrence"),
+                    gettext("due"),
+                    gettext("status"),
+                    gettext("attempts"),
+                    gettext("error code"),
+                    gettext("error"),
+                    gettext("finished"),
+                )
+            ),
+        )
+        return format_html(
+            '<table class="reminders-recent-runs"><thead><tr>{}</tr></thead>'
+            "<tbody>{}</tbody></table>",
+            head,
+            rows,
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: ScheduledTask | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:  # nothing to preview or list before it is saved
+            saved_only = {"schedule_in_words", "recent_runs"}
+            return [
+                (name, opts) for name, opts in fieldsets if not saved_only & set(opts["fields"])
+            ]
+        return fieldsets
 
     @admin.display(description=_("runs"))
     def runs_link(self, task: ScheduledTask) -> str:
@@ -275,15 +434,133 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
             ) % {"reason": task.error_message}
         return ""
 
+    # Run now ---------------------------------------------------------------------------
+
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """Pausing and resuming, apart from editing the task."""
+        return request.user.has_perm("reminders.pause_scheduledtask")
+
+    def has_run_now_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reminders.run_now_scheduledtask")
+
+    def get_urls(self) -> list[URLPattern]:
+        run_now = path(
+            "<path:object_id>/run-now/",
+            self.admin_site.admin_view(self.run_now_view),
+            name="reminders_scheduledtask_run_now",
+        )
+        return [run_now, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        if self.has_run_now_permission(request):
+            extra["run_now_url"] = reverse(
+                "admin:reminders_scheduledtask_run_now", args=[object_id]
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The "Run now" button's confirmation page, and its POST."""
+        if not self.has_run_now_permission(request):
+            raise PermissionDenied
+        task = self.get_object(request, unquote(object_id))
+        if task is None:
+            raise Http404
+        back = reverse("admin:reminders_scheduledtask_change", args=[task.pk])
+        if admin_confirm.confirmed(request):
+            self._run_now(request, ScheduledTask.objects.filter(pk=task.pk))
+            return HttpResponseRedirect(back)
+        return self._run_now_page(request, ScheduledTask.objects.filter(pk=task.pk), back=back)
+
+    @admin.action(permissions=["run_now"], description=_("Run selected tasks now"))
+    def run_now_tasks(
+        self, request: HttpRequest, queryset: QuerySet[ScheduledTask]
+    ) -> HttpResponse | None:
+        if admin_confirm.confirmed(request):
+            self._run_now(request, queryset)
+            return None
+        return self._run_now_page(request, queryset, action="run_now_tasks")
+
+    def _run_now_page(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[ScheduledTask],
+        *,
+        action: str = "",
+        back: str = "",
+    ) -> HttpResponse:
+        now = timezone.now()
+        plan = Plan.sort(queryset, lambda task: task.run_now_refusal(now))
+        count = len(plan.apply)
+        will = ngettext(
+            "%(count)d task will get a run due now, sent within seconds, besides its "
+            "schedule: its message as the task says it now, stamped with this moment. A "
+            "second request in the same minute, or before that run has finished, sends "
+            "nothing more.",
+            "%(count)d tasks will get a run due now, sent within seconds, besides their "
+            "schedule: each its message as the task says it now, stamped with this moment. "
+            "A second request in the same minute, or before that run has finished, sends "
+            "nothing more.",
+            count,
+        ) % {"count": count}
+        return admin_confirm.page(
+            self,
+            request,
+            title=gettext("Run now"),
+            will=will,
+            plan=plan,
+            noun=TASK_NOUN,
+            selected=queryset,
+            action=action,
+            back_url=back,
+        )
+
+    def _run_now(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
+        now = timezone.now()
+        plan: Plan[ScheduledTask] = Plan()
+        made = earlier = 0
+        for task in queryset:
+            try:
+                _run, created = task.run_now(now, by=request.user.get_username())
+            except ActionRefused as exc:
+                plan.leave([task], exc.message)
+                continue
+            plan.apply.append(task)
+            made += created
+            earlier += not created
+        done = ngettext(
+            "%(count)d task has a run due now.", "%(count)d tasks have a run due now.", made
+        ) % {"count": made}
+        admin_confirm.report(self, request, done, made, plan, TASK_NOUN)
+        if earlier:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d task already had a run requested this minute, or one not "
+                    "finished yet: nothing more is sent.",
+                    "%(count)d tasks already had a run requested this minute, or one not "
+                    "finished yet: nothing more is sent.",
+                    earlier,
+                )
+                % {"count": earlier},
+                messages.WARNING,
+            )
+
     # Actions ---------------------------------------------------------------------------
 
-    @admin.action(permissions=["change"], description=_("Pause selected tasks"))
+    @admin.action(permissions=["pause"], description=_("Pause selected tasks"))
     def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         done = sum(task.pause() for task in queryset.filter(status=ScheduledTask.Status.ACTIVE))
         message = ngettext("%(count)d task paused.", "%(count)d tasks paused.", done)
         self._report(request, message % {"count": done}, done, queryset, gettext("not active"))
 
-    @admin.action(permissions=["change"], description=_("Resume selected tasks"))
+    @admin.action(permissions=["pause"], description=_("Resume selected tasks"))
     def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         now = timezone.now()
         done = refused = 0
@@ -374,15 +651,25 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "status",
         "attempts",
         "error_code",
+        "error",
         "finished_at",
         "lateness",
         "is_compensation",
+        "handled",
     )
-    list_filter = ("status", "is_compensation", "run_date", "task__kind")
+    list_filter = (
+        DueDayFilter,
+        "status",
+        ("task__kind", admin.AllValuesFieldListFilter),
+        ("task__channel", admin.AllValuesFieldListFilter),
+        "is_compensation",
+        "is_manual",
+        HandledFilter,
+    )
     list_select_related = ("task",)
     search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
     ordering = ("-due_at", "-pk")
-    actions = ("retry_runs",)
+    actions = ("retry_runs", "mark_handled")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
         # Annotated so that the lateness column sorts in the database.
@@ -403,50 +690,150 @@ class TaskRunAdmin(ReadOnlyAdmin):
             return "-"
         return str(timedelta(seconds=round(late.total_seconds())))
 
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        # Retrying is a state change, granted with the model's change permission even
-        # though the history itself cannot be edited in a form.
-        return request.user.has_perm("reminders.change_taskrun")
+    @admin.display(description=_("error"))
+    def error(self, run: TaskRun) -> str:
+        """The error message, cut to fit a row; the whole of it on hover and on the run's
+        page."""
+        if not run.error_message:
+            return "-"
+        short = Truncator(run.error_message).chars(ERROR_CHARS)
+        return format_html('<span title="{}">{}</span>', run.error_message, short)
 
-    @admin.action(permissions=["retry"], description=_("Retry selected failed runs now"))
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> None:
-        ended = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
-        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
-        done = sum(run.retry_now() for run in ended.exclude(cancelled))
-        refused = ended.filter(cancelled).count()
-        self.message_user(
-            request,
-            ngettext(
-                "%(count)d run put back in line for an immediate attempt.",
-                "%(count)d runs put back in line for an immediate attempt.",
-                done,
-            )
-            % {"count": done},
-            messages.SUCCESS if done else messages.WARNING,
-        )
-        if refused:
-            self.message_user(
+    @admin.display(description=_("handled"), ordering="handled_at")
+    def handled(self, run: TaskRun) -> str:
+        if run.handled_at is None:
+            return "-"
+        when = timezone.localtime(run.handled_at)
+        return f"{run.handled_by}, {when:%Y-%m-%d %H:%M}"
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        # A state change of its own, though the history cannot be edited in a form.
+        return request.user.has_perm("reminders.retry_taskrun")
+
+    def has_mark_handled_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reminders.mark_handled_taskrun")
+
+    @admin.action(permissions=["retry"], description=_("Retry selected runs now"))
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> HttpResponse | None:
+        """Failed, unknown and expired runs back in line for an immediate attempt, but
+        never past their deadline (``TaskRun.retry_refusal``)."""
+        now = timezone.now()
+        plan = self._plan(queryset, lambda run: run.retry_refusal(now))
+        if not admin_confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and its deadline kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                "%(count)d runs will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and their deadlines kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                count,
+            ) % {"count": count}
+            return admin_confirm.page(
+                self,
                 request,
-                ngettext(
-                    "%(count)d selected run not retried: its task is cancelled.",
-                    "%(count)d selected runs not retried: their tasks are cancelled.",
-                    refused,
-                )
-                % {"count": refused},
-                messages.WARNING,
+                title=gettext("Retry runs"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="retry_runs",
             )
-        skipped = queryset.count() - done - refused
-        if skipped:
-            self.message_user(
+        done = 0
+        for run in plan.apply:
+            if run.retry_now(now):
+                done += 1
+            else:  # it changed since it was read: say why now
+                plan.leave([run], (run.retry_refusal(now) or NOT_CHANGED).message)
+        message = ngettext(
+            "%(count)d run put back in line for an immediate attempt.",
+            "%(count)d runs put back in line for an immediate attempt.",
+            done,
+        ) % {"count": done}
+        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @admin.action(permissions=["mark_handled"], description=_("Mark selected runs handled"))
+    def mark_handled(
+        self, request: HttpRequest, queryset: QuerySet[TaskRun]
+    ) -> HttpResponse | None:
+        """Record who looked after runs that ended unsent, and when."""
+        plan = self._plan(queryset, lambda run: run.handle_refusal())
+        if not admin_confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be marked handled by you, now. It stays as it is "
+                'otherwise, and drops out of "failed today".',
+                "%(count)d runs will be marked handled by you, now. They stay as they are "
+                'otherwise, and drop out of "failed today".',
+                count,
+            ) % {"count": count}
+            return admin_confirm.page(
+                self,
                 request,
-                ngettext(
-                    "%(count)d selected run left as it was (not failed or unknown).",
-                    "%(count)d selected runs left as they were (not failed or unknown).",
-                    skipped,
-                )
-                % {"count": skipped},
-                messages.WARNING,
+                title=gettext("Mark runs handled"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="mark_handled",
             )
+        marked = TaskRun.objects.filter(pk__in=[run.pk for run in plan.apply])
+        done = marked.mark_handled(request.user.get_username(), timezone.now())
+        if done < len(plan.apply):
+            plan.leave(plan.apply[done:], NOT_CHANGED.message)  # handled meanwhile
+        message = ngettext(
+            "%(count)d run marked handled.", "%(count)d runs marked handled.", done
+        ) % {"count": done}
+        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @staticmethod
+    def _plan(
+        queryset: QuerySet[TaskRun], refusal: Callable[[TaskRun], Refusal | None]
+    ) -> Plan[TaskRun]:
+        """Runs that ended unsent sorted by ``refusal``; the others left as such."""
+        unsent = Q(status__in=TaskRun.UNSENT_ENDS)
+        plan = Plan.sort(queryset.filter(unsent).select_related("task"), refusal)
+        plan.leave(queryset.exclude(unsent), NOT_ENDED_UNSENT.message)
+        return plan
+
+
+@admin.register(FailedToday)
+class FailedTodayAdmin(admin.ModelAdmin):
+    """The "Failed today" entry of the app list: a link to the runs' changelist filtered
+    to the failed runs due today that nobody has handled (``admin_filters``). Seen by
+    whoever may see runs; it has no rows or permissions of its own."""
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name="reminders_failedtoday_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        runs = reverse("admin:reminders_taskrun_changelist", current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{runs}?{FAILED_TODAY}")
+
+    def has_view_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return request.user.has_perm("reminders.view_taskrun")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
 
 
 @admin.register(SendLog)

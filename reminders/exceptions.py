@@ -36,6 +36,16 @@ class UnplannableTask(RemindersError, ValidationError):
         super().__init__(message, code=code)
 
 
+class ActionRefused(RemindersError):
+    """An operator's action that does not apply to its object (running a paused task
+    now); ``code`` and ``message`` say why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class SendError(RemindersError):
     """A sender could not deliver a message.
 

@@ -20,7 +20,7 @@ from tests.support.processes import REPO
 COMPILER = REPO / "bin" / "compilemessages"
 PO = REPO / "reminders" / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
 # The modules whose every translatable string the catalog covers.
-TRANSLATED = ["kinds.py", "stamps.py", "wording.py", "validation.py"]
+TRANSLATED = ["kinds.py", "stamps.py", "wording.py", "validation.py", "cron_text.py"]
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sdr]")
 
 compiler = runpy.run_path(str(COMPILER))
