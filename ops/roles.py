@@ -81,33 +81,39 @@ def view_permissions(using: str = DEFAULT_DB_ALIAS) -> QuerySet[Permission]:
     return visible
 
 
-def permissions_of(role: Role, using: str = DEFAULT_DB_ALIAS) -> list[Permission]:
-    """What ``role``'s group holds: the view permissions and its actions'. Raises
-    ``LookupError`` for an action whose permission does not exist (yet)."""
-    held = list(view_permissions(using))
-    for name in role.actions:
-        app_label, codename = name.split(".")
-        try:
-            held.append(
-                Permission.objects.db_manager(using).get(
-                    content_type__app_label=app_label, codename=codename
-                )
-            )
-        except Permission.DoesNotExist:
-            raise LookupError(f"No permission {name}: migrate the {app_label} app.") from None
-    return held
+def permissions_of(role: Role, using: str = DEFAULT_DB_ALIAS) -> tuple[list[Permission], list[str]]:
+    """What ``role``'s group holds: the view permissions and its actions'; and the
+    actions' permissions that do not exist (yet: a database migrated only part of the
+    way), which it cannot hold."""
+    found = {
+        f"{permission.content_type.app_label}.{permission.codename}": permission
+        for permission in Permission.objects.db_manager(using)
+        .filter(content_type__app_label__in=ROLE_APPS)
+        .select_related("content_type")
+    }
+    held = [*view_permissions(using), *(found[name] for name in role.actions if name in found)]
+    return held, [name for name in role.actions if name not in found]
 
 
-def sync_roles(using: str = DEFAULT_DB_ALIAS) -> dict[str, int]:
+@dataclass(frozen=True)
+class Synced:
+    """What ``sync_roles`` left a role's group with."""
+
+    role: Role
+    held: int
+    missing: list[str]
+
+
+def sync_roles(using: str = DEFAULT_DB_ALIAS) -> list[Synced]:
     """Create each role's group if missing and set its permissions to exactly the
-    role's; returns how many each holds."""
-    held = {}
+    role's (those that exist: the others are said in ``Synced.missing``)."""
+    synced = []
     for role in ROLES:
         group, _created = Group.objects.db_manager(using).get_or_create(name=role.codename)
-        permissions = permissions_of(role, using)
+        permissions, missing = permissions_of(role, using)
         group.permissions.set(permissions)
-        held[role.codename] = len(permissions)
-    return held
+        synced.append(Synced(role, len(permissions), missing))
+    return synced
 
 
 def sync_after_migrate(
@@ -123,4 +129,7 @@ def sync_after_migrate(
         return
     for label in ROLE_APPS:
         create_permissions(global_apps.get_app_config(label), verbosity=0, using=using, apps=apps)
-    sync_roles(using)
+    for synced in sync_roles(using):
+        if synced.missing and verbosity:
+            # Migrated part of the way: a later migrate brings the rest.
+            print(f"  {synced.role.codename} lacks {', '.join(synced.missing)} for now.")

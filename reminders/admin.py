@@ -55,6 +55,7 @@ from .models import (
     ScheduledTask,
     SendLog,
     TaskRun,
+    Upcoming,
 )
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
@@ -91,7 +92,7 @@ def _wall_clock(moment: datetime, zone_name: str) -> datetime:
         return moment.astimezone(timing.UTC).replace(tzinfo=None)
 
 
-def _occurrence_line(task: ScheduledTask, upcoming: Any) -> str:
+def _occurrence_line(task: ScheduledTask, upcoming: Upcoming) -> str:
     """One occurrence ahead: its local date, weekday and time; its due time if staggered;
     and the calendar's day off that skips it."""
     local = upcoming.occurrence.astimezone(timing.zone(task.timezone))
@@ -335,6 +336,8 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
         note = ""
         if task.status == ScheduledTask.Status.PAUSED:
             note = gettext("The task is paused: none of these is sent until it is resumed.")
+        elif task.status == ScheduledTask.Status.ERROR:
+            note = gettext("The task is in error: none of these is sent until it is resumed.")
         return format_html(
             '{}<ol class="reminders-upcoming">{}</ol>{}',
             gettext("In %(zone)s:") % {"zone": task.timezone},
@@ -779,10 +782,14 @@ class TaskRunAdmin(ReadOnlyAdmin):
                 selected=queryset,
                 action="mark_handled",
             )
-        marked = TaskRun.objects.filter(pk__in=[run.pk for run in plan.apply])
-        done = marked.mark_handled(request.user.get_username(), timezone.now())
-        if done < len(plan.apply):
-            plan.leave(plan.apply[done:], NOT_CHANGED.message)  # handled meanwhile
+        by, now = request.user.get_username(), timezone.now()
+        selected = TaskRun.objects.filter(pk__in=[run.pk for run in plan.apply])
+        done = selected.mark_handled(by, now)
+        if done < len(plan.apply):  # some changed since they were read
+            marked = set(
+                selected.filter(handled_at=now, handled_by=by).values_list("pk", flat=True)
+            )
+            plan.leave([run for run in plan.apply if run.pk not in marked], NOT_CHANGED.message)
         message = ngettext(
             "%(count)d run marked handled.", "%(count)d runs marked handled.", done
         ) % {"count": done}

@@ -11,7 +11,7 @@ from django.contrib.auth.management import create_permissions
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DEFAULT_DB_ALIAS
 
-from ops.roles import ROLE_APPS, ROLES, sync_roles
+from ops.roles import ROLE_APPS, sync_roles
 
 
 class Command(BaseCommand):
@@ -25,6 +25,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
         for label in ROLE_APPS:
             create_permissions(apps.get_app_config(label), verbosity=0, using=database)
-        held = sync_roles(database)
-        for role in ROLES:
-            self.stdout.write(f"{role.label} ({role.codename}): {held[role.codename]} permissions")
+        for synced in sync_roles(database):
+            role = synced.role
+            self.stdout.write(f"{role.label} ({role.codename}): {synced.held} permissions")
+            if synced.missing:
+                self.stderr.write(
+                    f"  without {', '.join(synced.missing)}: not in the database yet (run migrate)."
+                )
