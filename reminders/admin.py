@@ -14,9 +14,10 @@ and mark handled show a confirmation page first (``reminders.admin_confirm``) sa
 what will happen to how many, and what will be left and why.
 
 A task's change form shows its schedule in words (``reminders.cron_text``), its next
-occurrences as the scheduler will plan them (``ScheduledTask.upcoming``: the zone, the
-stagger, the calendar's days off) and its last runs, as read-only fields: not an inline
-formset, so that saving a task never depends on its history.
+occurrences as the scheduler will plan them and its last runs (``reminders.admin_display``),
+as read-only fields: not an inline formset, so that saving a task never depends on its
+history. Run now is ``reminders.admin_run_now``; the run history's filters and "failed
+today" are ``reminders.admin_filters``.
 """
 
 from __future__ import annotations
@@ -28,25 +29,24 @@ from typing import Any, cast
 from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_confirm, calendars, cron_text, kinds, timing, validation
+from . import admin_confirm, admin_display, calendars, cron_text, kinds, timing, validation
 from .admin_confirm import Plan
+from .admin_display import ERROR_CHARS
 from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter
+from .admin_run_now import RunNowMixin
 from .conf import settings as conf
-from .exceptions import ActionRefused, UnknownKind, UnplannableTask
+from .exceptions import UnknownKind, UnplannableTask
 from .models import (
     NOT_ENDED_UNSENT,
     FailedToday,
@@ -55,7 +55,6 @@ from .models import (
     ScheduledTask,
     SendLog,
     TaskRun,
-    Upcoming,
 )
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
@@ -90,43 +89,6 @@ def _wall_clock(moment: datetime, zone_name: str) -> datetime:
         return moment.astimezone(timing.zone(zone_name)).replace(tzinfo=None)
     except timing.InvalidSchedule:
         return moment.astimezone(timing.UTC).replace(tzinfo=None)
-
-
-def _occurrence_line(task: ScheduledTask, upcoming: Upcoming) -> str:
-    """One occurrence ahead: its local date, weekday and time; its due time if staggered;
-    and the calendar's day off that skips it."""
-    local = upcoming.occurrence.astimezone(timing.zone(task.timezone))
-    line = f"{local:%Y-%m-%d} {date_format(local, 'D')} {local:%H:%M}"
-    if upcoming.due_at != upcoming.occurrence:
-        due = upcoming.due_at.astimezone(timing.zone(task.timezone))
-        line += " " + gettext("(due %(time)s)") % {"time": f"{due:%H:%M:%S}"}
-    off = upcoming.day_off
-    if off is not None and off.code == calendars.HOLIDAY:
-        line += " " + gettext("(holiday: skipped)")
-    elif off is not None:
-        line += " " + gettext("(%(year)d not covered by the calendar: skipped)") % {
-            "year": off.year
-        }
-    return line
-
-
-def _run_row(task: ScheduledTask, run: TaskRun) -> SafeString:
-    """One row of a task's recent runs, linking to the run."""
-    zone = timing.zone(task.timezone)
-    url = reverse("admin:reminders_taskrun_change", args=[run.pk])
-    finished = f"{run.finished_at.astimezone(zone):%Y-%m-%d %H:%M:%S}" if run.finished_at else "-"
-    return format_html(
-        '<td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
-        "<td>{}</td><td>{}</td>",
-        url,
-        f"{run.occurrence.astimezone(zone):%Y-%m-%d %H:%M:%S}",
-        f"{run.due_at.astimezone(zone):%Y-%m-%d %H:%M:%S}",
-        run.get_status_display(),
-        run.attempts,
-        run.error_code or "-",
-        Truncator(run.error_message).chars(80) or "-",
-        finished,
-    )
 
 
 class RunAtInTaskZoneForm(forms.ModelForm):
@@ -245,19 +207,13 @@ STATE_FIELDS = (
 )
 # Shown on a saved task's change form: its schedule in words and what comes next.
 PREVIEW_FIELDS = ("schedule_in_words", "upcoming")
-# How many of a task's runs its change form lists, and how many occurrences ahead.
-RECENT_RUNS = 20
-UPCOMING = 5
-TASK_NOUN = (_("task"), _("tasks"))
 RUN_NOUN = (_("run"), _("runs"))
-# Characters of a run's error shown in its row.
-ERROR_CHARS = 80
 # A row that changed between the confirmation page and its POST.
 NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(admin.ModelAdmin):
+class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     form = ScheduledTaskForm
     list_display = (
         "kind",
@@ -318,65 +274,11 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("next occurrences"))
     def upcoming(self, task: ScheduledTask) -> str:
-        """The next occurrences in the task's zone, exactly as the scheduler plans them;
-        those the working-day calendar skips say so."""
-        if task.pk is None:
-            return "-"
-        if task.status in ScheduledTask.ENDED:
-            return gettext("None: the task has ended.")
-        try:
-            upcoming = task.upcoming(timezone.now(), UPCOMING)
-        except UnplannableTask as exc:
-            return gettext("Cannot be planned: %(reason)s") % {"reason": exc.message}
-        if not upcoming:
-            return gettext("None: the schedule has no occurrence left.")
-        items = format_html_join(
-            "", "<li>{}</li>", ((_occurrence_line(task, u),) for u in upcoming)
-        )
-        note = ""
-        if task.status == ScheduledTask.Status.PAUSED:
-            note = gettext("The task is paused: none of these is sent until it is resumed.")
-        elif task.status == ScheduledTask.Status.ERROR:
-            note = gettext("The task is in error: none of these is sent until it is resumed.")
-        return format_html(
-            '{}<ol class="reminders-upcoming">{}</ol>{}',
-            gettext("In %(zone)s:") % {"zone": task.timezone},
-            items,
-            note,
-        )
+        return admin_display.upcoming(task, timezone.now()) if task.pk else "-"
 
     @admin.display(description=_("last runs"))
     def recent_runs(self, task: ScheduledTask) -> str:
-        """The task's last ``RECENT_RUNS`` runs due by now, newest first, each linking to
-        its page (runs planned ahead are under "next occurrences")."""
-        if task.pk is None:
-            return "-"
-        runs = task.runs.filter(due_at__lte=timezone.now()).order_by("-due_at", "-pk")[:RECENT_RUNS]
-        rows = format_html_join("", "<tr>{}</tr>", ((_run_row(task, run),) for run in runs))
-        if not rows:
-            return gettext("None yet.")
-        head = format_html_join(
-            "",
-            "<th>{}</th>",
-            (
-                (label,)
-                for label in (
-                    gettext("occurrence"),
-                    gettext("due"),
-                    gettext("status"),
-                    gettext("attempts"),
-                    gettext("error code"),
-                    gettext("error"),
-                    gettext("finished"),
-                )
-            ),
-        )
-        return format_html(
-            '<table class="reminders-recent-runs"><thead><tr>{}</tr></thead>'
-            "<tbody>{}</tbody></table>",
-            head,
-            rows,
-        )
+        return admin_display.recent_runs(task, timezone.now()) if task.pk else "-"
 
     def get_fieldsets(self, request: HttpRequest, obj: ScheduledTask | None = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
@@ -437,125 +339,11 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
             ) % {"reason": task.error_message}
         return ""
 
-    # Run now ---------------------------------------------------------------------------
+    # Actions ---------------------------------------------------------------------------
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
         """Pausing and resuming, apart from editing the task."""
         return request.user.has_perm("reminders.pause_scheduledtask")
-
-    def has_run_now_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("reminders.run_now_scheduledtask")
-
-    def get_urls(self) -> list[URLPattern]:
-        run_now = path(
-            "<path:object_id>/run-now/",
-            self.admin_site.admin_view(self.run_now_view),
-            name="reminders_scheduledtask_run_now",
-        )
-        return [run_now, *super().get_urls()]
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        extra = dict(extra_context or {})
-        if self.has_run_now_permission(request):
-            extra["run_now_url"] = reverse(
-                "admin:reminders_scheduledtask_run_now", args=[object_id]
-            )
-        return super().change_view(request, object_id, form_url, extra)
-
-    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The "Run now" button's confirmation page, and its POST."""
-        if not self.has_run_now_permission(request):
-            raise PermissionDenied
-        task = self.get_object(request, unquote(object_id))
-        if task is None:
-            raise Http404
-        back = reverse("admin:reminders_scheduledtask_change", args=[task.pk])
-        if admin_confirm.confirmed(request):
-            self._run_now(request, ScheduledTask.objects.filter(pk=task.pk))
-            return HttpResponseRedirect(back)
-        return self._run_now_page(request, ScheduledTask.objects.filter(pk=task.pk), back=back)
-
-    @admin.action(permissions=["run_now"], description=_("Run selected tasks now"))
-    def run_now_tasks(
-        self, request: HttpRequest, queryset: QuerySet[ScheduledTask]
-    ) -> HttpResponse | None:
-        if admin_confirm.confirmed(request):
-            self._run_now(request, queryset)
-            return None
-        return self._run_now_page(request, queryset, action="run_now_tasks")
-
-    def _run_now_page(
-        self,
-        request: HttpRequest,
-        queryset: QuerySet[ScheduledTask],
-        *,
-        action: str = "",
-        back: str = "",
-    ) -> HttpResponse:
-        now = timezone.now()
-        plan = Plan.sort(queryset, lambda task: task.run_now_refusal(now))
-        count = len(plan.apply)
-        will = ngettext(
-            "%(count)d task will get a run due now, sent within seconds, besides its "
-            "schedule: its message as the task says it now, stamped with this moment. A "
-            "second request in the same minute, or before that run has finished, sends "
-            "nothing more.",
-            "%(count)d tasks will get a run due now, sent within seconds, besides their "
-            "schedule: each its message as the task says it now, stamped with this moment. "
-            "A second request in the same minute, or before that run has finished, sends "
-            "nothing more.",
-            count,
-        ) % {"count": count}
-        return admin_confirm.page(
-            self,
-            request,
-            title=gettext("Run now"),
-            will=will,
-            plan=plan,
-            noun=TASK_NOUN,
-            selected=queryset,
-            action=action,
-            back_url=back,
-        )
-
-    def _run_now(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
-        now = timezone.now()
-        plan: Plan[ScheduledTask] = Plan()
-        made = earlier = 0
-        for task in queryset:
-            try:
-                _run, created = task.run_now(now, by=request.user.get_username())
-            except ActionRefused as exc:
-                plan.leave([task], exc.message)
-                continue
-            plan.apply.append(task)
-            made += created
-            earlier += not created
-        done = ngettext(
-            "%(count)d task has a run due now.", "%(count)d tasks have a run due now.", made
-        ) % {"count": made}
-        admin_confirm.report(self, request, done, made, plan, TASK_NOUN)
-        if earlier:
-            self.message_user(
-                request,
-                ngettext(
-                    "%(count)d task already had a run requested this minute, or one not "
-                    "finished yet: nothing more is sent.",
-                    "%(count)d tasks already had a run requested this minute, or one not "
-                    "finished yet: nothing more is sent.",
-                    earlier,
-                )
-                % {"count": earlier},
-                messages.WARNING,
-            )
-
-    # Actions ---------------------------------------------------------------------------
 
     @admin.action(permissions=["pause"], description=_("Pause selected tasks"))
     def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
