@@ -8,4 +8,13 @@ class OpsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.apps import apps
+        from django.db.models.signals import post_migrate
+
         from . import checks, receivers  # noqa: F401 - registers checks and receivers
+
+        # The ops staff's groups follow every migrate (ops.roles), where there are groups.
+        if apps.is_installed("django.contrib.auth"):
+            from .roles import sync_after_migrate
+
+            post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="ops.roles")

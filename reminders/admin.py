@@ -9,10 +9,24 @@ shown, never edited (only the API sets it): a link to its admin page where the s
 registers its model, else its name; the changelist fetches the objects of a page with
 one query per model (``reminders.about.prefetch``), and an object deleted since, or a
 model no longer installed, is said so rather than failing the page.
+
+Permissions are checked on the server, for every action and view, whatever the page
+showed: pausing and resuming need ``pause_scheduledtask``, running now
+``run_now_scheduledtask``, cancelling and editing ``change_scheduledtask``; retrying a
+run ``retry_taskrun`` and marking it handled ``mark_handled_taskrun``. Run now, retry
+and mark handled show a confirmation page first (``reminders.admin_confirm``) saying
+what will happen to how many, and what will be left and why.
+
+A task's change form shows its schedule in words (``reminders.cron_text``), its next
+occurrences as the scheduler will plan them and its last runs (``reminders.admin_display``),
+as read-only fields: not an inline formset, so that saving a task never depends on its
+history. Run now is ``reminders.admin_run_now``; the run history's filters and "failed
+today" are ``reminders.admin_filters``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date, datetime, time, timedelta
 from typing import Any, cast
 
@@ -22,20 +36,33 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import NoReverseMatch, reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import about, calendars, kinds, timing, validation
+from . import about, admin_confirm, admin_display, calendars, cron_text, kinds, timing, validation
+from .admin_confirm import Plan
+from .admin_display import ERROR_CHARS
+from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter
+from .admin_run_now import RunNowMixin
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
-from .models import Priority, ScheduledTask, SendLog, TaskRun
+from .models import (
+    NOT_ENDED_UNSENT,
+    FailedToday,
+    Priority,
+    Refusal,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
@@ -194,10 +221,15 @@ STATE_FIELDS = (
     "created_at",
     "updated_at",
 )
+# Shown on a saved task's change form: its schedule in words and what comes next.
+PREVIEW_FIELDS = ("schedule_in_words", "upcoming")
+RUN_NOUN = (_("run"), _("runs"))
+# A row that changed between the confirmation page and its POST.
+NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(admin.ModelAdmin):
+class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     form = ScheduledTaskForm
     list_display = (
         "kind",
@@ -214,8 +246,8 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
     list_filter = ("kind", "status", "priority", "channel")
     search_fields = ("recipient", "key")
     ordering = (F("next_run").asc(nulls_last=True), "pk")
-    actions = ("pause_tasks", "resume_tasks", "cancel_tasks")
-    readonly_fields = ("about_link", *STATE_FIELDS)
+    actions = ("pause_tasks", "resume_tasks", "cancel_tasks", "run_now_tasks")
+    readonly_fields = ("about_link", *STATE_FIELDS, *PREVIEW_FIELDS, "recent_runs")
     fieldsets = (
         (
             None,
@@ -244,13 +276,19 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
                 ),
             },
         ),
+        (_("Upcoming"), {"fields": PREVIEW_FIELDS}),
         (_("State"), {"fields": STATE_FIELDS}),
+        (_("Recent runs"), {"fields": ("recent_runs",)}),
     )
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
         if task.run_at is not None:
             return f"{_wall_clock(task.run_at, task.timezone):%Y-%m-%d %H:%M}"
+        if task.cron:
+            return format_html(
+                '<span title="{}">{}</span>', task.cron, cron_text.describe(task.cron)
+            )
         return task.schedule_display
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
@@ -285,6 +323,32 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
                 return str(obj)
             return format_html('<a href="{}">{}</a>', url, obj)
         return str(obj)
+
+    @admin.display(description=_("in words"))
+    def schedule_in_words(self, task: ScheduledTask) -> str:
+        if task.cron:
+            return cron_text.describe(task.cron)
+        return gettext("Once, at %(when)s (%(zone)s)") % {
+            "when": self.schedule(task),
+            "zone": task.timezone,
+        }
+
+    @admin.display(description=_("next occurrences"))
+    def upcoming(self, task: ScheduledTask) -> str:
+        return admin_display.upcoming(task, timezone.now()) if task.pk else "-"
+
+    @admin.display(description=_("last runs"))
+    def recent_runs(self, task: ScheduledTask) -> str:
+        return admin_display.recent_runs(task, timezone.now()) if task.pk else "-"
+
+    def get_fieldsets(self, request: HttpRequest, obj: ScheduledTask | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:  # nothing to preview or list before it is saved
+            saved_only = {"schedule_in_words", "recent_runs"}
+            return [
+                (name, opts) for name, opts in fieldsets if not saved_only & set(opts["fields"])
+            ]
+        return fieldsets
 
     @admin.display(description=_("runs"))
     def runs_link(self, task: ScheduledTask) -> str:
@@ -338,13 +402,17 @@ class ScheduledTaskAdmin(admin.ModelAdmin):
 
     # Actions ---------------------------------------------------------------------------
 
-    @admin.action(permissions=["change"], description=_("Pause selected tasks"))
+    def has_pause_permission(self, request: HttpRequest) -> bool:
+        """Pausing and resuming, apart from editing the task."""
+        return request.user.has_perm("reminders.pause_scheduledtask")
+
+    @admin.action(permissions=["pause"], description=_("Pause selected tasks"))
     def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         done = sum(task.pause() for task in queryset.filter(status=ScheduledTask.Status.ACTIVE))
         message = ngettext("%(count)d task paused.", "%(count)d tasks paused.", done)
         self._report(request, message % {"count": done}, done, queryset, gettext("not active"))
 
-    @admin.action(permissions=["change"], description=_("Resume selected tasks"))
+    @admin.action(permissions=["pause"], description=_("Resume selected tasks"))
     def resume_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
         now = timezone.now()
         done = refused = 0
@@ -435,15 +503,25 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "status",
         "attempts",
         "error_code",
+        "error",
         "finished_at",
         "lateness",
         "is_compensation",
+        "handled",
     )
-    list_filter = ("status", "is_compensation", "run_date", "task__kind")
+    list_filter = (
+        DueDayFilter,
+        "status",
+        ("task__kind", admin.AllValuesFieldListFilter),
+        ("task__channel", admin.AllValuesFieldListFilter),
+        "is_compensation",
+        "is_manual",
+        HandledFilter,
+    )
     list_select_related = ("task",)
     search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
     ordering = ("-due_at", "-pk")
-    actions = ("retry_runs",)
+    actions = ("retry_runs", "mark_handled")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
         # Annotated so that the lateness column sorts in the database.
@@ -464,50 +542,154 @@ class TaskRunAdmin(ReadOnlyAdmin):
             return "-"
         return str(timedelta(seconds=round(late.total_seconds())))
 
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        # Retrying is a state change, granted with the model's change permission even
-        # though the history itself cannot be edited in a form.
-        return request.user.has_perm("reminders.change_taskrun")
+    @admin.display(description=_("error"))
+    def error(self, run: TaskRun) -> str:
+        """The error message, cut to fit a row; the whole of it on hover and on the run's
+        page."""
+        if not run.error_message:
+            return "-"
+        short = Truncator(run.error_message).chars(ERROR_CHARS)
+        return format_html('<span title="{}">{}</span>', run.error_message, short)
 
-    @admin.action(permissions=["retry"], description=_("Retry selected failed runs now"))
-    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> None:
-        ended = queryset.filter(status__in=(TaskRun.Status.FAILED, TaskRun.Status.UNKNOWN))
-        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
-        done = sum(run.retry_now() for run in ended.exclude(cancelled))
-        refused = ended.filter(cancelled).count()
-        self.message_user(
-            request,
-            ngettext(
-                "%(count)d run put back in line for an immediate attempt.",
-                "%(count)d runs put back in line for an immediate attempt.",
-                done,
-            )
-            % {"count": done},
-            messages.SUCCESS if done else messages.WARNING,
-        )
-        if refused:
-            self.message_user(
+    @admin.display(description=_("handled"), ordering="handled_at")
+    def handled(self, run: TaskRun) -> str:
+        if run.handled_at is None:
+            return "-"
+        when = timezone.localtime(run.handled_at)
+        return f"{run.handled_by}, {when:%Y-%m-%d %H:%M}"
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        # A state change of its own, though the history cannot be edited in a form.
+        return request.user.has_perm("reminders.retry_taskrun")
+
+    def has_mark_handled_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reminders.mark_handled_taskrun")
+
+    @admin.action(permissions=["retry"], description=_("Retry selected runs now"))
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> HttpResponse | None:
+        """Failed, unknown and expired runs back in line for an immediate attempt, but
+        never past their deadline (``TaskRun.retry_refusal``)."""
+        now = timezone.now()
+        plan = self._plan(queryset, lambda run: run.retry_refusal(now))
+        if not admin_confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and its deadline kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                "%(count)d runs will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and their deadlines kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                count,
+            ) % {"count": count}
+            return admin_confirm.page(
+                self,
                 request,
-                ngettext(
-                    "%(count)d selected run not retried: its task is cancelled.",
-                    "%(count)d selected runs not retried: their tasks are cancelled.",
-                    refused,
-                )
-                % {"count": refused},
-                messages.WARNING,
+                title=gettext("Retry runs"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="retry_runs",
             )
-        skipped = queryset.count() - done - refused
-        if skipped:
-            self.message_user(
+        done = 0
+        for run in plan.apply:
+            if run.retry_now(now):
+                done += 1
+            else:  # it changed since it was read: say why now
+                plan.leave([run], (run.retry_refusal(now) or NOT_CHANGED).message)
+        message = ngettext(
+            "%(count)d run put back in line for an immediate attempt.",
+            "%(count)d runs put back in line for an immediate attempt.",
+            done,
+        ) % {"count": done}
+        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @admin.action(permissions=["mark_handled"], description=_("Mark selected runs handled"))
+    def mark_handled(
+        self, request: HttpRequest, queryset: QuerySet[TaskRun]
+    ) -> HttpResponse | None:
+        """Record who looked after runs that ended unsent, and when."""
+        plan = self._plan(queryset, lambda run: run.handle_refusal())
+        if not admin_confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be marked handled by you, now. It stays as it is "
+                'otherwise, and drops out of "failed today".',
+                "%(count)d runs will be marked handled by you, now. They stay as they are "
+                'otherwise, and drop out of "failed today".',
+                count,
+            ) % {"count": count}
+            return admin_confirm.page(
+                self,
                 request,
-                ngettext(
-                    "%(count)d selected run left as it was (not failed or unknown).",
-                    "%(count)d selected runs left as they were (not failed or unknown).",
-                    skipped,
-                )
-                % {"count": skipped},
-                messages.WARNING,
+                title=gettext("Mark runs handled"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="mark_handled",
             )
+        by, now = request.user.get_username(), timezone.now()
+        selected = TaskRun.objects.filter(pk__in=[run.pk for run in plan.apply])
+        done = selected.mark_handled(by, now)
+        if done < len(plan.apply):  # some changed since they were read
+            marked = set(
+                selected.filter(handled_at=now, handled_by=by).values_list("pk", flat=True)
+            )
+            plan.leave([run for run in plan.apply if run.pk not in marked], NOT_CHANGED.message)
+        message = ngettext(
+            "%(count)d run marked handled.", "%(count)d runs marked handled.", done
+        ) % {"count": done}
+        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @staticmethod
+    def _plan(
+        queryset: QuerySet[TaskRun], refusal: Callable[[TaskRun], Refusal | None]
+    ) -> Plan[TaskRun]:
+        """Runs that ended unsent sorted by ``refusal``; the others left as such."""
+        unsent = Q(status__in=TaskRun.UNSENT_ENDS)
+        plan = Plan.sort(queryset.filter(unsent).select_related("task"), refusal)
+        plan.leave(queryset.exclude(unsent), NOT_ENDED_UNSENT.message)
+        return plan
+
+
+@admin.register(FailedToday)
+class FailedTodayAdmin(admin.ModelAdmin):
+    """The "Failed today" entry of the app list: a link to the runs' changelist filtered
+    to the failed runs due today that nobody has handled (``admin_filters``). Seen by
+    whoever may see runs; it has no rows or permissions of its own."""
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name="reminders_failedtoday_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        runs = reverse("admin:reminders_taskrun_changelist", current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{runs}?{FAILED_TODAY}")
+
+    def has_view_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return request.user.has_perm("reminders.view_taskrun")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
 
 
 @admin.register(SendLog)

@@ -29,7 +29,8 @@ truth:
 * A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
   the run of a re-planned occurrence; one that did makes that run a ``skipped``
   duplicate. A task that fires at most once a day never sends twice on one local day,
-  whatever its keys (a schedule changed from twice a day to daily).
+  whatever its keys (a schedule changed from twice a day to daily); a run made on
+  request (run now) is an extra message, outside that rule.
 * A run is never sent after its deadline (its kind's ``send_by`` and lateness): a key
   never tried or ``failed`` is left as it is and the run ends ``expired``, as does a run
   whose next retry would come too late. A key in doubt is decided as above, never
@@ -400,10 +401,11 @@ class Others:
         ours = {run.pk for run in runs}
         held = {row.run_id for row in ledger.values() if row.run_id not in ours}
         holders = TaskRun.objects.in_bulk([pk for pk in held if pk is not None])
+        # A run made on request is an extra message: outside the day's rule both ways.
         days = {
             run.pk: timing.local_day(run.occurrence, run.task.timezone)
             for run in runs
-            if run.task.keyed_by_day
+            if run.task.keyed_by_day and not run.is_manual
         }
         same_day: list[TaskRun] = []
         if days:
@@ -418,6 +420,7 @@ class Others:
                     status__in=(TaskRun.Status.SENT, TaskRun.Status.UNKNOWN, TaskRun.Status.RUNNING)
                 )
                 .exclude(pk__in=ours)
+                .exclude(is_manual=True)
             )
         return cls(holders, same_day, days)
 

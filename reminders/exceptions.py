@@ -80,6 +80,16 @@ def _message_dict(error: ValidationError) -> dict[str, list[str]]:
     return {"__all__": error.messages}
 
 
+class ActionRefused(RemindersError):
+    """An operator's action that does not apply to its object (running a paused task
+    now); ``code`` and ``message`` say why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class SendError(RemindersError):
     """A sender could not deliver a message.
 

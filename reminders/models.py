@@ -32,6 +32,30 @@ missed occurrence (one run per task and occurrence), one ledger row per make-up 
 and a make-up is never made up again. A make-up never replaces the day's own message:
 it is a message of its own, under a key of its own, and the missed occurrence's key and
 run are left as they were.
+
+Operators act through methods here too (the admin's actions call them, and only them):
+
+* ``ScheduledTask.run_now`` makes a one-off run due now (``is_manual``): an extra
+  message on request, not an occurrence of the schedule. Its occurrence is the request's
+  second, or the next one no other run of the task stamps (never :00, which a cron
+  occurrence's stamp reads as), so its stamp differs from every other run's and the
+  provider's duplicate check does not drop it; its ledger key is
+  ``<task>:now:<UTC minute>``. The rule: one run-now per task and minute. A second
+  request in the same minute, or while the task's earlier run-now has not finished,
+  returns that run and creates nothing; two requests racing in one minute may create
+  two runs, but they share the key, and the ledger sends one message. It ignores the
+  working-day calendar (someone asked for it) and is outside the rule of one message a
+  day (it neither blocks nor is blocked by the day's scheduled message), is never made
+  up and never skipped as missed; its kind's deadline holds: a birthday is not run now
+  after 12:00 (refused), a follow-up's must go within its lateness.
+* ``TaskRun.retry_now`` puts a run back in line, but never past its deadline: an
+  ``expired`` run is retried only while its deadline is still ahead (a failure whose
+  retry would have come too late expires a run early), and keeps that deadline; a run
+  whose deadline passed is refused, whatever its status, since the tick would only
+  expire it again. A run that a make-up run covers is refused too (retry the make-up).
+* ``TaskRun.mark_handled`` records who (a username, not a user: deleting users never
+  touches history) looked after a run that ended unsent, and when. A retry clears it:
+  a run that fails again needs someone again.
 """
 
 from __future__ import annotations
@@ -39,25 +63,30 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
 from django.contrib.contenttypes.fields import GenericForeignKey
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
-from django.db import connection, models, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import calendars, kinds, recipients, signals, timing, wake
 from .conf import settings as conf
-from .exceptions import UnknownKind, UnplannableTask
+from .exceptions import ActionRefused, UnknownKind, UnplannableTask
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrPromise
 
 logger = logging.getLogger(__name__)
 
 # The longest primary key, as text, of an object a task may be about: an integer, a
 # UUID (36 characters) and most text keys fit.
 OBJECT_ID_MAX_LENGTH = 64
+
+_Planned = TypeVar("_Planned")
 
 
 def _max_length(choices: type[models.TextChoices]) -> int:
@@ -169,6 +198,30 @@ LOST_STATUSES = ("failed", "expired")
 # missed occurrence's. Its ledger key is the missed occurrence's plus the suffix.
 MAKEUP_OFFSET = timedelta(microseconds=1)
 MAKEUP_SUFFIX = ":makeup"
+
+
+# The ledger key of a run made on request (``ScheduledTask.run_now``): one per task and
+# minute.
+RUN_NOW_KEY = "{task}:now:{minute:%Y-%m-%dT%H:%MZ}"
+
+
+class Refusal(NamedTuple):
+    """Why an operator's action leaves a task or a run as it is: a stable code and what
+    the admin says (in the active language)."""
+
+    code: str
+    message: str | _StrPromise
+
+
+TASK_PAUSED = Refusal("paused", _("the task is paused: resume it first"))
+TASK_CANCELLED = Refusal("cancelled", _("its task is cancelled"))
+TASK_IN_ERROR = Refusal("error", _("the task cannot be planned: fix it and resume it first"))
+DEADLINE_PASSED = Refusal(
+    "deadline", _("its deadline has passed: a message is never sent after it")
+)
+NOT_ENDED_UNSENT = Refusal("status", _("not failed, unknown or expired"))
+MADE_UP = Refusal("made_up", _("a make-up run covers it: retry that one instead"))
+ALREADY_HANDLED = Refusal("handled", _("already handled"))
 
 
 # Runs one task may have planned ahead in one call of ``runs_planned``.
@@ -318,6 +371,10 @@ class ScheduledTask(models.Model):
             # ``api.cancel_for(obj)``: the tasks about one object.
             models.Index(fields=["content_type", "object_id"], name="reminders_task_about_idx"),
         ]
+        permissions = [
+            ("pause_scheduledtask", "Can pause and resume scheduled tasks"),
+            ("run_now_scheduledtask", "Can run scheduled tasks now"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} → {self.recipient} ({self.schedule_display})"
@@ -463,7 +520,7 @@ class ScheduledTask(models.Model):
 
         return self._planning(plan)
 
-    def _planning(self, plan: Callable[[], list[TaskRun]]) -> list[TaskRun]:
+    def _planning(self, plan: Callable[[], _Planned]) -> _Planned:
         """``plan()`` once the task is known to be plannable (checked once per call, not
         per occurrence); anything it raises is ``UnplannableTask``."""
         try:
@@ -549,14 +606,15 @@ class ScheduledTask(models.Model):
         """Occurrences in [``since``, ``before``) that no message went out for and no
         make-up covers yet (none under their key): their run ended for good without
         sending (``failed``, ``expired``: by status name) or was skipped as missed
-        (downtime, a pause, an error). A make-up run's own failure is not made up again."""
+        (downtime, a pause, an error). A make-up run's own failure is not made up again,
+        nor a run made on request's: it is no occurrence."""
         if self.pk is None:
             return []
         lost = Q(status__in=LOST_STATUSES) | Q(
             status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES
         )
         rows = (
-            self.runs.filter(occurrence__gte=since, occurrence__lt=before)
+            self.runs.filter(occurrence__gte=since, occurrence__lt=before, is_manual=False)
             .filter(Q(is_compensation=True) | lost)
             .values_list("occurrence", "is_compensation", "ledger_key")
         )
@@ -616,14 +674,19 @@ class ScheduledTask(models.Model):
         """The working-day calendar's name: the task's own, else its kind's ("": none)."""
         return kinds.policy(self.kind).calendar if self.calendar is None else self.calendar
 
+    def calendar_day_off(self, occurrence: datetime) -> calendars.DayOff | None:
+        """What the working-day calendar says of ``occurrence``'s local day (None: worked),
+        and nothing else: no one is told of a year it does not cover."""
+        return calendars.day_off(
+            self.calendar_in_force, timing.local_date(occurrence, self.timezone)
+        )
+
     def day_off(self, occurrence: datetime) -> SkipReason | None:
         """Why the calendar says ``occurrence``'s local day gets no message, if it does not:
         a rest day (``holiday``), or a year the calendar does not cover yet
         (``calendar_uncovered``: never a guess, and ops told through
         ``signals.calendar_uncovered`` once the transaction commits)."""
-        off = calendars.day_off(
-            self.calendar_in_force, timing.local_date(occurrence, self.timezone)
-        )
+        off = self.calendar_day_off(occurrence)
         if off is None:
             return None
         if off.code == calendars.UNCOVERED:
@@ -641,12 +704,7 @@ class ScheduledTask(models.Model):
         or for the day off the working-day calendar gives it (which ``skip`` yields to)."""
         skip = self.day_off(occurrence) or skip
         policy = kinds.policy(self.kind)
-        delay = timing.stagger(
-            recipient=self.recipient,
-            jitter_seconds=policy.jitter_seconds,
-            batches=policy.batches,
-            batch_interval_seconds=policy.batch_interval_seconds,
-        )
+        delay = self.stagger()
         run = TaskRun(
             task=self,
             occurrence=occurrence,
@@ -662,6 +720,37 @@ class ScheduledTask(models.Model):
             run.error_code, run.error_message = skip
             run.next_attempt_at = None
         return run
+
+    def stagger(self) -> timedelta:
+        """How long after each occurrence its run falls due (``timing.stagger``)."""
+        policy = kinds.policy(self.kind)
+        return timing.stagger(
+            recipient=self.recipient,
+            jitter_seconds=policy.jitter_seconds,
+            batches=policy.batches,
+            batch_interval_seconds=policy.batch_interval_seconds,
+        )
+
+    def upcoming(self, now: datetime, count: int = 5) -> list[Upcoming]:
+        """The schedule's next ``count`` occurrences after ``now`` as the scheduler will
+        plan them: ``occurrence_after``, the stagger ``new_run`` gives, and the calendar's
+        day off (a preview: it tells no one of an uncovered year). Whatever the status:
+        the caller says what a paused or ended task's are worth. Raises
+        ``UnplannableTask`` as planning does."""
+
+        def preview() -> list[Upcoming]:
+            found: list[Upcoming] = []
+            occurrence = self.occurrence_after(now)
+            while occurrence is not None and len(found) < count:
+                found.append(
+                    Upcoming(
+                        occurrence, occurrence + self.stagger(), self.calendar_day_off(occurrence)
+                    )
+                )
+                occurrence = self.occurrence_after(occurrence)
+            return found
+
+        return self._planning(preview)
 
     def new_makeup(self, missed: datetime, with_run: TaskRun) -> TaskRun:
         """The make-up run of the ``missed`` occurrence, unsaved: due with ``with_run``
@@ -760,6 +849,93 @@ class ScheduledTask(models.Model):
             self.save(update_fields=["status", "next_run", "updated_at"])
             return TaskRun.objects.filter(task=self).cancel_pending()
 
+    # Run now (see the module docstring) ----------------------------------------------
+
+    def run_now_refusal(self, now: datetime) -> Refusal | None:
+        """Why ``run_now`` at ``now`` would make no run, or None: a paused, cancelled
+        or errored task, or a kind whose deadline for a run made now has passed."""
+        if self.status == self.Status.PAUSED:
+            return TASK_PAUSED
+        if self.status == self.Status.CANCELLED:
+            return TASK_CANCELLED
+        if self.status == self.Status.ERROR:
+            return TASK_IN_ERROR
+        try:
+            deadline = self.new_manual_run(now).deadline
+        except (UnknownKind, timing.InvalidSchedule):
+            return TASK_IN_ERROR
+        if deadline is not None and deadline <= now:
+            return DEADLINE_PASSED
+        return None
+
+    def new_manual_run(self, now: datetime, by: str = "") -> TaskRun:
+        """The unsaved run ``run_now`` makes at ``now``, asked for by ``by``."""
+        occurrence = self._manual_occurrence(now)
+        return TaskRun(
+            task=self,
+            occurrence=occurrence,
+            run_date=timing.local_date(occurrence, self.timezone),
+            due_at=now,
+            next_attempt_at=now,
+            priority=self.priority_rank,
+            ledger_key=RUN_NOW_KEY.format(task=self.pk, minute=now.astimezone(timing.UTC)),
+            deadline=kinds.policy(self.kind).deadline(occurrence, now, self.timezone),
+            is_manual=True,
+            requested_by=by[:150],
+        )
+
+    def _manual_occurrence(self, now: datetime) -> datetime:
+        """``now``'s second, or the first after it that no run of the task (nor its
+        one-shot time) has in its stamp; never :00, which a stamp shows as the minute."""
+        second = now.replace(microsecond=0)
+        taken = {self.run_at} if self.run_at is not None else set()
+        if self.pk is not None:
+            nearby = self.runs.filter(occurrence__range=(second, second + timedelta(minutes=2)))
+            taken.update(nearby.values_list("occurrence", flat=True))
+        stamped = {moment.replace(microsecond=0) for moment in taken}
+        while second.second == 0 or second in stamped:
+            second += timedelta(seconds=1)
+        return second
+
+    def run_now(self, now: datetime | None = None, *, by: str = "") -> tuple[TaskRun, bool]:
+        """Make a one-off run of this task due now, asked for by ``by`` (a username),
+        and wake the schedulers once that commits; returns it and whether it is new.
+
+        One per task and minute: in the same minute, or while the task's earlier run-now
+        has not finished, that one is returned and nothing is made. Raises
+        ``ActionRefused`` with ``run_now_refusal``'s reason.
+        """
+        now = now or timezone.now()
+        refusal = self.run_now_refusal(now)
+        if refusal is not None:
+            raise ActionRefused(refusal.code, str(refusal.message))
+        run = self.new_manual_run(now, by)
+        with transaction.atomic():
+            earlier = (
+                self.runs.filter(is_manual=True)
+                .filter(Q(ledger_key=run.ledger_key) | Q(status__in=TaskRun.UNFINISHED))
+                .order_by("pk")
+                .first()
+            )
+            if earlier is not None:
+                return earlier, False
+            try:
+                with transaction.atomic():
+                    run.save()
+            except IntegrityError:  # the same second, asked for beside this request
+                return self.runs.get(occurrence=run.occurrence), False
+        wake.notify()
+        return run, True
+
+
+class Upcoming(NamedTuple):
+    """One occurrence ahead (``ScheduledTask.upcoming``): when, when its run falls due,
+    and the calendar's day off that will skip it (None: it will be sent)."""
+
+    occurrence: datetime
+    due_at: datetime
+    day_off: calendars.DayOff | None
+
 
 # What a re-planned occurrence takes from its new run when its cancelled run is revived.
 REPLANNED_FIELDS = [
@@ -832,9 +1008,10 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
     ) -> int:
         """Record the waiting runs due by ``now`` as skipped for ``skip``, but the latest
         occurrence when it is at or after ``keep_latest_since`` (None: none is left);
-        returns how many were skipped. Make-up runs are left to run."""
+        returns how many were skipped. Make-up runs and runs made on request are left
+        to run (their deadline decides)."""
         due = self.filter(status__in=TaskRun.WAITING, next_attempt_at__lte=now).exclude(
-            is_compensation=True
+            Q(is_compensation=True) | Q(is_manual=True)
         )
         latest = due.order_by("-occurrence").values_list("occurrence", flat=True).first()
         if latest is None:
@@ -863,6 +1040,13 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
 
     def failed(self) -> RunQuerySet:
         return self.filter(status=TaskRun.Status.FAILED)
+
+    def mark_handled(self, by: str, now: datetime) -> int:
+        """Record that ``by`` (a username) looked after these runs at ``now``: those that
+        ended unsent and nobody handled yet; returns how many."""
+        return self.filter(status__in=TaskRun.UNSENT_ENDS, handled_at__isnull=True).update(
+            handled_at=now, handled_by=by[:150]
+        )
 
     def overdue(self, now: datetime) -> RunQuerySet:
         """Waiting runs past their deadline that no worker may have sent: none whose own
@@ -960,7 +1144,10 @@ class TaskRun(models.Model):
         Status.UNKNOWN,
         Status.EXPIRED,
     )
-    RETRYABLE = (*WAITING, Status.FAILED, Status.UNKNOWN)
+    UNFINISHED = (*WAITING, *LEASED)
+    # Ended without a delivery: what ops look after (``mark_handled``) or retry.
+    UNSENT_ENDS = (Status.FAILED, Status.UNKNOWN, Status.EXPIRED)
+    RETRYABLE = (*WAITING, *UNSENT_ENDS)
 
     task = models.ForeignKey(
         ScheduledTask, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
@@ -994,6 +1181,19 @@ class TaskRun(models.Model):
     error_code = models.CharField(_("error code"), max_length=64, blank=True)
     error_message = models.TextField(_("error"), blank=True)
     is_compensation = models.BooleanField(_("make-up run"), default=False)
+    is_manual = models.BooleanField(
+        _("run now"), default=False, help_text=_("Made on request, not by the schedule.")
+    )
+    requested_by = models.CharField(
+        _("requested by"), max_length=150, blank=True, help_text=_("Who asked to run it now.")
+    )
+    handled_at = models.DateTimeField(_("handled"), null=True, blank=True)
+    handled_by = models.CharField(
+        _("handled by"),
+        max_length=150,
+        blank=True,
+        help_text=_("The username of who marked it handled (kept if the user is deleted)."),
+    )
     deadline = models.DateTimeField(
         _("deadline"),
         null=True,
@@ -1054,6 +1254,10 @@ class TaskRun(models.Model):
                 name="reminders_run_stuck_idx",
                 condition=Q(status="running", stuck_reported_at__isnull=True),
             ),
+        ]
+        permissions = [
+            ("retry_taskrun", "Can retry runs"),
+            ("mark_handled_taskrun", "Can mark runs handled"),
         ]
 
     def __str__(self) -> str:
@@ -1143,25 +1347,56 @@ class TaskRun(models.Model):
             return None
         return self.finished_at - self.due_at
 
-    def retry_now(self) -> bool:
-        """Put a finished-but-unsent or waiting run back in line for an immediate attempt,
-        with a fresh set of retries; never a run of a cancelled task (False then).
+    def retry_refusal(self, now: datetime) -> Refusal | None:
+        """Why ``retry_now`` at ``now`` would leave this run as it is, or None: not
+        waiting nor ended unsent, its task cancelled, its deadline passed, or a make-up
+        run that covers it (waiting, sent or in doubt)."""
+        if self.status not in self.RETRYABLE:
+            return NOT_ENDED_UNSENT
+        if self.task.status == ScheduledTask.Status.CANCELLED:
+            return TASK_CANCELLED
+        if self.deadline is not None and self.deadline <= now:
+            return DEADLINE_PASSED
+        if not self.is_compensation and self.covering_makeup() is not None:
+            return MADE_UP
+        return None
+
+    def covering_makeup(self) -> TaskRun | None:
+        """The make-up run of this run's key that may still send, or did."""
+        return (
+            TaskRun.objects.filter(
+                task_id=self.task_id,
+                is_compensation=True,
+                ledger_key=f"{self.ledger_key}{MAKEUP_SUFFIX}",
+            )
+            .exclude(status__in=(*LOST_STATUSES, self.Status.SKIPPED, self.Status.CANCELLED))
+            .first()
+        )
+
+    def retry_now(self, now: datetime | None = None) -> bool:
+        """Put a waiting or ended-unsent run back in line for an immediate attempt, with
+        a fresh set of retries and its deadline kept; False (nothing changed) for what
+        ``retry_refusal`` refuses. A handled run is no longer handled.
 
         For an ``unknown`` run this is the operator's word that the message did not
         arrive: its ledger row becomes ``failed`` so that the message is sent again. The
         schedulers are woken once this commits.
         """
-        if self.status not in self.RETRYABLE:
+        now = now or timezone.now()
+        if self.retry_refusal(now) is not None:
             return False
         with transaction.atomic():
             updated = (
                 TaskRun.objects.filter(pk=self.pk, status=self.status)
+                .filter(Q(deadline__isnull=True) | Q(deadline__gt=now))
                 .exclude(task__status=ScheduledTask.Status.CANCELLED)
                 .update(
                     status=self.Status.RETRYING,
                     attempts=0,
-                    next_attempt_at=timezone.now(),
+                    next_attempt_at=now,
                     finished_at=None,
+                    handled_at=None,
+                    handled_by="",
                 )
             )
             if updated and self.status == self.Status.UNKNOWN:
@@ -1174,6 +1409,33 @@ class TaskRun(models.Model):
             self.refresh_from_db()
             wake.notify()
         return bool(updated)
+
+    def handle_refusal(self) -> Refusal | None:
+        """Why ``mark_handled`` would leave this run as it is, or None."""
+        if self.status not in self.UNSENT_ENDS:
+            return NOT_ENDED_UNSENT
+        if self.handled_at is not None:
+            return ALREADY_HANDLED
+        return None
+
+    def mark_handled(self, by: str, now: datetime | None = None) -> bool:
+        """Record that ``by`` looked after this run, if it ended unsent and nobody did
+        yet (``RunQuerySet.mark_handled``)."""
+        done = TaskRun.objects.filter(pk=self.pk).mark_handled(by, now or timezone.now())
+        if done:
+            self.refresh_from_db(fields=["handled_at", "handled_by"])
+        return bool(done)
+
+
+class FailedToday(TaskRun):
+    """No table, no permissions of its own: the admin's "Failed today" entry in the app
+    list, which opens the runs due today that failed and nobody has handled yet."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = _("run failed today")
+        verbose_name_plural = _("failed today")
 
 
 class SendLog(models.Model):

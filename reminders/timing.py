@@ -110,11 +110,13 @@ def local_date(moment: datetime, tz_name: str) -> date:
 def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
     """The local day around ``moment`` in ``tz_name``: its first instant and the next
     day's, both aware. A midnight skipped by a DST change starts the day after the gap."""
-    tz = zone(tz_name)
-    day = moment.astimezone(tz).date()
-    start = localize(datetime.combine(day, datetime.min.time()), tz)
-    end = localize(datetime.combine(day + timedelta(days=1), datetime.min.time()), tz)
-    return start, end
+    day = local_date(moment, tz_name)
+    return day_start(day, tz_name), day_start(day + timedelta(days=1), tz_name)
+
+
+def day_start(day: date, tz_name: str) -> datetime:
+    """The first instant of the local ``day`` in ``tz_name``, aware (see ``local_day``)."""
+    return localize(datetime.combine(day, datetime.min.time()), zone(tz_name))
 
 
 def local_time_on_day(moment: datetime, tz_name: str, clock: str) -> datetime:

@@ -21,10 +21,11 @@ ACTION_URL = {
 
 
 def act(client, model: str, action: str, objs) -> list[str]:
-    """Post a changelist action on ``objs``; returns the messages the admin reported."""
+    """Post a changelist action on ``objs``, confirmed if it asks (``post=yes``, as its
+    confirmation page posts); returns the messages the admin reported."""
     response = client.post(
         reverse(ACTION_URL[model]),
-        {"action": action, "_selected_action": [obj.pk for obj in objs]},
+        {"action": action, "_selected_action": [obj.pk for obj in objs], "post": "yes"},
     )
     assert response.status_code == 302, response.content[:2000]
     return [str(m) for m in get_messages(response.wsgi_request)]
@@ -461,9 +462,9 @@ def test_cancel_action__cancels_live_tasks_and_their_pending_runs(
     ]
 
 
-def test_task_actions__need_the_change_permission(staff_client, make_task):
+def test_pause_action__needs_the_pause_permission_not_the_change_one(staff_client, make_task):
     task = make_task(cron="0 9 * * *")
-    client = staff_client("view_scheduledtask")
+    client = staff_client("view_scheduledtask", "change_scheduledtask")
     page = client.get(reverse(ACTION_URL["task"]))
     assert b"pause_tasks" not in page.content
     response = client.post(
@@ -490,7 +491,7 @@ def test_retry_action__requeues_only_failed_and_unknown_runs(admin_client, make_
     assert after["failed"].next_attempt_at >= before
     assert reported == [
         "2 runs put back in line for an immediate attempt.",
-        "2 selected runs left as they were (not failed or unknown).",
+        "2 selected runs left as they were: not failed, unknown or expired.",
     ]
 
 
@@ -522,11 +523,14 @@ def test_retry_action__a_run_that_used_up_its_retries_is_sent_on_the_next_tick(
     assert [m.recipient for m in outbox] == ["alice"]
 
 
-def test_retry_action__needs_the_change_permission(staff_client, make_run):
+def test_retry_action__needs_the_retry_permission_not_the_change_one(staff_client, make_run):
     run = make_run("failed")
-    client = staff_client("view_taskrun")
+    client = staff_client("view_taskrun", "change_taskrun")
     assert b"retry_runs" not in client.get(reverse(ACTION_URL["run"])).content
-    client.post(reverse(ACTION_URL["run"]), {"action": "retry_runs", "_selected_action": [run.pk]})
+    client.post(
+        reverse(ACTION_URL["run"]),
+        {"action": "retry_runs", "_selected_action": [run.pk], "post": "yes"},
+    )
     assert TaskRun.objects.get(pk=run.pk).status == "failed"
 
 
@@ -538,7 +542,7 @@ def test_retry_action__refuses_runs_of_cancelled_tasks_and_says_so(admin_client,
     assert statuses == {live.pk: "retrying", orphan.pk: "failed"}
     assert reported == [
         "1 run put back in line for an immediate attempt.",
-        "1 selected run not retried: its task is cancelled.",
+        "1 selected run left as it was: its task is cancelled.",
     ]
 
 

@@ -43,7 +43,7 @@ def test_admin__changelists_of_tasks_and_runs_are_in_chinese_by_the_language_cod
     ):
         assert words in task_page, words
     run_page = runs.content.decode()
-    for words in ("运行记录", "计划时间", "已发送", "立即重试所选失败的运行记录"):
+    for words in ("运行记录", "计划时间", "已发送", "立即重试所选运行记录"):
         assert words in run_page, words
     assert "Pause selected tasks" not in task_page
 

@@ -26,6 +26,11 @@ TRANSLATED = {
     PO: [
         "reminders/about.py",
         "reminders/admin.py",
+        "reminders/admin_confirm.py",
+        "reminders/admin_display.py",
+        "reminders/admin_filters.py",
+        "reminders/admin_run_now.py",
+        "reminders/cron_text.py",
         "reminders/apps.py",
         "reminders/kinds.py",
         "reminders/models.py",

@@ -1,0 +1,34 @@
+"""``python manage.py ops_roles``: create the ops staff's groups and set their
+permissions (``ops.roles``). ``migrate`` does the same after every run; this is for a
+database migrated before the roles existed, or groups edited by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.contrib.auth.management import create_permissions
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import DEFAULT_DB_ALIAS
+
+from ops.roles import ROLE_APPS, sync_roles
+
+
+class Command(BaseCommand):
+    help = "Create the ops viewer and ops operator groups and set their permissions."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--database", default=DEFAULT_DB_ALIAS, help="The database to set them in."
+        )
+
+    def handle(self, *args: Any, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
+        for label in ROLE_APPS:
+            create_permissions(apps.get_app_config(label), verbosity=0, using=database)
+        for synced in sync_roles(database):
+            role = synced.role
+            self.stdout.write(f"{role.label} ({role.codename}): {synced.held} permissions")
+            if synced.missing:
+                self.stderr.write(
+                    f"  without {', '.join(synced.missing)}: not in the database yet (run migrate)."
+                )
