@@ -15,7 +15,9 @@ indexes only, with an index on ``reminders_taskrun (due_at)`` added by raw SQL, 
 the test client (a signed-in superuser: session and user lookups included), the JSON
 view, ``ops.stats.compute`` alone, the same with percentiles computed in Python (the
 SQLite/MariaDB path), and ``reminders_stats`` and ``reminders_stats --json`` in this
-process; the median and worst of ``--repeat`` after one warm-up, and the queries of one
+process, and ``manage.py reminders_stats`` as a process of its own (start-up included);
+the median and worst of ``--repeat`` (the process: half as many, at least 3) after one
+warm-up, and the queries of one
 page with their times. The database is dropped at the end, also on failure.
 """
 
@@ -27,6 +29,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.throughput import DEFAULT_URL, Databases, code_version, log
+from benchmarks.throughput import DEFAULT_URL, ROOT, Databases, code_version, log
 
 # The indexes measured, each alone: none beyond the engine's, then the ones the dashboard
 # would want in reminders (``Index(fields=["due_at"])``, and the same with
@@ -150,7 +153,9 @@ class Queries:
         return self.seen
 
 
-def measure(repeat: int) -> tuple[list[tuple[str, float, float, int]], list[tuple[float, str]]]:
+def measure(
+    repeat: int,
+) -> tuple[list[tuple[str, float, float, int | None]], list[tuple[float, str]]]:
     """Rows (what, median ms, worst ms, queries) and the queries of one page."""
     from django.contrib.auth.models import User
     from django.core.management import call_command
@@ -183,6 +188,16 @@ def measure(repeat: int) -> tuple[list[tuple[str, float, float, int]], list[tupl
         ("`reminders_stats` (tables)", command()),
         ("`reminders_stats --json`", command("--json")),
     ]
+
+    def process() -> None:
+        subprocess.run(
+            [sys.executable, "manage.py", "reminders_stats"],
+            cwd=ROOT,
+            env=os.environ,
+            check=True,
+            capture_output=True,
+        )
+
     queries = Queries()
     rows = []
     for label, fn in cases:
@@ -190,6 +205,16 @@ def measure(repeat: int) -> tuple[list[tuple[str, float, float, int]], list[tupl
         count = len(queries.during(fn))
         rows.append((label, median, worst, count))
         log(f"{label}: {median:.0f} ms median, {worst:.0f} ms worst, {count} queries")
+    median, worst = timed(process, max(3, repeat // 2))
+    # Its queries are the command's above; a process's own are not counted here.
+    rows.append(
+        (
+            "`manage.py reminders_stats` as a process (Python and Django start-up included)",
+            median,
+            worst,
+            None,
+        )
+    )
     return rows, queries.during(page)
 
 
@@ -310,7 +335,7 @@ def main(argv: list[str]) -> int:
 
 
 def report(
-    results: dict[str, tuple[list[tuple[str, float, float, int]], list[tuple[float, str]]]],
+    results: dict[str, tuple[list[tuple[str, float, float, int | None]], list[tuple[float, str]]]],
     env_rows: list[tuple[str, str]],
     command: str,
     args: argparse.Namespace,
@@ -329,7 +354,8 @@ def report(
     ]
     for label, (rows, _queries) in results.items():
         for what, median, worst, queries in rows:
-            lines.append(f"| {label} | {what} | {median:.0f} | {worst:.0f} | {queries} |")
+            count = "–" if queries is None else queries  # noqa: RUF001 - an en dash
+            lines.append(f"| {label} | {what} | {median:.0f} | {worst:.0f} | {count} |")
     for label, (_rows, queries) in results.items():
         lines += ["", f"Queries of one page, {label}:", ""]
         for ms, sql in queries:

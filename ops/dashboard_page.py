@@ -26,6 +26,7 @@ from django.utils.translation import gettext as _
 from reminders.models import Priority, TaskRun
 
 from . import stats_format as fmt
+from .conf import settings as conf
 from .stats import PENDING, PLAN_HORIZON, Counts, Stats, local_iso
 from .svg import Series, bar_chart, line_chart
 
@@ -206,7 +207,9 @@ def _rate_cells(counts: Counts) -> dict[str, Any]:
         "sent": counts.sent,
         "ended": counts.ended,
         "rate": fmt.rate(counts.success_rate),
-        "low": counts.success_rate is not None and counts.success_rate < 0.9,
+        # Under the alert's threshold: marked.
+        "low": counts.success_rate is not None
+        and counts.success_rate < conf.SUCCESS_RATE_THRESHOLD,
     }
 
 
