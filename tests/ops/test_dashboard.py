@@ -12,13 +12,15 @@ from xml.etree import ElementTree
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from ops.stats_format import NOTHING
 from reminders.models import SchedulerHeartbeat, TaskRun
 
-from .stats_world import DAY, World, build
+from .stats_world import DAY, World, build, local
 
 pytestmark = pytest.mark.django_db
 
@@ -308,3 +310,20 @@ def test_json_and_page_agree(admin_client, world):
         data["totals"][key]
         for key in ("planned", "pending", "sent", "failed", "unknown", "expired", "skipped")
     ]
+
+
+def test_page_query_count_does_not_grow_with_the_data(admin_client, world):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            page(admin_client)
+        return len(captured)
+
+    first = queries()
+    # ops.stats' queries, and the session and user of the signed-in request.
+    assert first == (11 if connection.vendor == "postgresql" else 9) + 2
+    more = World()
+    more.task("x", "inquiry_timeout", "console", "low")
+    for n in range(200):
+        status = ("sent", "failed", "unknown", "skipped")[n % 4]
+        more.run(f"x{n}", "x", local(n % 24, n % 60, days=-(n % 14)), status, late=n % 50)
+    assert queries() == first
