@@ -94,7 +94,9 @@ def _oldest_waiting_job(now: datetime) -> datetime | None:
     return OrmQ.objects.filter(lock__lte=now).aggregate(oldest=Min("lock"))["oldest"]
 
 
-def _stats_shared() -> bool:
+def stats_shared() -> bool:
+    """Whether django-q2's cache, where clusters report their status, is shared by every
+    process (so this one can read the others' reports)."""
     from django_q.conf import Conf
 
     caches = getattr(django_settings, "CACHES", {})
@@ -115,7 +117,7 @@ def cluster(now: datetime) -> Check:
         waited = int((now - oldest).total_seconds())
         if waited > conf.HEALTH_QUEUE_WAIT_SECONDS:
             return Check("cluster", False, f"a queued job has waited {waited} s for a worker")
-    if _stats_shared():
+    if stats_shared():
         try:
             reporting = _clusters_reporting()
         except Exception:

@@ -1242,6 +1242,8 @@ class TaskRun(models.Model):
                 condition=Q(status__in=["queued", "running"]),
             ),
             models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
+            # The dashboard's days, hours and 14-day charts: runs by due time.
+            models.Index(fields=["due_at"], name="reminders_run_due_idx"),
             # Expiring waiting runs past their deadline.
             models.Index(
                 fields=["deadline"],

@@ -1,0 +1,285 @@
+"""What the dashboard page shows, built from ``ops.stats``: rows with their links into the
+admin, and the charts. No number is computed here, only arranged and written.
+
+Links go to the run changelist of the admin site the dashboard belongs to, filtered with
+the admin's own query parameters (``status__exact``, ``due_at__gte`` …), so that the
+runs behind a number are one click away and, from there, the changelist's "Retry
+selected failed runs now" action. A link is only made when that site registers runs and
+its ``TaskRunAdmin.lookup_allowed`` accepts every parameter (a filter on the task's
+channel, say, needs ``task__channel`` in its ``list_filter``): a link never leads to the
+admin's "bad lookup" refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib.admin import AdminSite, ModelAdmin
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+from django.utils.translation import gettext as _
+
+from reminders.models import Priority, TaskRun
+
+from . import stats_format as fmt
+from .conf import settings as conf
+from .stats import PENDING, PLAN_HORIZON, Counts, Stats, local_iso
+from .svg import Series, bar_chart, line_chart
+
+# Every status but cancelled: the runs a day's plan holds.
+PLANNED = tuple(status for status in TaskRun.Status.values if status != TaskRun.Status.CANCELLED)
+
+
+def columns() -> list[tuple[str, str, tuple[str, ...]]]:
+    """The day's columns in the order of the tables: key, label, the statuses a link
+    filters on (none: any). Labels are translated per request, so built per call."""
+    return [
+        ("planned", _("Planned"), PLANNED),
+        ("pending", _("Pending"), PENDING),
+        ("sent", _("Sent"), (TaskRun.Status.SENT,)),
+        ("failed", _("Failed"), (TaskRun.Status.FAILED,)),
+        ("unknown", _("Unknown"), (TaskRun.Status.UNKNOWN,)),
+        ("expired", _("Expired"), (TaskRun.Status.EXPIRED,)),
+        ("skipped", _("Skipped"), (TaskRun.Status.SKIPPED,)),
+    ]
+
+
+class RunLinks:
+    """URLs of the site's run changelist filtered by the admin's query parameters."""
+
+    def __init__(self, site: AdminSite, request: HttpRequest) -> None:
+        self.request = request
+        self.site = site
+        self.admin: ModelAdmin[TaskRun] | None = None
+        self.base = ""
+        if site.is_registered(TaskRun):
+            admin = site.get_model_admin(TaskRun)
+            try:
+                base = reverse(f"{site.name}:reminders_taskrun_changelist")
+            except NoReverseMatch:
+                return
+            if admin.has_view_or_change_permission(request):
+                self.admin, self.base = admin, base
+
+    def runs(self, **params: str) -> str | None:
+        if self.admin is None:
+            return None
+        for lookup, value in params.items():
+            if not self.admin.lookup_allowed(lookup, value, self.request):
+                return None
+        return f"{self.base}?{urlencode(params)}"
+
+    def due(
+        self, start: datetime, end: datetime, statuses: Iterable[str] = (), **params: str
+    ) -> str | None:
+        """Runs due in ``[start, end)`` in one of ``statuses`` (any if none)."""
+        chosen = list(statuses)
+        if len(chosen) == 1:
+            params["status__exact"] = chosen[0]
+        elif chosen:
+            params["status__in"] = ",".join(chosen)
+        return self.runs(**params, due_at__gte=local_iso(start), due_at__lt=local_iso(end))
+
+    def run(self, pk: int) -> str | None:
+        if self.admin is None:
+            return None
+        return reverse(f"{self.site.name}:reminders_taskrun_change", args=[pk])
+
+
+@dataclass(frozen=True)
+class Cell:
+    value: str
+    link: str | None = None
+    alert: bool = False
+    label: str = ""
+
+
+def _count_cells(
+    counts: Counts, links: RunLinks, start: datetime, end: datetime, **params: str
+) -> list[Cell]:
+    data = counts.as_dict()
+    cells = []
+    for key, label, statuses in columns():
+        n = data[key]
+        link = links.due(start, end, statuses, **params) if n else None
+        alert = key in ("failed", "unknown", "expired") and n > 0
+        cells.append(Cell(str(n), link, alert, label))
+    return cells
+
+
+def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, Any]:
+    links = RunLinks(site, request)
+    start, end = stats.start, stats.end
+    kinds = [
+        {
+            "kind": kind.kind,
+            "link": links.due(start, end, task__kind__exact=kind.kind),
+            "cells": _count_cells(kind.counts, links, start, end, task__kind__exact=kind.kind),
+            "duration": (fmt.seconds(kind.duration.p50), fmt.seconds(kind.duration.p95)),
+            "lateness": (fmt.seconds(kind.lateness.p50), fmt.seconds(kind.lateness.p95)),
+        }
+        for kind in stats.kinds
+    ]
+    channels = [
+        {
+            "channel": channel.channel,
+            "link": links.due(start, end, task__channel__exact=channel.channel),
+            "day": _rate_cells(channel.day),
+            "week": _rate_cells(channel.week),
+        }
+        for channel in stats.channels
+    ]
+    failures = [
+        {
+            "status": group.status,
+            "code": group.code,
+            "count": group.count,
+            "last": group.last_finished_at,
+            "example": group.example,
+            "link": links.due(start, end, (group.status,), error_code__exact=group.code),
+        }
+        for group in stats.failures
+    ]
+    latest = [{"run": run, "link": links.run(run.id)} for run in stats.latest_failures]
+    now = stats.now
+    plan = [
+        {
+            "priority": plan.priority,
+            "label": Priority(plan.priority).label,
+            "next_hour": Cell(
+                str(plan.next_hour),
+                links.runs(
+                    status__in=",".join(TaskRun.WAITING),
+                    priority__exact=str(Priority(plan.priority).rank),
+                    next_attempt_at__gt=local_iso(now),
+                    next_attempt_at__lte=local_iso(now + PLAN_HORIZON),
+                )
+                if plan.next_hour
+                else None,
+            ),
+            "backlog": Cell(
+                str(plan.backlog),
+                links.runs(
+                    status__in=",".join(TaskRun.WAITING),
+                    priority__exact=str(Priority(plan.priority).rank),
+                    next_attempt_at__lte=local_iso(now),
+                )
+                if plan.backlog
+                else None,
+                alert=plan.backlog > 0,
+            ),
+            "oldest": fmt.seconds(plan.oldest_seconds),
+            "queued": plan.queued,
+            "running": plan.running,
+            "paused": plan.paused,
+        }
+        for plan in stats.plan
+    ]
+    return {
+        "stats": stats,
+        "columns": [label for _key, label, _s in columns()],
+        "totals": _count_cells(stats.totals, links, start, end),
+        "totals_rate": fmt.rate(stats.totals.success_rate),
+        "duration": (fmt.seconds(stats.duration.p50), fmt.seconds(stats.duration.p95)),
+        "lateness": (fmt.seconds(stats.lateness.p50), fmt.seconds(stats.lateness.p95)),
+        "kinds": kinds,
+        "channels": channels,
+        "failures": failures,
+        "latest": latest,
+        "plan": plan,
+        "schedulers": [
+            {"beat": beat, "age": fmt.seconds(beat.age_seconds)} for beat in stats.schedulers
+        ],
+        "workers": stats.workers,
+        "oldest_job": fmt.seconds(stats.workers.oldest_wait_seconds),
+        "heartbeat_max_age": fmt.seconds(stats.heartbeat_max_age),
+        "charts": charts(stats, links),
+        "runs_link": links.due(start, end),
+    }
+
+
+def _rate_cells(counts: Counts) -> dict[str, Any]:
+    return {
+        "sent": counts.sent,
+        "ended": counts.ended,
+        "rate": fmt.rate(counts.success_rate),
+        # Under the alert's threshold: marked.
+        "low": counts.success_rate is not None
+        and counts.success_rate < conf.SUCCESS_RATE_THRESHOLD,
+    }
+
+
+def charts(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
+    """The three charts, each with the table of its numbers."""
+    sent, failed = _("sent"), _("failed")
+    hour_labels = [hour.label for hour in stats.hours]
+    day_labels = [day.label[5:] for day in stats.days]  # MM-DD
+
+    def bars(buckets: list[Any], status: str) -> Series:
+        values = [float(getattr(b.counts, status)) for b in buckets]
+        return Series(
+            sent if status == "sent" else failed,
+            values,
+            [
+                links.due(b.start, b.end, (status,)) if v else None
+                for b, v in zip(buckets, values, strict=True)
+            ],
+        )
+
+    p50 = [hour.lateness.p50 if hour.lateness else None for hour in stats.hours]
+    p95 = [hour.lateness.p95 if hour.lateness else None for hour in stats.hours]
+    return [
+        {
+            "id": "chart-hours",
+            "svg": bar_chart(
+                "chart-hours",
+                title=_("Sent and failed per hour, %(day)s") % {"day": stats.day.isoformat()},
+                desc=_("Runs due in each hour of the day that were sent, and that failed."),
+                labels=hour_labels,
+                series=[bars(stats.hours, "sent"), bars(stats.hours, "failed")],
+                x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
+                y_label=_("runs"),
+            ),
+            "head": [_("hour"), sent, failed],
+            "rows": [(h.label, h.counts.sent, h.counts.failed) for h in stats.hours],
+        },
+        {
+            "id": "chart-lateness",
+            "svg": line_chart(
+                "chart-lateness",
+                title=_("Lateness per hour, %(day)s") % {"day": stats.day.isoformat()},
+                desc=_(
+                    "50th and 95th percentile of the time from due to sent, of the runs "
+                    "due in each hour that were sent; a gap is an hour with none."
+                ),
+                labels=hour_labels,
+                series=[Series("p50", p50), Series("p95", p95)],
+                x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
+                y_label=_("seconds late"),
+                fmt=lambda v: f"{v:g}",
+            ),
+            "head": [_("hour"), "p50", "p95"],
+            "rows": [
+                (h.label, fmt.seconds(a), fmt.seconds(b))
+                for h, a, b in zip(stats.hours, p50, p95, strict=True)
+            ],
+        },
+        {
+            "id": "chart-days",
+            "svg": bar_chart(
+                "chart-days",
+                title=_("Sent and failed per day, the last %(n)d days") % {"n": len(stats.days)},
+                desc=_("Runs due each day that were sent, and that failed."),
+                labels=day_labels,
+                series=[bars(stats.days, "sent"), bars(stats.days, "failed")],
+                x_label=_("day due"),
+                y_label=_("runs"),
+            ),
+            "head": [_("day"), sent, failed],
+            "rows": [(d.label, d.counts.sent, d.counts.failed) for d in stats.days],
+        },
+    ]

@@ -1,0 +1,172 @@
+"""``reminders_stats`` without ``--json``: the numbers of ``ops.stats`` as plain-text
+tables, for a terminal or a mail. The same figures as the dashboard, written the same
+way (``ops.stats_format``); charts are left to the page."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.utils.translation import gettext as _
+
+from . import stats_format as fmt
+from .stats import Counts, Stats
+
+Row = Sequence[object]
+
+
+def table(head: Row, rows: Sequence[Row], align: str = "") -> list[str]:
+    """Columns padded to their widest cell; ``align`` says per column ``l`` (text) or
+    ``r`` (numbers), by default the first left and the others right."""
+    cells = [[str(value) for value in row] for row in [head, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+    align = align or "l" + "r" * (len(head) - 1)
+
+    def line(row: list[str]) -> str:
+        padded = [
+            value.ljust(width) if side == "l" else value.rjust(width)
+            for value, width, side in zip(row, widths, align, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    return [line(cells[0]), "  ".join("-" * width for width in widths), *map(line, cells[1:])]
+
+
+def _counts(counts: Counts) -> list[object]:
+    return [
+        counts.planned,
+        counts.pending,
+        counts.sent,
+        counts.failed,
+        counts.unknown,
+        counts.expired,
+        counts.skipped,
+        counts.cancelled,
+    ]
+
+
+def render(stats: Stats) -> str:
+    lines = [
+        _("Runs due on %(day)s (%(zone)s), as of %(now)s")
+        % {
+            "day": stats.day.isoformat(),
+            "zone": stats.time_zone,
+            "now": stats.now.astimezone(stats.start.tzinfo).strftime("%Y-%m-%d %H:%M:%S"),
+        },
+        "",
+    ]
+    head = [
+        _("kind"),
+        _("planned"),
+        _("pending"),
+        _("sent"),
+        _("failed"),
+        _("unknown"),
+        _("expired"),
+        _("skipped"),
+        _("cancelled"),
+        _("duration p50"),
+        _("p95"),
+        _("lateness p50"),
+        _("p95"),
+    ]
+    rows: list[Row] = [
+        [
+            kind.kind,
+            *_counts(kind.counts),
+            fmt.seconds(kind.duration.p50),
+            fmt.seconds(kind.duration.p95),
+            fmt.seconds(kind.lateness.p50),
+            fmt.seconds(kind.lateness.p95),
+        ]
+        for kind in stats.kinds
+    ]
+    rows.append(
+        [
+            _("all"),
+            *_counts(stats.totals),
+            fmt.seconds(stats.duration.p50),
+            fmt.seconds(stats.duration.p95),
+            fmt.seconds(stats.lateness.p50),
+            fmt.seconds(stats.lateness.p95),
+        ]
+    )
+    lines += table(head, rows)
+    lines += ["", _("Success rate: sent / (sent + failed + unknown + expired)"), ""]
+    lines += table(
+        [_("channel"), _("day: sent/ended"), _("rate"), _("7 days: sent/ended"), _("rate")],
+        [
+            [
+                channel.channel,
+                f"{channel.day.sent}/{channel.day.ended}",
+                fmt.rate(channel.day.success_rate),
+                f"{channel.week.sent}/{channel.week.ended}",
+                fmt.rate(channel.week.success_rate),
+            ]
+            for channel in stats.channels
+        ],
+    )
+    lines += ["", _("Failed, unknown and expired runs by reason"), ""]
+    lines += table(
+        [_("status"), _("code"), _("runs"), _("example")],
+        [
+            [group.status, group.code or fmt.NOTHING, group.count, _short(group.example)]
+            for group in stats.failures
+        ],
+        align="llrl",
+    )
+    lines += ["", _("The plan, now"), ""]
+    lines += table(
+        [
+            _("priority"),
+            _("next hour"),
+            _("backlog"),
+            _("oldest"),
+            _("queued"),
+            _("running"),
+            _("paused"),
+        ],
+        [
+            [
+                plan.priority,
+                plan.next_hour,
+                plan.backlog,
+                fmt.seconds(plan.oldest_seconds),
+                plan.queued,
+                plan.running,
+                plan.paused,
+            ]
+            for plan in stats.plan
+        ],
+    )
+    lines += ["", _("Schedulers"), ""]
+    lines += table(
+        [_("host"), _("pid"), _("last tick"), _("state")],
+        [
+            [
+                beat.host,
+                beat.pid,
+                fmt.seconds(beat.age_seconds),
+                _("stale") if beat.stale else _("ticking"),
+            ]
+            for beat in stats.schedulers
+        ],
+        align="lrrl",
+    )
+    if not stats.schedulers:
+        lines.append(_("No scheduler is running (no heartbeat)."))
+    workers = stats.workers
+    lines += [
+        "",
+        _("django-q2 queue: %(queued)d waiting (oldest %(oldest)s), %(taken)d held by workers")
+        % {
+            "queued": workers.queued,
+            "oldest": fmt.seconds(workers.oldest_wait_seconds),
+            "taken": workers.taken,
+        },
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
