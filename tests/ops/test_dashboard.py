@@ -277,7 +277,11 @@ def test_failed_runs_are_retried_from_where_the_dashboard_links(admin_client, wo
     ctx = page(admin_client).context
     failed = next(row for row in ctx["failures"] if row["code"] == "recipient")
     ids = changelist(admin_client, failed["link"])
-    response = admin_client.post(failed["link"], {"action": "retry_runs", "_selected_action": ids})
+    action = {"action": "retry_runs", "_selected_action": ids}
+    confirm = admin_client.post(failed["link"], action)
+    assert confirm.status_code == 200  # the page saying what the retry will do
+    assert TaskRun.objects.filter(pk__in=ids, status="failed").count() == len(ids)
+    response = admin_client.post(failed["link"], {**action, "post": "yes"})
     assert response.status_code == 302
     assert set(TaskRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"retrying"}
 
