@@ -7,6 +7,7 @@ if it has one, stays its own (see the django-q2 block below).
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -170,7 +171,9 @@ REMINDERS_CLUSTER = {
 # (wecom_robot), to that group too. EMAIL_URL as django-environ reads it, e.g.
 # smtp+tls://user:password@smtp.example.com:587; a timeout keeps a dead mail server
 # from holding the alert step.
-ADMINS = [(address, address) for address in env.list("ADMINS", default=[])]
+# Django 6 takes the addresses alone (and deprecates (name, address) pairs); 5.2 pairs.
+_admins = env.list("ADMINS", default=[])
+ADMINS = _admins if django.VERSION >= (6, 0) else [(address, address) for address in _admins]
 SERVER_EMAIL = env.str("SERVER_EMAIL", default="root@localhost")
 globals().update(env.email_url("EMAIL_URL", default="smtp://localhost:25"))
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)

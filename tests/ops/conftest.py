@@ -6,12 +6,13 @@ from typing import Any
 import pytest
 
 from ops.alerts import StepResult, run_step
+from tests.support.alert_channels import admins_setting
 
 
 @pytest.fixture
 def admins(settings: Any) -> None:
     """Alerts by mail to the admins only (the locmem backend keeps them in mail.outbox)."""
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.ADMINS = admins_setting("ops@example.com")
     settings.OPS_ALERT_CHANNELS = {"admins": {"BACKEND": "ops.alert_channels.MailAdmins"}}
 
 

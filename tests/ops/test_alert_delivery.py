@@ -12,7 +12,7 @@ from ops.models import AlertDelivery, AlertEvent, AlertType
 from reminders.exceptions import PermanentSendError
 from reminders.models import TaskRun
 from reminders.senders.memory import MemorySender
-from tests.support.alert_channels import Exploding
+from tests.support.alert_channels import Exploding, admins_setting
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def broken_and_admins(settings):  # type: ignore[no-untyped-def]
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.ADMINS = admins_setting("ops@example.com")
     settings.OPS_ALERT_CHANNELS = {
         "broken": {"BACKEND": "tests.support.alert_channels.Exploding"},
         "admins": {"BACKEND": "ops.alert_channels.MailAdmins"},
