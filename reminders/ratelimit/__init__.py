@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from math import inf
 
+from django.db import OperationalError
+
 from ..conf import settings as conf
 from ..senders.base import Limit, Rate
 from .store import Store
@@ -77,14 +79,34 @@ def reserve(
     }
     paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
     unlimited = sorted(name for name in limits if name not in paced)
-    with _store().hold(paced, unlimited) as held:
-        # The clock is read once the buckets are ours: a time taken before waiting for
-        # them would hand out slots in the past, which then go out together.
-        clock = time.time() if now is None else now
-        tat = dict(held.tat)
-        slots = _allot(requests, tat, held.paused, clock, max_wait, together)
-        held.save({name: value for name, value in tat.items() if value != held.tat[name]})
-    return slots
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            with _store().hold(paced, unlimited) as held:
+                # The clock is read once the buckets are ours: a time taken before waiting
+                # for them would hand out slots in the past, which then go out together.
+                clock = time.time() if now is None else now
+                tat = dict(held.tat)
+                slots = _allot(requests, tat, held.paused, clock, max_wait, together)
+                held.save({name: value for name, value in tat.items() if value != held.tat[name]})
+            return slots
+        except OperationalError as exc:
+            # A database may end a reservation as the loser of a deadlock (InnoDB picks
+            # one when lock waits cross, e.g. a plan that scans a small table); nothing
+            # was reserved, so it is asked again, as the database advises.
+            if attempt == DEADLOCK_ATTEMPTS or not _deadlock(exc):
+                raise
+            logger.info("rate-limit reservation lost a deadlock; asking again (%d)", attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+DEADLOCK_ATTEMPTS = 3
+
+
+def _deadlock(exc: OperationalError) -> bool:
+    """Whether the database ended the transaction as a deadlock's victim: MySQL and
+    MariaDB error 1213, PostgreSQL SQLSTATE 40P01."""
+    cause = exc.__cause__
+    return (bool(exc.args) and exc.args[0] == 1213) or getattr(cause, "sqlstate", None) == "40P01"
 
 
 def _allot(

@@ -253,3 +253,41 @@ def test_deliver__a_throttle_asking_for_hours_pauses_the_channel_for_the_cap(mak
     bucket = RateBucket.objects.get(name="memory:channel")
     assert bucket.paused_until <= timezone.now() + timedelta(seconds=300)
     assert "capped at 300 s (asked 36000 s)" in bucket.pause_reason
+
+
+def test_reserve__a_reservation_that_loses_a_deadlock_is_asked_again(monkeypatch):
+    """The database ends one reservation as a deadlock's victim (MariaDB's 1213): it is
+    asked again and gets its slot; an error that is not a deadlock is raised at once."""
+    from contextlib import contextmanager
+
+    from django.db import OperationalError
+
+    from reminders.ratelimit.store import Held, Store
+
+    class Losing(Store):
+        def __init__(self, errors: list[OperationalError]) -> None:
+            self.errors = errors
+            self.holds = 0
+
+        @contextmanager
+        def hold(self, paced, unlimited):
+            self.holds += 1
+            if self.errors:
+                raise self.errors.pop(0)
+            yield Held(tat={name: 0.0 for name in paced}, paused={})
+
+        def pause(self, name, seconds, reason):  # pragma: no cover - not used here
+            raise NotImplementedError
+
+    limit = Limit("d:channel", Rate(per_second=10, burst=1))
+    store = Losing([OperationalError(1213, "Deadlock found when trying to get lock")])
+    monkeypatch.setattr(ratelimit, "_store", lambda: store)
+    [slot] = ratelimit.reserve([[limit]], max_wait=1, now=1_900_000_000.0)
+    assert slot.reserved
+    assert store.holds == 2
+
+    other = Losing([OperationalError(2006, "MySQL server has gone away")])
+    monkeypatch.setattr(ratelimit, "_store", lambda: other)
+    with pytest.raises(OperationalError):
+        ratelimit.reserve([[limit]], max_wait=1)
+    assert other.holds == 1
