@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .content import link_problem
+from .links import link_problem
 
 DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
     "console": {"BACKEND": "reminders.senders.console.ConsoleSender"},

@@ -14,11 +14,11 @@ sender's ``check_message``, asked when the task is scheduled.
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
-from urllib.parse import urlsplit
+
+from .links import short
 
 if TYPE_CHECKING:
     from .models import ScheduledTask, TaskRun
@@ -43,7 +43,6 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "markdown": ("content",),
     "textcard": ("title", "description", "url"),
 }
-LINK_LIMIT = 2048  # bytes: WeCom's limit of a textcard's url
 SHAPES = 'a Content, a str (sent as text) or a dict {"msgtype": ..., <msgtype>: {...}}'
 
 
@@ -57,7 +56,7 @@ def as_content(value: object) -> Content:
         msgtype = value.get("msgtype")
         if not isinstance(msgtype, str) or msgtype not in value:
             raise ValueError(
-                f'returned a dict without "msgtype" and a body under its name: {_short(value)}'
+                f'returned a dict without "msgtype" and a body under its name: {short(value)}'
             )
         extra = sorted(str(key) for key in value if key not in ("msgtype", msgtype))
         if extra:
@@ -79,29 +78,3 @@ def as_content(value: object) -> Content:
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"returned a body JSON cannot carry: {exc}") from None
     return content
-
-
-def link_problem(url: object) -> str | None:
-    """What is wrong with ``url`` as a message's link, or None: it must be an http(s)
-    address with a host, without spaces or control characters, of at most 2,048 bytes
-    (WeCom's limit; a link is never cut, a cut one is a broken one)."""
-    if not isinstance(url, str):
-        return f"must be text, not {type(url).__name__}."
-    size = len(url.encode(errors="surrogatepass"))
-    if size > LINK_LIMIT:
-        return f"is {size} bytes, over WeCom's limit of {LINK_LIMIT} for a link."
-    problem = f"must be an http or https address, not {_short(url)}."
-    if any(char.isspace() or unicodedata.category(char) in ("Cc", "Cs") for char in url):
-        return problem
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # a malformed IPv6 host
-        return problem
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return problem
-    return None
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}…"

@@ -49,8 +49,9 @@ from django.utils.translation import gettext, ngettext, pgettext
 
 from . import stamps, timing
 from .conf import settings as conf
-from .content import Content, link_problem
+from .content import Content
 from .exceptions import BadPayload, RemindersError
+from .links import link_problem
 from .recipients import MEMBER_ID
 from .senders import get_sender
 
