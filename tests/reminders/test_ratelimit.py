@@ -274,7 +274,7 @@ def test_reserve__a_reservation_that_loses_a_deadlock_is_asked_again(monkeypatch
             self.holds += 1
             if self.errors:
                 raise self.errors.pop(0)
-            yield Held(tat={name: 0.0 for name in paced}, paused={})
+            yield Held(tat=dict.fromkeys(paced, 0.0), paused={})
 
         def pause(self, name, seconds, reason):  # pragma: no cover - not used here
             raise NotImplementedError
