@@ -657,7 +657,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(FailedToday)
-class FailedTodayAdmin(admin.ModelAdmin):
+class FailedTodayAdmin(ReadOnlyAdmin):
     """The "Failed today" entry of the app list: a link to the runs' changelist filtered
     to the failed runs due today that nobody has handled (``admin_filters``). Seen by
     whoever may see runs; it has no rows or permissions of its own."""
@@ -681,15 +681,6 @@ class FailedTodayAdmin(admin.ModelAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
         return request.user.has_perm("reminders.view_taskrun")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
-        return False
 
 
 @admin.register(SendLog)
