@@ -19,6 +19,12 @@ under a unique sequence number, deliveries claimed by compare-and-set); a delive
 that fails is recorded with the error, retried after ``OPS_ALERT_RETRY_DELAYS`` and
 then given up, and never raised; one channel's failure delays no other channel and no
 later alert. Everything takes ``now`` so that tests drive the clock.
+
+Retention: each step also deletes up to ``PRUNE_BATCH`` alerts older than
+``OPS_ALERT_RETENTION_DAYS``, with their events and deliveries, oldest first, in one
+short transaction; an alert with a delivery still open (pending, sending, retrying) is
+kept until it is done. So the tables stay bounded without a job of their own, and no
+step holds locks for long however much history there is.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -40,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 # Deliveries attempted in one step at most; the rest wait for the next step.
 DELIVERIES_PER_STEP = 100
+# Alerts deleted by one step at most (with their events and deliveries).
+PRUNE_BATCH = 200
 # Runs whose outcome counts in the success rate: sent, or ended for good unsent.
 ENDED = (
     TaskRun.Status.SENT,
@@ -58,6 +67,7 @@ class StepResult:
     opened: list[Alert] = field(default_factory=list)
     sent: int = 0
     failed: int = 0
+    pruned: int = 0  # alerts deleted, past their retention
 
 
 def run_step(now: datetime | None = None) -> StepResult:
@@ -66,6 +76,7 @@ def run_step(now: datetime | None = None) -> StepResult:
     result.checked = check_heartbeats(now) + check_success_rates(now)
     result.opened = open_alerts(now)
     result.sent, result.failed = deliver_due(now)
+    result.pruned = prune_alerts(now)
     return result
 
 
@@ -189,3 +200,29 @@ def deliver(delivery: AlertDelivery, now: datetime) -> bool:
         return False
     delivery.mark_sent(now)
     return True
+
+
+# Retention -------------------------------------------------------------------------
+
+
+def prune_alerts(now: datetime, batch: int = PRUNE_BATCH) -> int:
+    """Delete up to ``batch`` alerts created more than ``OPS_ALERT_RETENTION_DAYS`` ago
+    whose deliveries are all done, with their events and deliveries; returns how many."""
+    days = conf.ALERT_RETENTION_DAYS
+    if days == 0:
+        return 0
+    old = (
+        Alert.objects.filter(created_at__lt=now - timedelta(days=days))
+        .exclude(deliveries__status__in=AlertDelivery.OPEN)
+        .order_by("created_at", "pk")
+        .values_list("pk", flat=True)
+    )
+    with transaction.atomic():
+        ids = list(old[:batch])
+        if ids:
+            AlertEvent.objects.filter(alert_id__in=ids).delete()
+            AlertDelivery.objects.filter(alert_id__in=ids).delete()
+            Alert.objects.filter(pk__in=ids).delete()
+    if ids:
+        logger.info("%d alerts past %g days deleted", len(ids), days)
+    return len(ids)

@@ -104,6 +104,16 @@ class Settings:
         return _number("OPS_ALERT_INTERVAL_SECONDS", self._get("ALERT_INTERVAL_SECONDS", 15))
 
     @property
+    def ALERT_RETENTION_DAYS(self) -> float:
+        """Alerts (with their events and deliveries) older than this many days are
+        deleted by the alert step, a batch per step; 0 keeps them for ever."""
+        return _number(
+            "OPS_ALERT_RETENTION_DAYS",
+            self._get("ALERT_RETENTION_DAYS", 90),
+            inclusive=True,
+        )
+
+    @property
     def HEARTBEAT_MAX_AGE_SECONDS(self) -> float:
         """A scheduler that has not ticked for longer is stale: an alert, and /healthz
         failing when no scheduler is fresher."""

@@ -256,6 +256,8 @@ class Alert(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["group_key", "seq"], name="ops_alert_once_per_seq"),
         ]
+        # The alert step's retention: the oldest alerts first (``ops.alerts.prune_alerts``).
+        indexes = [models.Index(fields=["created_at"], name="ops_alert_created_idx")]
 
     def __str__(self) -> str:
         return self.title or f"{self.group_key} #{self.seq}"

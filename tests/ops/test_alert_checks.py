@@ -86,7 +86,7 @@ def test_the_command_runs_one_step(admins, mailoutbox, now):
     AlertEvent.objects.record("run_stuck", occurred_at=now - timedelta(seconds=1), kind="k")
     out = StringIO()
     call_command("ops_alerts", stdout=out)
-    assert "1 alerts opened, 1 deliveries sent, 0 failed" in out.getvalue()
+    assert "1 alerts opened, 1 deliveries sent, 0 failed, 0 old alerts deleted" in out.getvalue()
     assert len(mailoutbox) == 1
 
 

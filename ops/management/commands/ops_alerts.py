@@ -55,8 +55,9 @@ class Command(BaseCommand):
             stopping.wait(seconds)
 
     def _report(self, result: StepResult) -> None:
-        if result.checked or result.opened or result.sent or result.failed:
+        if result.checked or result.opened or result.sent or result.failed or result.pruned:
             self.stdout.write(
                 f"{result.checked} events from checks, {len(result.opened)} alerts opened, "
-                f"{result.sent} deliveries sent, {result.failed} failed"
+                f"{result.sent} deliveries sent, {result.failed} failed, "
+                f"{result.pruned} old alerts deleted"
             )
