@@ -146,6 +146,9 @@ REMINDERS_RATE_LIMIT_CACHE = env.str("REMINDERS_RATE_LIMIT_CACHE", default="")
 REMINDERS_HIGH_RATE_SHARE = env.float("REMINDERS_HIGH_RATE_SHARE", default=0.2)
 REMINDERS_HIGH_WORKERS = env.int("REMINDERS_HIGH_WORKERS", default=1)
 REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
+# How this host's schedulers and workers name themselves in leases and heartbeats
+# (with their pid); the host name by default. Set it where hosts may share a name.
+REMINDERS_WORKER_ID = env.str("REMINDERS_WORKER_ID", default="")
 REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
 
 # --- django-q2 -----------------------------------------------------------------------
