@@ -1,0 +1,163 @@
+"""The database goes away mid-burst and comes back: PostgreSQL stopped for 10 s (a fast
+shutdown, every session cut) and started again, under two ``run_reminders`` trees.
+
+Every process recovers by itself, none restarted by the test: the schedulers tick
+again, the workers send again. Nothing is duplicated, lost or left ``sending`` or
+``running``: a run whose record the outage cut off is taken over once its lease runs
+out and settled by the ledger (re-sent where the provider drops a repeated body, as
+WeCom does; ``unknown`` where it might have been delivered and cannot be re-sent).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from django.db import connection
+
+from tests.support.pgcluster import Cluster, binaries, throwaway_cluster
+from tests.support.processes import REPO, records, wait_exit, wait_until
+
+pytestmark = [
+    pytest.mark.processes,
+    # The test brings a PostgreSQL server of its own, so one run of the suite is enough:
+    # the one on PostgreSQL. Skipped elsewhere with this reason.
+    pytest.mark.skipif(
+        connection.vendor != "postgresql",
+        reason="the database restart test runs once, in the suite on PostgreSQL",
+    ),
+]
+
+COUNT = 400
+LEASE_SECONDS = 6
+OUTAGE_SECONDS = 10
+MAKE_TASKS = """
+from django.conf import settings
+from django.utils import timezone
+from reminders.models import Priority, ScheduledTask
+now = timezone.now()
+tasks = []
+for number in range({count}):
+    task = ScheduledTask(kind="follow_up", recipient=f"user{{number}}", run_at=now,
+        timezone=settings.TIME_ZONE, channel="{channel}", priority=Priority.NORMAL)
+    task.plan_first_run(now)
+    tasks.append(task)
+ScheduledTask.objects.bulk_create(tasks, batch_size=500)
+"""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Cluster]:
+    if binaries() is None and os.environ.get("CI") != "true":
+        pytest.skip("PostgreSQL's server binaries are not installed")
+    with throwaway_cluster() as cluster:
+        yield cluster
+
+
+def manage(url: str, *args: str) -> None:
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def statuses(url: str, table: str) -> Counter[str]:
+    return Counter(dict(rows(url, f"SELECT status, count(*) FROM {table} GROUP BY status")))
+
+
+@pytest.mark.parametrize("channel", ["recording_dedup", "recording"])
+def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothing_is_duplicated(
+    server, spawn, record_file, channel
+):
+    url = server.create_database(f"reminders_{channel}")
+    manage(url, "migrate", "-v0")
+    manage(url, "shell", "-c", MAKE_TASKS.format(count=COUNT, channel=channel))
+    knobs = {
+        "DATABASE_URL": url,
+        "REMINDERS_LEASE_SECONDS": str(LEASE_SECONDS),
+        "RECORD_DELAY": "0.05",
+        "REMINDERS_RUNS_PER_JOB": "5",
+    }
+    hosts = [spawn(name, REMINDERS_WORKER_ID=name, **knobs) for name in ("host-a", "host-b")]
+    wait_until(
+        lambda: len(records(record_file)) >= COUNT // 4,
+        timeout=60,
+        what="a quarter of the burst delivered",
+        processes=hosts,
+    )
+    server.stop()
+    time.sleep(OUTAGE_SECONDS)
+    server.start()
+    restarted = datetime.now(UTC)
+    at_restart = len(records(record_file))
+    assert at_restart < COUNT, "the burst was over before the outage"
+
+    def finished() -> bool:
+        runs = statuses(url, "reminders_taskrun")
+        return sum(runs.values()) == COUNT and set(runs) <= {"sent", "unknown"}
+
+    wait_until(
+        finished,
+        timeout=LEASE_SECONDS + 90,
+        what="every run to finish after the restart",
+        processes=hosts,  # none may exit: each recovers by itself
+        explain=lambda: f"runs {statuses(url, 'reminders_taskrun')}, "
+        f"ledger {statuses(url, 'reminders_sendlog')}",
+    )
+    # Both schedulers ticked again after the restart, on their own.
+    beats = dict(rows(url, "SELECT owner, last_tick_at FROM reminders_schedulerheartbeat"))
+    assert {owner.split(":")[0] for owner, at in beats.items() if at > restarted} == {
+        "host-a",
+        "host-b",
+    }, beats
+    for host in hosts:
+        os.kill(host.pid, signal.SIGTERM)
+        assert wait_exit(host, timeout=45) == 0, host.describe()
+
+    delivered = Counter(row["key"] for row in records(record_file))
+    assert max(delivered.values()) == 1, delivered.most_common(3)
+    runs = dict(rows(url, "SELECT ledger_key, status FROM reminders_taskrun"))
+    ledger = dict(rows(url, "SELECT key, status FROM reminders_sendlog"))
+    assert len(runs) == COUNT
+    assert set(delivered) <= set(runs)
+    assert {key: ledger[key] for key in runs if key in ledger} == {
+        key: status for key, status in runs.items() if key in ledger
+    }
+    assert set(ledger.values()) <= {"sent", "unknown"}  # none left sending
+    sent_after = len(records(record_file)) - at_restart
+    print(
+        f"{at_restart} delivered before the restart, {sent_after} after; "
+        f"runs {Counter(runs.values())}"
+    )
+    assert sent_after > 0
+    if channel == "recording_dedup":
+        # The provider drops a repeated body: every doubt is settled by sending again.
+        assert set(runs.values()) == {"sent"}
+        assert set(delivered) == set(runs)
+    else:
+        # Every run never handed to the provider is sent; only doubtful ones are unknown.
+        never_tried = set(runs) - set(ledger)
+        assert not never_tried, never_tried
+        for key, status in runs.items():
+            if status == "sent":
+                assert delivered[key] == 1, key
