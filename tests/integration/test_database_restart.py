@@ -81,8 +81,12 @@ def rows(url: str, sql: str) -> list[tuple]:
         return conn.execute(sql).fetchall()
 
 
-def statuses(url: str, table: str) -> Counter[str]:
-    return Counter(dict(rows(url, f"SELECT status, count(*) FROM {table} GROUP BY status")))
+RUNS = "SELECT status, count(*) FROM reminders_taskrun GROUP BY status"
+LEDGER = "SELECT status, count(*) FROM reminders_sendlog GROUP BY status"
+
+
+def statuses(url: str, query: str) -> Counter[str]:
+    return Counter(dict(rows(url, query)))
 
 
 @pytest.mark.parametrize("channel", ["recording_dedup", "recording"])
@@ -113,7 +117,7 @@ def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothin
     assert at_restart < COUNT, "the burst was over before the outage"
 
     def finished() -> bool:
-        runs = statuses(url, "reminders_taskrun")
+        runs = statuses(url, RUNS)
         return sum(runs.values()) == COUNT and set(runs) <= {"sent", "unknown"}
 
     wait_until(
@@ -121,8 +125,8 @@ def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothin
         timeout=LEASE_SECONDS + 90,
         what="every run to finish after the restart",
         processes=hosts,  # none may exit: each recovers by itself
-        explain=lambda: f"runs {statuses(url, 'reminders_taskrun')}, "
-        f"ledger {statuses(url, 'reminders_sendlog')}",
+        explain=lambda: f"runs {statuses(url, RUNS)}, "
+        f"ledger {statuses(url, LEDGER)}",
     )
     # Both schedulers ticked again after the restart, on their own.
     beats = dict(rows(url, "SELECT owner, last_tick_at FROM reminders_schedulerheartbeat"))
