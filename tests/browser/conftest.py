@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
 # Each step waits at most this long (ms) for an element or a page: a page of this app
 # answers in well under a second on the test database, so a longer wait is a failure.
 STEP_TIMEOUT_MS = 10_000
-VIEWPORT = {"width": 1280, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
 
 
 def chromium_binary() -> str | None:
