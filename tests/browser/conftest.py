@@ -1,0 +1,72 @@
+"""A real Chromium for the browser tests, driven by Playwright, and what they share.
+
+The browser is Debian's Chromium (``bin/system-deps`` installs the ``chromium`` package),
+never one Playwright downloads: ``CHROMIUM`` (a path) names another binary, otherwise it
+is ``chromium`` on ``PATH``. Without one the tests are skipped, saying so, except in CI
+(``CI=true``), where a missing browser fails them: a browser test that silently ran
+nowhere would look like a passing one.
+
+Why ``DJANGO_ALLOW_ASYNC_UNSAFE`` is set while the browser is open: Playwright's sync API
+keeps its event loop marked as running in the test's thread between its calls, and
+Django refuses every ORM call from a thread where a loop runs (``SynchronousOnlyOperation``),
+though nothing runs concurrently here: the loop only carries Playwright's own messages,
+and the test's ORM calls are plain synchronous code. The variable is set for this
+module's browser only and taken back when it closes, so the rest of the suite keeps
+Django's check.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+
+# Each step waits at most this long (ms) for an element or a page: a page of this app
+# answers in well under a second on the test database, so a longer wait is a failure.
+STEP_TIMEOUT_MS = 10_000
+VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
+
+
+def chromium_binary() -> str | None:
+    """The Chromium to drive: ``$CHROMIUM`` if set, else ``chromium`` on ``PATH``."""
+    named = os.environ.get("CHROMIUM")
+    if named:
+        return named if Path(named).is_file() and os.access(named, os.X_OK) else None
+    return shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium for the module's tests (each gets a fresh context of its own)."""
+    binary = chromium_binary()
+    if binary is None:
+        where = os.environ.get("CHROMIUM") or "chromium on PATH"
+        message = (
+            f"no Chromium ({where}): the browser tests did NOT run; bin/system-deps "
+            "installs Debian's chromium package"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (failing: CI=true)", pytrace=False)
+        pytest.skip(message)
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        launched = playwright.chromium.launch(executable_path=binary, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def new_page(browser: Browser) -> Iterator[Page]:
+    """A page in a context of its own (no cookies shared between tests)."""
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()

@@ -1,0 +1,310 @@
+"""The operator's morning, in a real browser: the dashboard shows the day's failures, its
+link leads to those runs in the admin, the retry action (confirmed) puts them back in
+line, the engine sends them, and the pages then say so. A viewer sees the same failures
+and is offered no retry.
+
+Everything on the way is real: the admin's login form, the live server
+(pytest-django's ``live_server``, a threaded HTTP server on the test database), the
+dashboard and the admin's changelist and action, the scheduler's tick
+(``ReminderWorker.tick``, as ``run_reminders`` calls it) and the delivery jobs it
+enqueues (run in this process, as a django-q2 worker would run them), the WeCom sender
+over HTTP, and the WeCom sandbox (``ops.sandbox``) standing in for WeCom. The runs fail
+for real too: the sandbox answers 60020 (the server's IP is not on the app's allow list)
+for the first sends, as WeCom does until an administrator adds it, and a retry after
+that goes through.
+
+Run on SQLite under the suite's main Django only (``BROWSER_TEST_ON_EVERY_RUN=1`` runs it
+on every database and Django the suite runs on): what it checks, the pages and the
+action as a browser sees them, does not change with the database, each of which the
+rest of the suite covers through the test client; a browser costs seconds per run.
+
+``DASHBOARD_SCREENSHOT=docs/dashboard.png`` also saves the dashboard, with the day's
+failures and a fortnight of history in its charts, as a full-page PNG there (the
+README's picture); without it nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import django
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.utils import timezone
+from django.utils.formats import date_format
+from playwright.sync_api import Page
+
+from ops.roles import OPERATOR, VIEWER
+from ops.sandbox import WeComSandbox
+from reminders import timing
+from reminders.models import ScheduledTask, TaskRun
+from reminders.worker import ReminderWorker
+from tests.support.jobs import run_queued
+from tests.support.sandbox import running_sandbox, wecom_settings
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.environ.get("BROWSER_TEST_ON_EVERY_RUN")
+        and (connection.vendor != "sqlite" or django.VERSION >= (6, 0)),
+        reason="the browser test runs on SQLite under Django 5.2 (BROWSER_TEST_ON_EVERY_RUN=1 "
+        "runs it everywhere): the pages do not depend on the database, and it costs seconds",
+    ),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = "/admin/ops/dashboard/"
+RUNS = "/admin/reminders/taskrun/"
+PASSWORD = "a-browser-test-password"
+RETRY = "Retry selected runs now"
+# WeCom's "not allowed to access from your ip": the app's allow list lacks the server.
+NOT_ALLOWED = "60020"
+SENT_EARLIER = ("sales.li", "sales.wang")
+FAILING = ("sales.zhao", "sales.qian", "sales.sun")
+
+
+@dataclass
+class Day:
+    """The day the test's runs are due, and the runs that failed on it."""
+
+    date: date
+    failed: list[TaskRun]
+    sandbox: WeComSandbox
+
+    @property
+    def dashboard(self) -> str:
+        return f"{DASHBOARD}?date={self.date.isoformat()}"
+
+
+def engine_pass() -> int:
+    """One scheduler tick, as ``run_reminders`` makes it, then the delivery jobs it
+    enqueued, as the cluster's workers would run them; returns messages sent."""
+    ReminderWorker(with_cluster=False).tick()
+    return run_queued()
+
+
+@pytest.fixture
+def wecom(settings: Any) -> Iterator[WeComSandbox]:
+    """The ``wecom`` channel (the WeCom app sender, configured from the ``WECOM_*``
+    settings as ``make run`` does) pointed at a sandbox started for the test."""
+    with running_sandbox() as box:
+        for name, value in wecom_settings(box.base_url).items():
+            setattr(settings, name, value)
+        settings.WECOM_TIMEOUT = 2.0
+        settings.REMINDERS_CHANNELS = {
+            **settings.REMINDERS_CHANNELS,
+            "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
+        }
+        yield box
+
+
+@pytest.fixture
+def failed_today(make_task: Callable[..., ScheduledTask], wecom: WeComSandbox) -> Day:
+    """Two follow-ups sent, then three that failed: WeCom refused the server's IP."""
+    now = timezone.now()
+    for recipient in SENT_EARLIER:
+        make_task("follow_up", recipient, at=now, channel="wecom", payload={"content": "Call back"})
+    assert engine_pass() == 2
+    wecom.control(config_error=len(FAILING))
+    for recipient in FAILING:
+        make_task("follow_up", recipient, at=now, channel="wecom", payload={"content": "Call back"})
+    assert engine_pass() == 0
+    failed = list(TaskRun.objects.filter(status="failed").order_by("pk"))
+    assert [(run.task.recipient, run.error_code) for run in failed] == [
+        (recipient, NOT_ALLOWED) for recipient in FAILING
+    ]
+    return Day(timing.local_date(now, django_settings.TIME_ZONE), failed, wecom)
+
+
+@pytest.fixture
+def fortnight(failed_today: Day) -> None:
+    """Runs of the 13 days before (sent and a few failed, at several hours): a history
+    for the charts, which the day's numbers must leave out. Rows written directly, as
+    the dashboard's own tests do."""
+    zone = django_settings.TIME_ZONE
+    task = ScheduledTask.objects.create(
+        kind="daily_report", recipient="team.sales", channel="wecom", cron="0 9 * * *",
+        timezone=zone, priority="normal", calendar="",
+    )  # fmt: skip
+    runs = []
+    for back in range(1, 14):
+        start = timing.day_start(failed_today.date - timedelta(days=back), zone)
+        for n in range(4 + back % 5):
+            due = start + timedelta(hours=8 + 2 * n, minutes=back)
+            failed = (back + n) % 7 == 0
+            run = task.new_run(due)
+            run.status = "failed" if failed else "sent"
+            run.next_attempt_at = None
+            run.finished_at = due + timedelta(seconds=2 + 3 * n)
+            run.duration = timedelta(milliseconds=150 + 40 * n)
+            run.error_code = NOT_ALLOWED if failed else ""
+            runs.append(run)
+    TaskRun.objects.bulk_create(runs)
+
+
+def make_user(username: str, role: str) -> User:
+    """Active staff in the role's group, the way an admin sets ops staff up."""
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
+    user.groups.add(Group.objects.get(name=role))  # made by migrate (ops.roles)
+    return user
+
+
+def log_in(page: Page, base: str, day: Day, username: str) -> None:
+    """Open the dashboard signed out, get the admin's login form, sign in, land on it."""
+    page.goto(base + day.dashboard)
+    assert urlsplit(page.url).path == "/admin/login/"
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(DASHBOARD)))
+    heading = f"Runs due on {date_format(day.date)} ({django_settings.TIME_ZONE})"
+    assert page.locator("h2#ops-day").inner_text() == heading
+
+
+def cards(page: Page) -> dict[str, str]:
+    """The day's cards as the page shows them, label -> number: the counts and the
+    success rate (not the durations and lateness: real timings, not the test's to say)."""
+    shown = {}
+    for text in page.locator("section[aria-labelledby=ops-day] ul.cards > li").all_inner_texts():
+        value, _, label = text.strip().partition("\n")
+        if "p50" not in label:
+            shown[label.strip()] = value.strip()
+    return shown
+
+
+def failure_rows(page: Page) -> list[list[str]]:
+    """The "by reason" table of the failures: status, code, runs, last, example."""
+    table = page.locator("section[aria-labelledby=ops-failures] table").first
+    return [
+        [cell.strip() for cell in row.locator("td").all_inner_texts()]
+        for row in table.locator("tbody tr").all()
+    ]
+
+
+def listed(page: Page) -> list[tuple[str, str]]:
+    """The run changelist as shown: each row's recipient and status (its label)."""
+    page.wait_for_selector("#changelist")
+    if page.locator("#result_list").count() == 0:  # the admin's page of no results
+        return []
+    # The text, not as shown: the admin's style upper-cases the headings.
+    heads = [h.strip() for h in page.locator("#result_list thead th").all_text_contents()]
+    task, status = heads.index("Task"), heads.index("Status")
+    shown = []
+    for row in page.locator("#result_list tbody tr").all():
+        cells = [c.strip() for c in row.locator("td, th").all_inner_texts()]
+        kind_and_recipient = re.match(r"\S+ → (\S+) ", cells[task])
+        assert kind_and_recipient, cells[task]
+        shown.append((kind_and_recipient.group(1), cells[status]))
+    return shown
+
+
+def day_cards(*, planned: int, sent: int, failed: int) -> dict[str, str]:
+    """The cards of a day with nothing pending, unknown, expired or skipped."""
+    return {
+        "success rate": f"{100 * sent / (sent + failed):.1f} %",
+        "Planned": str(planned),
+        "Pending": "0",
+        "Sent": str(sent),
+        "Failed": str(failed),
+        "Unknown": "0",
+        "Expired": "0",
+        "Skipped": "0",
+    }
+
+
+def statuses(runs: list[TaskRun]) -> list[str]:
+    """What the database says of ``runs`` now, in their order."""
+    now = dict(TaskRun.objects.filter(pk__in=[run.pk for run in runs]).values_list("pk", "status"))
+    return [now[run.pk] for run in runs]
+
+
+def save_screenshot(page: Page) -> None:
+    """The README's picture, only when ``DASHBOARD_SCREENSHOT`` asks for it."""
+    target = os.environ.get("DASHBOARD_SCREENSHOT")
+    if target:
+        path = Path(target) if Path(target).is_absolute() else REPO / target
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=True)
+
+
+@pytest.mark.usefixtures("fortnight")
+def test_operator__retries_the_days_failures_from_the_dashboard_and_sees_them_sent(
+    live_server: Any, new_page: Page, failed_today: Day
+) -> None:
+    page, day = new_page, failed_today
+    make_user("olga", OPERATOR)
+    log_in(page, live_server.url, day, "olga")
+
+    # The day's failures, counted and grouped by reason; the history in the charts only.
+    assert cards(page) == day_cards(planned=5, sent=2, failed=3)
+    assert [row[:3] for row in failure_rows(page)] == [["failed", NOT_ALLOWED, "3"]]
+    assert "WeCom errcode 60020" in failure_rows(page)[0][4]
+    assert page.locator("svg.chart").count() == 3
+    save_screenshot(page)
+
+    # Its link: exactly those runs, in the admin.
+    page.locator("section[aria-labelledby=ops-failures] td.num a").first.click()
+    page.wait_for_url(re.compile(re.escape(RUNS)))
+    query = parse_qs(urlsplit(page.url).query)
+    assert (query["status__exact"], query["error_code__exact"]) == (["failed"], [NOT_ALLOWED])
+    assert sorted(listed(page)) == [(recipient, "Failed") for recipient in sorted(FAILING)]
+
+    # Select them all, retry, confirm.
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", label=RETRY)
+    page.click("button[name=index]")
+    will = page.locator(".reminders-will").inner_text()
+    assert will.startswith("3 runs will be put back in line for an immediate attempt")
+    assert statuses(day.failed) == ["failed"] * 3  # asked, not done yet
+    page.click("input[type=submit][value='Yes, do it']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.locator("ul.messagelist li").all_inner_texts() == [
+        "3 runs put back in line for an immediate attempt."
+    ]
+    assert listed(page) == []  # none of them is failed any more
+    assert statuses(day.failed) == ["retrying"] * 3
+
+    # The scheduler's next tick and its workers send them: WeCom receives each once.
+    assert engine_pass() == 3
+    assert statuses(day.failed) == ["sent"] * 3
+    for recipient in FAILING:
+        [message] = day.sandbox.delivered(to=recipient)
+        assert "Call back" in message.content
+
+    # The dashboard, reloaded, says so, and so does the run history.
+    page.goto(live_server.url + day.dashboard)
+    assert cards(page) == day_cards(planned=5, sent=5, failed=0)
+    assert failure_rows(page) == [["None."]]
+    page.goto(f"{live_server.url}{RUNS}?task__kind=follow_up")
+    assert sorted(listed(page)) == [
+        (recipient, "Sent") for recipient in sorted(SENT_EARLIER + FAILING)
+    ]
+
+
+def test_viewer__sees_the_failures_and_is_offered_no_retry(
+    live_server: Any, new_page: Page, failed_today: Day
+) -> None:
+    page, day = new_page, failed_today
+    make_user("vera", VIEWER)
+    log_in(page, live_server.url, day, "vera")
+    assert cards(page) == day_cards(planned=5, sent=2, failed=3)
+    # The dashboard only reads: no form that posts (the header's log-out one aside), no
+    # button to retry with.
+    assert page.locator("#content-main form[method=post]").count() == 0
+    assert page.get_by_role("button", name=re.compile("retry", re.IGNORECASE)).count() == 0
+
+    page.locator("section[aria-labelledby=ops-failures] td.num a").first.click()
+    page.wait_for_url(re.compile(re.escape(RUNS)))
+    assert sorted(listed(page)) == [(recipient, "Failed") for recipient in sorted(FAILING)]
+    actions = page.locator("select[name=action] option").all_inner_texts()
+    assert not [action for action in actions if "retry" in action.lower()], actions
+    assert statuses(day.failed) == ["failed"] * 3
