@@ -38,9 +38,13 @@ TRANSLATED = {
         "reminders/calendars.py",
         "reminders/checks.py",
         "reminders/conf.py",
+        "reminders/importing.py",
         "reminders/kinds.py",
+        "reminders/management/commands/reminders_import.py",
+        "reminders/management/commands/run_reminders.py",
         "reminders/models.py",
         "reminders/policies.py",
+        "reminders/progress.py",
         "reminders/recipients.py",
         "reminders/stamps.py",
         "reminders/users.py",
@@ -50,6 +54,7 @@ TRANSLATED = {
         "reminders/templates/admin/reminders/scheduledtask/change_form.html",
     ],
     OPS_PO: [
+        "ops/admin.py",
         "ops/alert_channels.py",
         "ops/alert_texts.py",
         "ops/apps.py",
@@ -57,7 +62,14 @@ TRANSLATED = {
         "ops/conf.py",
         "ops/dashboard.py",
         "ops/dashboard_page.py",
+        "ops/health.py",
+        "ops/management/commands/ops_alerts.py",
+        "ops/management/commands/ops_roles.py",
+        "ops/management/commands/reminders_demo.py",
+        "ops/management/commands/reminders_stats.py",
+        "ops/management/commands/wecom_sandbox.py",
         "ops/models.py",
+        "ops/roles.py",
         "ops/stats_format.py",
         "ops/stats_text.py",
         "ops/templates/ops/admin/index.html",
@@ -195,7 +207,15 @@ def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path, po
         else:
             sources.append(str(REPO / name))
     # plural: ops/alert_texts.py marks the singular and plural of its titles with it.
-    keywords = ["gettext_lazy", "gettext", "ngettext:1,2", "pgettext:1c,2", "_", "plural:1,2"]
+    keywords = [
+        "gettext_lazy",
+        "gettext",
+        "gettext_noop",
+        "ngettext:1,2",
+        "pgettext:1c,2",
+        "_",
+        "plural:1,2",
+    ]
     subprocess.run(
         [
             "xgettext",
