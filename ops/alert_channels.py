@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from django.conf import settings as django_settings
 from django.core.mail import mail_admins
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 
 from reminders.senders import BaseSender, Message, get_sender
 
@@ -66,7 +67,8 @@ class AlertChannel(ABC):
         delivery (the same on every attempt)."""
 
     def problems(self) -> list[str]:
-        """What stops this channel from working, for the system checks."""
+        """What stops this channel from working, for the system checks (in the language
+        they run in)."""
         return []
 
 
@@ -84,7 +86,7 @@ class MailAdmins(AlertChannel):
 
     def problems(self) -> list[str]:
         if not django_settings.ADMINS:
-            return ["settings.ADMINS is empty: alerts to this channel reach nobody."]
+            return [gettext("settings.ADMINS is empty: alerts to this channel reach nobody.")]
         return []
 
 
@@ -123,13 +125,18 @@ class ReminderChannel(AlertChannel):
         from reminders.senders.robot import WeComRobotSender
 
         if not self.channel:
-            return ["OPTIONS has no 'channel' (a REMINDERS_CHANNELS alias)."]
+            return [gettext("OPTIONS has no 'channel' (a REMINDERS_CHANNELS alias).")]
         try:
             sender = self.sender()
         except Exception as exc:
-            return [f"channel {self.channel!r}: {exc}"]
+            return [
+                gettext("channel %(channel)r: %(error)s") % {"channel": self.channel, "error": exc}
+            ]
         if not self.recipient and not isinstance(sender, WeComRobotSender):
-            return [f"channel {self.channel!r} is not a group robot: OPTIONS needs a 'recipient'."]
+            return [
+                gettext("channel %(channel)r is not a group robot: OPTIONS needs a 'recipient'.")
+                % {"channel": self.channel}
+            ]
         if self.recipient:
             try:
                 sender.validate_recipient(self.recipient)

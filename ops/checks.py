@@ -1,5 +1,6 @@
 """System checks of the ``OPS_*`` settings: every one is read once, so a typo shows at
-start-up rather than when the first alert is due or the first scrape comes."""
+start-up rather than when the first alert is due or the first scrape comes. Messages are
+written in the language active when the checks run (``gettext`` there, never at import)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext
 
 from . import alert_channels
 from .conf import settings as conf
@@ -48,7 +50,7 @@ def _check_alert_channels() -> list[CheckMessage]:
     if not aliases:
         return [
             Warning(
-                "OPS_ALERT_CHANNELS is empty: alerts are recorded, and nobody is told.",
+                gettext("OPS_ALERT_CHANNELS is empty: alerts are recorded, and nobody is told."),
                 id="ops.W001",
             )
         ]
@@ -57,10 +59,14 @@ def _check_alert_channels() -> list[CheckMessage]:
         try:
             problems = alert_channels.build(alias).problems()
         except Exception as exc:
-            found.append(Error(f"OPS_ALERT_CHANNELS[{alias!r}]: {exc}", id="ops.E002"))
+            found.append(Error(_channel_problem(alias, exc), id="ops.E002"))
             continue
-        found += [
-            Warning(f"OPS_ALERT_CHANNELS[{alias!r}]: {problem}", id="ops.W002")
-            for problem in problems
-        ]
+        found += [Warning(_channel_problem(alias, problem), id="ops.W002") for problem in problems]
     return found
+
+
+def _channel_problem(alias: str, problem: object) -> str:
+    return gettext("OPS_ALERT_CHANNELS[%(alias)r]: %(problem)s") % {
+        "alias": alias,
+        "problem": problem,
+    }

@@ -1,8 +1,9 @@
 """The ops app's settings, read from ``django.conf.settings`` on every access.
 
 Nothing is copied at import time, so ``override_settings`` works everywhere; a value
-that cannot work raises ``ImproperlyConfigured`` where it is read, and the system
-checks (``ops.checks``) read every one of them at start-up.
+that cannot work raises ``ImproperlyConfigured`` where it is read, saying why in the
+active language, and the system checks (``ops.checks``) read every one of them at
+start-up.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+
+from reminders.i18n import early_gettext as _
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -25,10 +28,18 @@ def _number(name: str, value: Any, *, minimum: float = 0.0, inclusive: bool = Fa
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}.") from None
+        raise ImproperlyConfigured(
+            _("%(name)s must be a number, got %(value)r.") % {"name": name, "value": value}
+        ) from None
     if isinstance(value, bool) or number < minimum or (number == minimum and not inclusive):
-        bound = "at least" if inclusive else "greater than"
-        raise ImproperlyConfigured(f"{name} must be {bound} {minimum:g}, got {value!r}.")
+        message = (
+            _("%(name)s must be at least %(minimum)s, got %(value)r.")
+            if inclusive
+            else _("%(name)s must be greater than %(minimum)s, got %(value)r.")
+        )
+        raise ImproperlyConfigured(
+            message % {"name": name, "minimum": f"{minimum:g}", "value": value}
+        )
     return number
 
 
@@ -38,7 +49,9 @@ def _items(value: Any) -> list[Any]:
         return [item.strip() for item in value.split(",") if item.strip()]
     if isinstance(value, Sequence):
         return list(value)
-    raise ImproperlyConfigured(f"Expected a list or a comma-separated string, got {value!r}.")
+    raise ImproperlyConfigured(
+        _("Expected a list or a comma-separated string, got %(value)r.") % {"value": value}
+    )
 
 
 class Settings:
@@ -59,7 +72,7 @@ class Settings:
             isinstance(config, dict) and "BACKEND" in config for config in channels.values()
         ):
             raise ImproperlyConfigured(
-                "OPS_ALERT_CHANNELS must be a dict of aliases to dicts with a BACKEND."
+                _("OPS_ALERT_CHANNELS must be a dict of aliases to dicts with a BACKEND.")
             )
         return channels
 
@@ -74,7 +87,7 @@ class Settings:
         """Per alert type, a window other than ``ALERT_WINDOW_SECONDS``."""
         raw = self._get("ALERT_WINDOWS", {})
         if not isinstance(raw, dict):
-            raise ImproperlyConfigured("OPS_ALERT_WINDOWS must be a dict of alert types.")
+            raise ImproperlyConfigured(_("OPS_ALERT_WINDOWS must be a dict of alert types."))
         return {str(k): _number(f"OPS_ALERT_WINDOWS[{k!r}]", v) for k, v in raw.items()}
 
     def window_for(self, alert_type: str) -> float:
@@ -129,7 +142,9 @@ class Settings:
             inclusive=True,
         )
         if value > 1:
-            raise ImproperlyConfigured(f"OPS_SUCCESS_RATE_THRESHOLD must be 0 to 1, got {value}.")
+            raise ImproperlyConfigured(
+                _("OPS_SUCCESS_RATE_THRESHOLD must be 0 to 1, got %(value)s.") % {"value": value}
+            )
         return value
 
     @property
@@ -166,7 +181,8 @@ class Settings:
                 networks.append(ipaddress.ip_network(str(item).strip(), strict=False))
             except ValueError:
                 raise ImproperlyConfigured(
-                    f"OPS_METRICS_ALLOWED_NETWORKS: {item!r} is not a network (CIDR)."
+                    _("OPS_METRICS_ALLOWED_NETWORKS: %(value)r is not a network (CIDR).")
+                    % {"value": item}
                 ) from None
         return networks
 

@@ -22,6 +22,7 @@ from django.contrib.admin import AdminSite, ModelAdmin
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
 from reminders.models import Priority, TaskRun
 
@@ -90,6 +91,14 @@ class RunLinks:
         return reverse(f"{self.site.name}:reminders_taskrun_change", args=[pk])
 
 
+def _status_label(status: str) -> str:
+    """A run's status as the admin says it, in the request's language."""
+    try:
+        return str(TaskRun.Status(status).label)
+    except ValueError:
+        return status
+
+
 @dataclass(frozen=True)
 class Cell:
     value: str
@@ -136,6 +145,7 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
     failures = [
         {
             "status": group.status,
+            "status_label": _status_label(group.status),
             "code": group.code,
             "count": group.count,
             "last": group.last_finished_at,
@@ -144,7 +154,10 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         }
         for group in stats.failures
     ]
-    latest = [{"run": run, "link": links.run(run.id)} for run in stats.latest_failures]
+    latest = [
+        {"run": run, "status_label": _status_label(run.status), "link": links.run(run.id)}
+        for run in stats.latest_failures
+    ]
     now = stats.now
     plan = [
         {
@@ -215,7 +228,8 @@ def _rate_cells(counts: Counts) -> dict[str, Any]:
 
 def charts(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
     """The three charts, each with the table of its numbers."""
-    sent, failed = _("sent"), _("failed")
+    # With a context: "sent" alone is the alert delivery's field (when it was sent).
+    sent, failed = pgettext("runs", "sent"), pgettext("runs", "failed")
     hour_labels = [hour.label for hour in stats.hours]
     day_labels = [day.label[5:] for day in stats.days]  # MM-DD
 
@@ -279,7 +293,7 @@ def charts(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
                 x_label=_("day due"),
                 y_label=_("runs"),
             ),
-            "head": [_("day"), sent, failed],
+            "head": [pgettext("column", "day"), sent, failed],
             "rows": [(d.label, d.counts.sent, d.counts.failed) for d in stats.days],
         },
     ]

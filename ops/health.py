@@ -18,7 +18,9 @@ a short reason.
 What is said: only whether each check passed and why not, in words and seconds. No
 host names, process ids, database names, exception texts or settings: the endpoint is
 meant for load balancers and probes, which are not authenticated. The exceptions are
-logged (logger ``ops.health``).
+logged (logger ``ops.health``). The names and statuses (``ok``, ``failing``) are for
+machines and never change; the reasons are for people, in the request's language
+(``LANGUAGE_CODE`` for a probe that asks for none).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.db.models import Max, Min
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from reminders.checks import UNSHARED_CACHES
 from reminders.models import SchedulerHeartbeat
@@ -72,18 +75,18 @@ def database() -> Check:
             cursor.fetchone()
     except Exception:
         logger.warning("health: the database is unreachable", exc_info=True)
-        return Check("database", False, "unreachable")
-    return Check("database", True, "reachable")
+        return Check("database", False, _("unreachable"))
+    return Check("database", True, _("reachable"))
 
 
 def scheduler(now: datetime) -> Check:
     latest = SchedulerHeartbeat.objects.aggregate(latest=Max("last_tick_at"))["latest"]
     if latest is None:
-        return Check("scheduler", False, "no scheduler heartbeat recorded")
+        return Check("scheduler", False, _("no scheduler heartbeat recorded"))
     age = max(0, int((now - latest).total_seconds()))
     if age > conf.HEARTBEAT_MAX_AGE_SECONDS:
-        return Check("scheduler", False, f"no scheduler has ticked for {age} s")
-    return Check("scheduler", True, f"last tick {age} s ago")
+        return Check("scheduler", False, _("no scheduler has ticked for %(age)d s") % {"age": age})
+    return Check("scheduler", True, _("last tick %(age)d s ago") % {"age": age})
 
 
 def _oldest_waiting_job(now: datetime) -> datetime | None:
@@ -116,23 +119,24 @@ def cluster(now: datetime) -> Check:
     if oldest is not None:
         waited = int((now - oldest).total_seconds())
         if waited > conf.HEALTH_QUEUE_WAIT_SECONDS:
-            return Check("cluster", False, f"a queued job has waited {waited} s for a worker")
+            reason = _("a queued job has waited %(waited)d s for a worker") % {"waited": waited}
+            return Check("cluster", False, reason)
     if stats_shared():
         try:
             reporting = _clusters_reporting()
         except Exception:
             logger.warning("health: cannot read django-q2's cluster stats", exc_info=True)
-            return Check("cluster", False, "cluster status unreadable")
+            return Check("cluster", False, _("cluster status unreadable"))
         if not reporting:
-            return Check("cluster", False, "no django-q2 cluster reports its status")
-    return Check("cluster", True, "queued jobs are being taken")
+            return Check("cluster", False, _("no django-q2 cluster reports its status"))
+    return Check("cluster", True, _("queued jobs are being taken"))
 
 
 def check_all(now: datetime | None = None) -> Report:
     now = now or timezone.now()
     db = database()
     if not db.ok:
-        skipped = "not checked: the database is unreachable"
+        skipped = _("not checked: the database is unreachable")
         return Report([db, Check("scheduler", False, skipped), Check("cluster", False, skipped)])
     checks = [db]
     for check in (scheduler, cluster):
@@ -140,5 +144,5 @@ def check_all(now: datetime | None = None) -> Report:
             checks.append(check(now))
         except Exception:
             logger.warning("health: the %s check failed", check.__name__, exc_info=True)
-            checks.append(Check(check.__name__, False, "check failed"))
+            checks.append(Check(check.__name__, False, _("check failed")))
     return Report(checks)

@@ -31,6 +31,7 @@ from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 from django.db import DEFAULT_DB_ALIAS, router
 from django.db.models import QuerySet
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 if TYPE_CHECKING:
@@ -132,4 +133,8 @@ def sync_after_migrate(
     for synced in sync_roles(using):
         if synced.missing and verbosity:
             # Migrated part of the way: a later migrate brings the rest.
-            print(f"  {synced.role.codename} lacks {', '.join(synced.missing)} for now.")
+            lacks = gettext("%(role)s lacks %(permissions)s for now.") % {
+                "role": synced.role.codename,
+                "permissions": ", ".join(synced.missing),
+            }
+            print(f"  {lacks}")

@@ -4,9 +4,11 @@ way (``ops.stats_format``); charts are left to the page."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
 from . import stats_format as fmt
 from .stats import Counts, Stats
@@ -14,21 +16,28 @@ from .stats import Counts, Stats
 Row = Sequence[object]
 
 
+def width(text: str) -> int:
+    """The columns ``text`` takes in a terminal: a Chinese character (East Asian wide or
+    full-width) takes two."""
+    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
+
+
 def table(head: Row, rows: Sequence[Row], align: str = "") -> list[str]:
-    """Columns padded to their widest cell; ``align`` says per column ``l`` (text) or
-    ``r`` (numbers), by default the first left and the others right."""
+    """Columns padded to their widest cell (by ``width``, so that Chinese headings line
+    up too); ``align`` says per column ``l`` (text) or ``r`` (numbers), by default the
+    first left and the others right."""
     cells = [[str(value) for value in row] for row in [head, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+    widths = [max(width(row[i]) for row in cells) for i in range(len(head))]
     align = align or "l" + "r" * (len(head) - 1)
 
     def line(row: list[str]) -> str:
-        padded = [
-            value.ljust(width) if side == "l" else value.rjust(width)
-            for value, width, side in zip(row, widths, align, strict=True)
-        ]
+        padded = []
+        for value, column, side in zip(row, widths, align, strict=True):
+            padding = " " * (column - width(value))
+            padded.append(value + padding if side == "l" else padding + value)
         return "  ".join(padded).rstrip()
 
-    return [line(cells[0]), "  ".join("-" * width for width in widths), *map(line, cells[1:])]
+    return [line(cells[0]), "  ".join("-" * column for column in widths), *map(line, cells[1:])]
 
 
 def _counts(counts: Counts) -> list[object]:
@@ -58,8 +67,9 @@ def render(stats: Stats) -> str:
         _("kind"),
         _("planned"),
         _("pending"),
-        _("sent"),
-        _("failed"),
+        # With a context: "sent" alone is the alert delivery's field (when it was sent).
+        pgettext("runs", "sent"),
+        pgettext("runs", "failed"),
         _("unknown"),
         _("expired"),
         _("skipped"),

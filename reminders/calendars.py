@@ -39,6 +39,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .exceptions import RemindersError
+from .i18n import early_gettext as _
 
 __all__ = [
     "DEFAULT_CALENDARS",
@@ -142,7 +143,7 @@ def configured() -> Mapping[str, Any]:
     """``REMINDERS_CALENDARS``, or the default (``cn``) when it is not set."""
     value = getattr(django_settings, "REMINDERS_CALENDARS", DEFAULT_CALENDARS)
     if not isinstance(value, Mapping):
-        raise ImproperlyConfigured("REMINDERS_CALENDARS must be a dict of names to calendars.")
+        raise ImproperlyConfigured(_("REMINDERS_CALENDARS must be a dict of names to calendars."))
     return value
 
 
@@ -163,21 +164,28 @@ def _build(name: str) -> Calendar:
     config = configured().get(name)
     if config is None:
         raise UnknownCalendar(
-            f"REMINDERS_CALENDARS has no calendar {name!r} (configured: "
-            f"{', '.join(names()) or 'none'})."
+            _("REMINDERS_CALENDARS has no calendar %(name)r (configured: %(names)s).")
+            % {"name": name, "names": ", ".join(names()) or _("none")}
         )
     if isinstance(config, str):
         config = {"BACKEND": config}
     try:
         backend = import_string(str(config.get("BACKEND")))
     except ImportError as exc:
-        raise ImproperlyConfigured(f"Calendar {name!r}: cannot import backend: {exc}") from exc
+        raise ImproperlyConfigured(
+            _("Calendar %(name)r: cannot import backend: %(error)s") % {"name": name, "error": exc}
+        ) from exc
     if not (isinstance(backend, type) and issubclass(backend, Calendar)):
-        raise ImproperlyConfigured(f"Calendar {name!r}: {backend!r} is not a Calendar.")
+        raise ImproperlyConfigured(
+            _("Calendar %(name)r: %(backend)r is not a Calendar.")
+            % {"name": name, "backend": backend}
+        )
     try:
         return backend(name, **config.get("OPTIONS", {}))
     except TypeError as exc:
-        raise ImproperlyConfigured(f"Calendar {name!r}: {exc}") from exc
+        raise ImproperlyConfigured(
+            _("Calendar %(name)r: %(error)s") % {"name": name, "error": exc}
+        ) from exc
 
 
 def reset() -> None:

@@ -6,6 +6,9 @@ database, so Django runs them only where a command asks for database checks
 never stop a process, since a task of an unknown kind or an uncovered year stops
 nothing either (it is put in ``error``, or its occurrence skipped, when due).
 
+Messages and hints are written in the language active when the checks run (a command's:
+``LANGUAGE_CODE``), so they are made with ``gettext`` there, never at import.
+
 ``check_worker`` guards what only ``run_reminders`` uses: the engine's django-q2 cluster
 (``REMINDERS_CLUSTER``) and how the host's own ``Q_CLUSTER`` stands beside it. It is a
 deployment check tagged ``reminders_worker``: ``run_reminders`` runs it at start-up (its
@@ -28,6 +31,7 @@ from django.db import DatabaseError, connections, router
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext, ngettext
 
 from . import builders, calendars, kinds
 from .conf import settings as conf
@@ -50,7 +54,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         except ImportError:
             errors.append(
                 Error(
-                    f"REMINDERS_CHANNELS[{alias!r}]['BACKEND'] cannot be imported: {backend!r}.",
+                    gettext(
+                        "REMINDERS_CHANNELS[%(alias)r]['BACKEND'] cannot be imported: %(backend)r."
+                    )
+                    % {"alias": alias, "backend": backend},
                     id="reminders.E002",
                 )
             )
@@ -58,8 +65,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if conf.DEFAULT_CHANNEL not in channels:
         errors.append(
             Error(
-                f"REMINDERS_DEFAULT_CHANNEL {conf.DEFAULT_CHANNEL!r} is not in REMINDERS_CHANNELS.",
-                hint=f"Use one of: {', '.join(channels)}.",
+                gettext("REMINDERS_DEFAULT_CHANNEL %(channel)r is not in REMINDERS_CHANNELS.")
+                % {"channel": conf.DEFAULT_CHANNEL},
+                hint=gettext("Use one of: %(aliases)s.") % {"aliases": ", ".join(channels)},
                 id="reminders.E003",
             )
         )
@@ -102,8 +110,10 @@ def _check_rate_limit_cache() -> list[CheckMessage]:
     if alias not in caches:
         return [
             Error(
-                f"REMINDERS_RATE_LIMIT_CACHE {alias!r} is not in CACHES.",
-                hint=f"Use one of: {', '.join(caches) or '(none configured)'}.",
+                gettext("REMINDERS_RATE_LIMIT_CACHE %(alias)r is not in CACHES.")
+                % {"alias": alias},
+                hint=gettext("Use one of: %(aliases)s.")
+                % {"aliases": ", ".join(caches) or gettext("(none configured)")},
                 id="reminders.E007",
             )
         ]
@@ -111,9 +121,14 @@ def _check_rate_limit_cache() -> list[CheckMessage]:
     if backend in UNSHARED_CACHES:
         return [
             Error(
-                f"REMINDERS_RATE_LIMIT_CACHE {alias!r} uses {backend}, which processes do not "
-                "share: every process would keep rate limits of its own.",
-                hint="Use Redis or Memcached, or leave the setting empty for the database.",
+                gettext(
+                    "REMINDERS_RATE_LIMIT_CACHE %(alias)r uses %(backend)s, which processes do "
+                    "not share: every process would keep rate limits of its own."
+                )
+                % {"alias": alias, "backend": backend},
+                hint=gettext(
+                    "Use Redis or Memcached, or leave the setting empty for the database."
+                ),
                 id="reminders.E007",
             )
         ]
@@ -131,7 +146,11 @@ def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
         except (RemindersError, ImproperlyConfigured, TypeError) as exc:
             if not isinstance(exc, ChannelNotConfigured):
                 messages.append(
-                    Error(f"Channel {alias!r} cannot be used: {exc}", id="reminders.E006")
+                    Error(
+                        gettext("Channel %(alias)r cannot be used: %(error)s")
+                        % {"alias": alias, "error": exc},
+                        id="reminders.E006",
+                    )
                 )
             continue
         try:
@@ -141,10 +160,17 @@ def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
         if sender.supports_duplicate_check and window >= sender.duplicate_check_seconds:
             messages.append(
                 Warning(
-                    f"Channel {alias!r} de-duplicates re-sends for "
-                    f"{sender.duplicate_check_seconds}s, but the last retry can come "
-                    f"{window}s after the first send (REMINDERS_RETRY_DELAYS plus "
-                    f"REMINDERS_LEASE_SECONDS): a re-send after a lost reply could arrive twice.",
+                    gettext(
+                        "Channel %(alias)r de-duplicates re-sends for %(dedup)ss, but the last "
+                        "retry can come %(window)ss after the first send (REMINDERS_RETRY_DELAYS "
+                        "plus REMINDERS_LEASE_SECONDS): a re-send after a lost reply could "
+                        "arrive twice."
+                    )
+                    % {
+                        "alias": alias,
+                        "dedup": sender.duplicate_check_seconds,
+                        "window": window,
+                    },
                     id="reminders.W002",
                 )
             )
@@ -164,13 +190,20 @@ def _check_kinds_settings() -> list[CheckMessage]:
         except UnknownKind:
             messages.append(
                 Warning(
-                    f"REMINDERS_KINDS names {name!r}, which no code registered.",
-                    hint=f"Registered kinds: {', '.join(kinds.names())}.",
+                    gettext("REMINDERS_KINDS names %(kind)r, which no code registered.")
+                    % {"kind": name},
+                    hint=gettext("Registered kinds: %(kinds)s.")
+                    % {"kinds": ", ".join(kinds.names())},
                     id="reminders.W004",
                 )
             )
         except PolicyError as exc:
-            messages.append(Error(f"REMINDERS_KINDS[{name!r}]: {exc}", id="reminders.E009"))
+            messages.append(
+                Error(
+                    gettext("REMINDERS_KINDS[%(kind)r]: %(error)s") % {"kind": name, "error": exc},
+                    id="reminders.E009",
+                )
+            )
     return messages
 
 
@@ -183,13 +216,14 @@ def _check_builders() -> list[CheckMessage]:
     for name in sorted(builders.plugged_kinds() - set(kinds.names())):
         messages.append(
             Warning(
-                f"A message builder is plugged in for {name!r}, which no code registered.",
-                hint=f"Registered kinds: {', '.join(kinds.names())}.",
+                gettext("A message builder is plugged in for %(kind)r, which no code registered.")
+                % {"kind": name},
+                hint=gettext("Registered kinds: %(kinds)s.") % {"kinds": ", ".join(kinds.names())},
                 id="reminders.W006",
             )
         )
     try:
-        _ = conf.REPORT_URL
+        _url = conf.REPORT_URL
     except ImproperlyConfigured as exc:
         messages.append(Error(str(exc), id="reminders.E012"))
     return messages
@@ -207,7 +241,12 @@ def _check_kinds_calendars() -> list[CheckMessage]:
             if calendar:
                 calendars.get(calendar)
         except ImproperlyConfigured as exc:
-            messages.append(Error(f"Kind {name!r}: {exc}", id="reminders.E010"))
+            messages.append(
+                Error(
+                    gettext("Kind %(kind)r: %(error)s") % {"kind": name, "error": exc},
+                    id="reminders.E010",
+                )
+            )
     return messages
 
 
@@ -230,8 +269,11 @@ def check_worker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     if cluster["orm"] != "default":
         messages.append(
             Error(
-                f"REMINDERS_CLUSTER['orm'] is {cluster['orm']!r}; it must be 'default': a "
-                "claim and its queued job must commit in one transaction.",
+                gettext(
+                    "REMINDERS_CLUSTER['orm'] is %(orm)r; it must be 'default': a claim and its "
+                    "queued job must commit in one transaction."
+                )
+                % {"orm": cluster["orm"]},
                 id="reminders.E005",
             )
         )
@@ -239,19 +281,26 @@ def check_worker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     if timeout is None or timeout >= lease:
         messages.append(
             Error(
-                f"REMINDERS_CLUSTER['timeout'] ({timeout}) must be below "
-                f"REMINDERS_LEASE_SECONDS ({lease}): a job that outlives its lease has its "
-                "runs claimed by another worker while it still sends them.",
-                hint="Leave it out (0.8 x REMINDERS_LEASE_SECONDS), or set about that.",
+                gettext(
+                    "REMINDERS_CLUSTER['timeout'] (%(timeout)s) must be below "
+                    "REMINDERS_LEASE_SECONDS (%(lease)s): a job that outlives its lease has its "
+                    "runs claimed by another worker while it still sends them."
+                )
+                % {"timeout": timeout, "lease": lease},
+                hint=gettext("Leave it out (0.8 x REMINDERS_LEASE_SECONDS), or set about that."),
                 id="reminders.E008",
             )
         )
     elif retry <= timeout:
         messages.append(
             Error(
-                f"REMINDERS_CLUSTER['retry'] ({retry}) must be above its timeout ({timeout}): "
-                "django-q2 hands a job to another worker while the first still runs it.",
-                hint="Leave it out (a minute past REMINDERS_LEASE_SECONDS).",
+                gettext(
+                    "REMINDERS_CLUSTER['retry'] (%(retry)s) must be above its timeout "
+                    "(%(timeout)s): django-q2 hands a job to another worker while the first "
+                    "still runs it."
+                )
+                % {"retry": retry, "timeout": timeout},
+                hint=gettext("Leave it out (a minute past REMINDERS_LEASE_SECONDS)."),
                 id="reminders.E008",
             )
         )
@@ -282,11 +331,15 @@ def _check_host_cluster(cluster: dict[str, Any]) -> list[CheckMessage]:
         return []
     return [
         Warning(
-            f"Q_CLUSTER reads the engine's queue {Conf.CLUSTER_NAME!r} on database "
-            f"{cluster['orm']!r}: a `manage.py qcluster` with it executes deliveries, with "
-            f"other settings: {', '.join(differ)}.",
-            hint="Give the project's own django-q2 a name of its own (Q_CLUSTER['name']), "
-            "or, where it is meant to execute the engine's jobs, REMINDERS_CLUSTER's settings.",
+            gettext(
+                "Q_CLUSTER reads the engine's queue %(queue)r on database %(orm)r: a `manage.py "
+                "qcluster` with it executes deliveries, with other settings: %(settings)s."
+            )
+            % {"queue": Conf.CLUSTER_NAME, "orm": cluster["orm"], "settings": ", ".join(differ)},
+            hint=gettext(
+                "Give the project's own django-q2 a name of its own (Q_CLUSTER['name']), or, "
+                "where it is meant to execute the engine's jobs, REMINDERS_CLUSTER's settings."
+            ),
             id="reminders.W007",
         )
     ]
@@ -312,14 +365,21 @@ def check_kinds(
     if not unknown:
         return []
     named = ", ".join(
-        f"{kind!r} ({count} task{'' if count == 1 else 's'})" for kind, count in unknown.items()
+        ngettext("%(kind)r (%(count)d task)", "%(kind)r (%(count)d tasks)", count)
+        % {"kind": kind, "count": count}
+        for kind, count in unknown.items()
     )
     return [
         Warning(
-            f"Tasks use kinds this process has not registered: {named}. When due they are "
-            "put in error and not sent.",
-            hint="A CRM registers its kinds with reminders.kinds.register() in its "
-            "AppConfig.ready(), so that every process (run_reminders too) knows them.",
+            gettext(
+                "Tasks use kinds this process has not registered: %(kinds)s. When due they are "
+                "put in error and not sent."
+            )
+            % {"kinds": named},
+            hint=gettext(
+                "A CRM registers its kinds with reminders.kinds.register() in its "
+                "AppConfig.ready(), so that every process (run_reminders too) knows them."
+            ),
             id="reminders.W003",
         )
     ]
@@ -394,11 +454,21 @@ def _live_tasks(databases: Sequence[str] | None) -> QuerySet[Any] | None:
 
 
 def _uncovered_warning(name: str, years: list[int]) -> Warning:
-    listed = " and ".join(str(year) for year in years)
+    *first, last = [str(year) for year in years]
+    listed = (
+        gettext("%(years)s and %(last)s") % {"years": ", ".join(first), "last": last}
+        if first
+        else last
+    )
     return Warning(
-        f"Working-day calendar {name!r} does not cover {listed}: occurrences then are "
-        "not sent but skipped as 'calendar_uncovered' (and signals.calendar_uncovered sent).",
-        hint="Upgrade the package that provides it (chinesecalendar for 'cn') once the "
-        "year's official calendar is published, and restart the processes.",
+        gettext(
+            "Working-day calendar %(calendar)r does not cover %(years)s: occurrences then are "
+            "not sent but skipped as 'calendar_uncovered' (and signals.calendar_uncovered sent)."
+        )
+        % {"calendar": name, "years": listed},
+        hint=gettext(
+            "Upgrade the package that provides it (chinesecalendar for 'cn') once the year's "
+            "official calendar is published, and restart the processes."
+        ),
         id="reminders.W005",
     )

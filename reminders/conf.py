@@ -1,6 +1,8 @@
 """The app's settings, read from ``django.conf.settings`` on every access.
 
-Nothing is copied at import time, so ``override_settings`` works everywhere.
+Nothing is copied at import time, so ``override_settings`` works everywhere. A value that
+cannot work raises ``ImproperlyConfigured`` saying why, in the active language (see
+``reminders.i18n``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .i18n import early_gettext as _
 from .links import link_problem
 
 DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
@@ -44,9 +47,13 @@ def _positive_number(name: str, value: Any) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}.") from None
+        raise ImproperlyConfigured(
+            _("%(name)s must be a number, got %(value)r.") % {"name": name, "value": value}
+        ) from None
     if number <= 0:
-        raise ImproperlyConfigured(f"{name} must be greater than 0, got {value!r}.")
+        raise ImproperlyConfigured(
+            _("%(name)s must be greater than 0, got %(value)r.") % {"name": name, "value": value}
+        )
     return number
 
 
@@ -60,7 +67,7 @@ class Settings:
     def CHANNELS(self) -> dict[str, dict[str, Any]]:
         channels = self._get("CHANNELS", DEFAULT_CHANNELS)
         if not isinstance(channels, dict) or not channels:
-            raise ImproperlyConfigured("REMINDERS_CHANNELS must be a non-empty dict of aliases.")
+            raise ImproperlyConfigured(_("REMINDERS_CHANNELS must be a non-empty dict of aliases."))
         return channels
 
     @property
@@ -69,7 +76,7 @@ class Settings:
         kinds = self._get("KINDS", {})
         if not isinstance(kinds, dict) or not all(isinstance(v, dict) for v in kinds.values()):
             raise ImproperlyConfigured(
-                "REMINDERS_KINDS must be a dict of kind names to dicts of policy settings."
+                _("REMINDERS_KINDS must be a dict of kind names to dicts of policy settings.")
             )
         return kinds
 
@@ -82,7 +89,7 @@ class Settings:
             isinstance(kind, str) and isinstance(path, str) for kind, path in builders.items()
         ):
             raise ImproperlyConfigured(
-                "REMINDERS_BUILDERS must be a dict of kind names to dotted paths of builders."
+                _("REMINDERS_BUILDERS must be a dict of kind names to dotted paths of builders.")
             )
         return builders
 
@@ -204,14 +211,18 @@ class Settings:
         raw = self._get("CLUSTER", {})
         if not isinstance(raw, dict):
             raise ImproperlyConfigured(
-                f"REMINDERS_CLUSTER must be a dict of django-q2 cluster settings, got {raw!r}."
+                _("REMINDERS_CLUSTER must be a dict of django-q2 cluster settings, got %(value)r.")
+                % {"value": raw}
             )
         unknown = sorted(set(raw) - CLUSTER_KEYS)
         if unknown:
             raise ImproperlyConfigured(
-                f"REMINDERS_CLUSTER has keys the engine's cluster does not take: "
-                f"{', '.join(unknown)}. It is always django-q2's ORM broker and never runs "
-                f"django-q2 schedules; it takes: {', '.join(sorted(CLUSTER_KEYS))}."
+                _(
+                    "REMINDERS_CLUSTER has keys the engine's cluster does not take: "
+                    "%(unknown)s. It is always django-q2's ORM broker and never runs "
+                    "django-q2 schedules; it takes: %(known)s."
+                )
+                % {"unknown": ", ".join(unknown), "known": ", ".join(sorted(CLUSTER_KEYS))}
             )
         lease = self.LEASE_SECONDS
         cluster = {
@@ -222,11 +233,16 @@ class Settings:
         }
         name, workers = cluster["name"], cluster["workers"]
         if not isinstance(name, str) or not name:
-            raise ImproperlyConfigured(f"REMINDERS_CLUSTER['name'] must be a name, got {name!r}.")
+            raise ImproperlyConfigured(
+                _("REMINDERS_CLUSTER['name'] must be a name, got %(value)r.") % {"value": name}
+            )
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ImproperlyConfigured(
-                f"REMINDERS_CLUSTER['workers'] must be a whole number of at least 1, "
-                f"got {workers!r}."
+                _(
+                    "REMINDERS_CLUSTER['workers'] must be a whole number of at least 1, "
+                    "got %(value)r."
+                )
+                % {"value": workers}
             )
         if cluster["timeout"] is not None:
             _positive_number("REMINDERS_CLUSTER['timeout']", cluster["timeout"])
@@ -252,7 +268,11 @@ class Settings:
             share = -1.0
         if isinstance(raw, bool) or not 0 <= share < 1:
             raise ImproperlyConfigured(
-                f"REMINDERS_HIGH_RATE_SHARE must be a number from 0 to less than 1, got {raw!r}."
+                _(
+                    "REMINDERS_HIGH_RATE_SHARE must be a number from 0 to less than 1, "
+                    "got %(value)r."
+                )
+                % {"value": raw}
             )
         return share
 
@@ -263,7 +283,8 @@ class Settings:
         raw = self._get("HIGH_WORKERS", 1)
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
             raise ImproperlyConfigured(
-                f"REMINDERS_HIGH_WORKERS must be a whole number of at least 0, got {raw!r}."
+                _("REMINDERS_HIGH_WORKERS must be a whole number of at least 0, got %(value)r.")
+                % {"value": raw}
             )
         return raw
 

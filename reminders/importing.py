@@ -22,6 +22,9 @@ the file (the header is line 1, and a quoted cell that spans lines counts each o
 and the reason: what reading it found (a date that is not ISO 8601) or what scheduling
 it did (the API's checks, the same as for any task). A dry run does all of this, the
 database's part included, and then rolls it back.
+
+What it says (the errors, the report) is in the active language: a command's
+``LANGUAGE_CODE``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from . import occasions, scheduling
 from .exceptions import BulkValidationError, RemindersError
@@ -56,10 +61,14 @@ class RowError:
     message: str
 
     def __str__(self) -> str:
-        where = f"line {self.line}" if self.line else "the file"
+        where = _("line %(line)d") % {"line": self.line} if self.line else _("the file")
         if self.field:
-            where += f", {self.field}"
-        return f"{where}: {self.message}"
+            return _("%(where)s, %(field)s: %(message)s") % {
+                "where": where,
+                "field": self.field,
+                "message": self.message,
+            }
+        return _("%(where)s: %(message)s") % {"where": where, "message": self.message}
 
 
 class ImportFailed(RemindersError):
@@ -69,7 +78,12 @@ class ImportFailed(RemindersError):
         self.errors = sorted(errors)
         lines = len({error.line for error in self.errors})
         super().__init__(
-            f"{lines} line{'s' if lines != 1 else ''} cannot be imported; nothing was imported."
+            ngettext(
+                "%(count)d line cannot be imported; nothing was imported.",
+                "%(count)d lines cannot be imported; nothing was imported.",
+                lines,
+            )
+            % {"count": lines}
         )
 
 
@@ -91,17 +105,21 @@ class Report:
     dry_run: bool
 
     def __str__(self) -> str:
-        rows, created = _count(self.rows, "row"), _count(self.created, "task")
+        numbers = {
+            "rows": ngettext("%(n)s row", "%(n)s rows", self.rows) % {"n": f"{self.rows:,}"},
+            "created": ngettext("%(n)s task", "%(n)s tasks", self.created)
+            % {"n": f"{self.created:,}"},
+            "updated": f"{self.updated:,}",
+        }
         if self.dry_run:
             return (
-                f"Dry run: {rows} checked, all good; {created} would be created and "
-                f"{self.updated:,} updated. Nothing was saved."
+                _(
+                    "Dry run: %(rows)s checked, all good; %(created)s would be created and "
+                    "%(updated)s updated. Nothing was saved."
+                )
+                % numbers
             )
-        return f"Imported {rows}: {created} created, {self.updated:,} updated."
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+        return _("Imported %(rows)s: %(created)s created, %(updated)s updated.") % numbers
 
 
 @dataclass(frozen=True)
@@ -168,12 +186,13 @@ def lines_of(path: Path) -> list[str]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ImportFailed([RowError(0, "", f"Cannot read {path}: {exc.strerror}.")]) from None
+        message = _("Cannot read %(path)s: %(error)s.") % {"path": path, "error": exc.strerror}
+        raise ImportFailed([RowError(0, "", message)]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        message = (
+        message = _(
             "The file is not UTF-8 (a byte that cannot be, at this line). In Excel, save it "
             'as "CSV UTF-8".'
         )
@@ -187,10 +206,10 @@ def read(lines: Iterable[str], defaults: Defaults) -> tuple[list[Row], list[RowE
     reader = csv.reader(lines)
     cells_by_line = _records(reader)
     try:
-        _, header = next(cells_by_line)
+        _line, header = next(cells_by_line)
     except StopIteration:
         raise ImportFailed(
-            [RowError(1, "", "The file is empty: line 1 names the columns.")]
+            [RowError(1, "", _("The file is empty: line 1 names the columns."))]
         ) from None
     columns = _columns(header)
     rows: list[Row] = []
@@ -218,7 +237,8 @@ def _records(reader: Any) -> Iterator[tuple[int, list[str]]]:
         except StopIteration:
             return
         except csv.Error as exc:
-            raise ImportFailed([RowError(line, "", f"This is not CSV: {exc}.")]) from None
+            message = _("This is not CSV: %(error)s.") % {"error": exc}
+            raise ImportFailed([RowError(line, "", message)]) from None
         yield line, cells
         line = reader.line_num + 1
 
@@ -234,10 +254,12 @@ def _columns(header: list[str]) -> list[str]:
     seen: set[str] = set()
     for name in names:
         if name and name in seen:
-            errors.append(RowError(1, name, f"The column {name!r} appears twice."))
+            errors.append(
+                RowError(1, name, _("The column %(name)r appears twice.") % {"name": name})
+            )
         seen.add(name)
     if "recipient" not in seen:
-        errors.append(RowError(1, "recipient", "The header has no recipient column."))
+        errors.append(RowError(1, "recipient", _("The header has no recipient column.")))
     if errors:
         raise ImportFailed(errors)
     return names
@@ -253,7 +275,9 @@ def _item(columns: list[str], cells: list[str], defaults: Defaults) -> dict[str,
             continue
         name = columns[position] if position < len(columns) else ""
         if not name:
-            errors[""] = f"Cell {position + 1} has a value but its column no name in the header."
+            errors[""] = _(
+                "Cell %(position)d has a value but its column no name in the header."
+            ) % {"position": position + 1}
         elif name in COLUMNS:
             given[name] = value
         else:
@@ -268,12 +292,24 @@ def _item(columns: list[str], cells: list[str], defaults: Defaults) -> dict[str,
         "payload": payload,
     }
     if "born" in given:
-        born = _parse(errors, "born", given["born"], date.fromisoformat, "date (YYYY-MM-DD)")
+        born = _parse(
+            errors,
+            "born",
+            given["born"],
+            date.fromisoformat,
+            _("%(value)r is not an ISO 8601 date (YYYY-MM-DD)."),
+        )
         at = occasions.BIRTHDAY_TIME
         if "at" in given:
-            at = _parse(errors, "at", given["at"], time.fromisoformat, "time of day (HH:MM)")
+            at = _parse(
+                errors,
+                "at",
+                given["at"],
+                time.fromisoformat,
+                _("%(value)r is not an ISO 8601 time of day (HH:MM)."),
+            )
         if "cron" in given:
-            errors["cron"] = "Give cron or born, not both."
+            errors["cron"] = _("Give cron or born, not both.")
         if errors or born is None or at is None:
             raise ValidationError(errors)
         return occasions.birthday_item(
@@ -281,7 +317,11 @@ def _item(columns: list[str], cells: list[str], defaults: Defaults) -> dict[str,
         )
     if "at" in given:
         item["at"] = _parse(
-            errors, "at", given["at"], datetime.fromisoformat, "date and time (YYYY-MM-DD HH:MM)"
+            errors,
+            "at",
+            given["at"],
+            datetime.fromisoformat,
+            _("%(value)r is not an ISO 8601 date and time (YYYY-MM-DD HH:MM)."),
         )
     if "cron" in given:
         item["cron"] = given["cron"]
@@ -295,12 +335,14 @@ def _rest(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _parse(
-    errors: dict[str, str], name: str, text: str, parse: Callable[[str], Any], shape: str
+    errors: dict[str, str], name: str, text: str, parse: Callable[[str], Any], refusal: str
 ) -> Any:
+    """``parse(text)``; None when it cannot, with ``refusal`` (which says the value as
+    ``%(value)r``) in ``errors[name]``."""
     try:
         return parse(text)
     except ValueError:
-        errors[name] = f"{text!r} is not an ISO 8601 {shape}."
+        errors[name] = refusal % {"value": text}
         return None
 
 

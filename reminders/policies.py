@@ -11,7 +11,8 @@ by name, per kind::
 Invariants: a ``Policy`` is valid once built (every field is checked in
 ``__post_init__``, naming the field and the reason), and an override names only fields
 that exist, so a typo in settings is a system-check error (``reminders.E009``), never a
-silently ignored rule.
+silently ignored rule. The errors are in the active language (see ``reminders.i18n``:
+a kind's policy is built when its module is imported).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from . import timing
 from .exceptions import RemindersError
+from .i18n import early_gettext as _
 
 PRIORITIES = ("high", "normal", "low")
 MISSED_RULES = ("skip", "latest", "compensate")
@@ -80,13 +82,17 @@ class Policy:
         if self.max_lateness_seconds is not None:
             _whole("max_lateness_seconds", self.max_lateness_seconds, minimum=1)
         if self.send_by and not (isinstance(self.send_by, str) and _CLOCK.fullmatch(self.send_by)):
-            raise PolicyError(f"send_by must be a local time as HH:MM, not {self.send_by!r}.")
+            raise PolicyError(
+                _("send_by must be a local time as HH:MM, not %(value)r.") % {"value": self.send_by}
+            )
         if not isinstance(self.retry_delays, tuple):
-            raise PolicyError("retry_delays must be a tuple of seconds.")
+            raise PolicyError(_("retry_delays must be a tuple of seconds."))
         for delay in self.retry_delays:
             _whole("retry_delays", delay, minimum=1)
         if not isinstance(self.calendar, str):
-            raise PolicyError(f"calendar must be a calendar's name, not {self.calendar!r}.")
+            raise PolicyError(
+                _("calendar must be a calendar's name, not %(value)r.") % {"value": self.calendar}
+            )
 
     def deadline(self, occurrence: datetime, due_at: datetime, tz_name: str) -> datetime | None:
         """The last moment a run of ``occurrence`` (due at ``due_at``, staggered) may be
@@ -104,13 +110,15 @@ class Policy:
         """This policy with ``overrides`` (field name to value) applied; raises
         ``PolicyError`` naming an unknown field or a bad value."""
         if not isinstance(overrides, Mapping):
-            raise PolicyError(f"A kind's overrides must be a dict, not {overrides!r}.")
+            raise PolicyError(
+                _("A kind's overrides must be a dict, not %(value)r.") % {"value": overrides}
+            )
         known = {field.name for field in fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise PolicyError(
-                f"Unknown policy setting(s) {', '.join(unknown)} "
-                f"(known: {', '.join(sorted(known))})."
+                _("Unknown policy setting(s) %(unknown)s (known: %(known)s).")
+                % {"unknown": ", ".join(unknown), "known": ", ".join(sorted(known))}
             )
         values = dict(overrides)
         if isinstance(values.get("retry_delays"), list):
@@ -120,9 +128,15 @@ class Policy:
 
 def _one_of(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise PolicyError(f"{name} must be one of {', '.join(allowed)}, not {value!r}.")
+        raise PolicyError(
+            _("%(name)s must be one of %(allowed)s, not %(value)r.")
+            % {"name": name, "allowed": ", ".join(allowed), "value": value}
+        )
 
 
 def _whole(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PolicyError(f"{name} must be a whole number of at least {minimum}, not {value!r}.")
+        raise PolicyError(
+            _("%(name)s must be a whole number of at least %(minimum)d, not %(value)r.")
+            % {"name": name, "minimum": minimum, "value": value}
+        )

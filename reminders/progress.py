@@ -6,6 +6,7 @@ only be noise. Django and the standard library only.
 from __future__ import annotations
 
 from django.core.management.base import OutputWrapper
+from django.utils.translation import gettext as _
 
 BAR_WIDTH = 30
 # Plain lines: one at each tenth of the way, and at the end.
@@ -36,7 +37,10 @@ class ProgressBar:
             if step == self._step:
                 return
             self._step = step
-            self.stream.write(f"{self.label}: {done:,} of {total:,}")
+            self.stream.write(
+                _("%(label)s: %(done)s of %(total)s")
+                % {"label": self.label, "done": f"{done:,}", "total": f"{total:,}"}
+            )
         self.stream.flush()
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .conf import settings as conf
@@ -43,10 +44,13 @@ def resolver() -> Callable[[Any], object]:
             resolve = import_string(path)
         except ImportError as exc:
             raise ImproperlyConfigured(
-                f"REMINDERS_RECIPIENT_RESOLVER {path!r} cannot be imported: {exc}"
+                gettext("REMINDERS_RECIPIENT_RESOLVER %(path)r cannot be imported: %(error)s")
+                % {"path": path, "error": exc}
             ) from None
         if not callable(resolve):
-            raise ImproperlyConfigured(f"REMINDERS_RECIPIENT_RESOLVER {path!r} is not callable.")
+            raise ImproperlyConfigured(
+                gettext("REMINDERS_RECIPIENT_RESOLVER %(path)r is not callable.") % {"path": path}
+            )
         return resolve
     field = conf.USER_ID_FIELD or get_user_model().USERNAME_FIELD
     return lambda user: getattr(user, field)
@@ -107,7 +111,11 @@ def check_recipient_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         model = get_user_model()._meta.label
         return [
             Error(
-                f"REMINDERS_USER_ID_FIELD {field!r} is not an attribute of the user model {model}.",
+                gettext(
+                    "REMINDERS_USER_ID_FIELD %(field)r is not an attribute of the user model "
+                    "%(model)s."
+                )
+                % {"field": field, "model": model},
                 id="reminders.E014",
             )
         ]

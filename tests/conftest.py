@@ -5,7 +5,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from reminders import api
 from reminders.models import ScheduledTask
@@ -20,6 +20,15 @@ def _clean_outbox() -> Iterator[None]:
     MemorySender.clear()
     yield
     MemorySender.clear()
+
+
+@pytest.fixture(autouse=True)
+def _language_of_the_settings() -> Iterator[None]:
+    """A request in another language (``Accept-Language``) leaves it active in the
+    thread, as LocaleMiddleware does: every test starts and ends in LANGUAGE_CODE."""
+    translation.deactivate()
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

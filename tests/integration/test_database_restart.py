@@ -125,8 +125,7 @@ def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothin
         timeout=LEASE_SECONDS + 90,
         what="every run to finish after the restart",
         processes=hosts,  # none may exit: each recovers by itself
-        explain=lambda: f"runs {statuses(url, RUNS)}, "
-        f"ledger {statuses(url, LEDGER)}",
+        explain=lambda: f"runs {statuses(url, RUNS)}, ledger {statuses(url, LEDGER)}",
     )
     # Both schedulers ticked again after the restart, on their own.
     beats = dict(rows(url, "SELECT owner, last_tick_at FROM reminders_schedulerheartbeat"))

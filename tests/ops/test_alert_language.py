@@ -61,3 +61,34 @@ def test_every_alert_type_has_chinese_words():
     for text in [*titles.values(), *advice.values()]:
         assert any("\u4e00" <= char <= "\u9fff" for char in text), text
     assert all("2" in title for title in titles.values())
+
+
+def test_the_settings_checks_speak_the_active_language(settings):
+    from django.utils import translation
+
+    from ops import checks
+
+    settings.OPS_ALERT_CHANNELS = {}
+    with translation.override("zh-hans"):
+        [chinese] = checks.check_settings()
+    with translation.override("en"):
+        [english] = checks.check_settings()
+
+    assert (chinese.id, chinese.msg) == (
+        "ops.W001",
+        "OPS_ALERT_CHANNELS 为空：告警只会被记录，不会通知任何人。",
+    )
+    assert english.msg == "OPS_ALERT_CHANNELS is empty: alerts are recorded, and nobody is told."
+
+    settings.OPS_ALERT_CHANNELS = {
+        "app": {"BACKEND": "ops.alert_channels.ReminderChannel", "OPTIONS": {"channel": "memory"}}
+    }
+    settings.OPS_ALERT_WINDOW_SECONDS = 0
+    with translation.override("zh-hans"):
+        found = {message.id: message.msg for message in checks.check_settings()}
+
+    assert found == {
+        "ops.E001": "OPS_ALERT_WINDOW_SECONDS 必须大于 0，实际为 0。",
+        "ops.W002": "OPS_ALERT_CHANNELS['app']：渠道 'memory' 不是群机器人："
+        "OPTIONS 需要指定 'recipient'。",
+    }

@@ -2,6 +2,8 @@
 ``stats_world``, worked out there), and that their links lead to exactly the runs behind
 each number in the admin, from where the retry action works."""
 
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import json
@@ -16,6 +18,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django_q.models import OrmQ
 
 from ops.stats_format import NOTHING
 from reminders.models import SchedulerHeartbeat, TaskRun
@@ -211,6 +214,46 @@ def test_page_draws_three_accessible_charts(admin_client, world):
     assert "09:00: 10 p50" in tips and "09:00: 260 p95" in tips
     # The numbers in a table too.
     assert "<summary>The numbers</summary>" in html
+
+
+def test_page_in_chinese_for_a_browser_that_asks_for_it(admin_client, world):
+    OrmQ.objects.create(key="reminders", payload="-", lock=timezone.now() - timedelta(seconds=90))
+    response = admin_client.get(
+        PAGE, {"date": DAY.isoformat()}, headers={"accept-language": "zh-hans"}
+    )
+    html = response.content.decode()
+    ctx = response.context
+
+    assert response.headers["Content-Language"] == "zh-hans"
+    totals = {cell.label: cell.value for cell in ctx["totals"]}
+    assert totals == {
+        "计划": "16",
+        "待发送": "4",
+        "已发送": "7",
+        "失败": "2",
+        "未知": "1",
+        "已过期": "1",
+        "已跳过": "1",
+    }
+    assert ctx["duration"] == ("750 毫秒", "1.88 秒")
+    assert ctx["lateness"] == ("10.0 秒", "4 分 0 秒")
+    for heading in ("提醒仪表盘", "各渠道成功率", "当前计划", "调度器", "工作进程", "图表"):
+        assert heading in html, heading
+    assert "2026年3月10日（Asia/Shanghai）到期的运行记录" in html
+    assert [row["status_label"] for row in ctx["failures"]] == ["失败", "已过期", "结果未知"]
+    assert html.count('class="alert">心跳超时</span>') == 1
+    titles = [chart["svg"] for chart in ctx["charts"]]
+    assert "2026-03-10 每小时发送成功与失败数" in titles[0]
+    assert "到期小时（Asia/Shanghai）" in titles[0]
+    assert "最近 14 天每天发送成功与失败数" in titles[2]
+    assert [chart["head"] for chart in ctx["charts"]] == [
+        ["小时", "已发送", "失败"],
+        ["小时", "p50", "p95"],
+        ["日期", "已发送", "失败"],
+    ]
+    assert re.search(r"1 个作业等待工作进程处理（最久已等待 1 分 3\d 秒）；", html)
+    for english in ("Reminders dashboard", "Success rate by channel", "The plan, now", "Charts"):
+        assert english not in html, english
 
 
 def _starts(html: str) -> list[int]:

@@ -1,5 +1,7 @@
 """``manage.py reminders_stats``: the day's numbers as tables, or the dashboard's JSON."""
 
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import json
@@ -7,7 +9,9 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import translation
 
+from ops import stats_text
 from ops.stats_format import NOTHING
 
 from .stats_world import DAY, build
@@ -59,6 +63,43 @@ def test_tables_for_a_day(db):
     ]
     assert [t[0] for t in tokens if t[-1:] in (["stale"], ["ticking"])] == ["alpha", "beta"]
     assert f"django-q2 queue: 0 waiting (oldest {NOTHING}), 0 held by workers" in text
+
+
+def test_tables_in_chinese(db):
+    build()
+    with translation.override("zh-hans"):
+        text = run("--date", "2026-03-10")
+    lines = text.splitlines()
+
+    assert lines[0].startswith("2026-03-10（Asia/Shanghai）到期的运行记录，截至 ")
+    assert lines[2].split()[:9] == [
+        "类型",
+        "计划",
+        "待发送",
+        "已发送",
+        "失败",
+        "未知",
+        "已过期",
+        "已跳过",
+        "已取消",
+    ]
+    assert lines[7].split()[:2] == ["全部", "16"]
+    assert lines[7].split()[9:11] == ["750", "毫秒"]
+    # Lined up in a terminal, where a Chinese character takes two columns: the last
+    # column is right-aligned, so every line of the table ends in the same column.
+    assert len({stats_text.width(line) for line in lines[2:8]}) == 1
+    for heading in ("当前计划", "调度器", "失败、结果未知和已过期的运行记录（按原因）"):
+        assert heading in lines, heading
+    assert f"django-q2 队列：0 个作业等待中（最久 {NOTHING}），0 个由工作进程处理中" in text
+
+
+def test_a_table_pads_chinese_by_its_width_in_a_terminal():
+    assert stats_text.width("类型 p50") == 8
+    assert stats_text.table(["类型", "n"], [["follow_up", 10]]) == [
+        "类型        n",
+        "---------  --",
+        "follow_up  10",
+    ]
 
 
 def test_json_equals_the_json_view(admin_client, db):

@@ -1,5 +1,7 @@
 """``reminders_import``: tasks from a CSV file as Excel writes it, all rows or none."""
 
+# ruff: noqa: RUF001
+
 import io
 import os
 import pty
@@ -281,3 +283,19 @@ def test_row_error__reads_as_line_and_column():
     assert str(RowError(7, "at", "bad")) == "line 7, at: bad"
     assert str(RowError(7, "", "bad")) == "line 7: bad"
     assert str(RowError(0, "", "Cannot read it.")) == "the file: Cannot read it."
+
+
+def test_import__says_it_in_chinese(tmp_path):
+    from django.utils import translation
+
+    good = csv_file(tmp_path, "recipient,cron,key\nalice,0 9 * * *,r:alice\n")
+    bad = csv_file(tmp_path, "recipient,at\nbob,not a time\n", name="bad.csv")
+
+    with translation.override("zh-hans"):
+        out, err = run(good, "--kind", "daily_report")
+        message, errors = failing(bad, "--kind", "follow_up")
+
+    assert out == "已导入 1 行：新建 1 个任务，更新 0 个。\n"
+    assert "正在检查：1 / 1" in err
+    assert message == "1 行无法导入；未导入任何内容。"
+    assert "第 2 行，at：'not a time' 不是 ISO 8601 日期时间（YYYY-MM-DD HH:MM）。" in errors

@@ -1,6 +1,7 @@
 """The translation catalogs: the committed .mo is its .po compiled, the project's
-compiler reads .po files as GNU msgfmt does, and the .po translates every string of the
-modules whose words it covers, with the same placeholders."""
+compiler reads .po files as GNU msgfmt does, the .po translates every string of the
+modules and templates whose words it covers, with the same placeholders, and no other
+catalog (Django's, django-q2's, the other app's) puts other words in its place."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.utils import translation
+from django.utils.translation.template import templatize
 
 from tests.support.processes import REPO
 
@@ -32,15 +35,46 @@ TRANSLATED = {
         "reminders/admin_run_now.py",
         "reminders/cron_text.py",
         "reminders/apps.py",
+        "reminders/calendars.py",
+        "reminders/checks.py",
+        "reminders/conf.py",
+        "reminders/importing.py",
         "reminders/kinds.py",
+        "reminders/management/commands/reminders_import.py",
+        "reminders/management/commands/run_reminders.py",
         "reminders/models.py",
+        "reminders/policies.py",
+        "reminders/progress.py",
         "reminders/recipients.py",
         "reminders/stamps.py",
         "reminders/users.py",
         "reminders/validation.py",
         "reminders/wording.py",
+        "reminders/templates/admin/reminders/confirm.html",
+        "reminders/templates/admin/reminders/scheduledtask/change_form.html",
     ],
-    OPS_PO: ["ops/alert_texts.py", "ops/apps.py", "ops/models.py"],
+    OPS_PO: [
+        "ops/admin.py",
+        "ops/alert_channels.py",
+        "ops/alert_texts.py",
+        "ops/apps.py",
+        "ops/checks.py",
+        "ops/conf.py",
+        "ops/dashboard.py",
+        "ops/dashboard_page.py",
+        "ops/health.py",
+        "ops/management/commands/ops_alerts.py",
+        "ops/management/commands/ops_roles.py",
+        "ops/management/commands/reminders_demo.py",
+        "ops/management/commands/reminders_stats.py",
+        "ops/management/commands/wecom_sandbox.py",
+        "ops/models.py",
+        "ops/roles.py",
+        "ops/stats_format.py",
+        "ops/stats_text.py",
+        "ops/templates/ops/admin/index.html",
+        "ops/templates/ops/dashboard.html",
+    ],
 }
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sdr]")
 
@@ -162,8 +196,26 @@ def test_po__translations_keep_the_placeholders_of_their_message(po: Path):
 @pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
 def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path, po: Path):
     pot = tmp_path / "source.pot"
+    sources = []
+    for name in TRANSLATED[po]:
+        if name.endswith(".html"):
+            # As makemessages reads a template: turned into Python that xgettext reads.
+            source = tmp_path / (name.replace("/", "__") + ".py")
+            text = (REPO / name).read_text(encoding="utf-8")
+            source.write_text(templatize(text, origin=name), encoding="utf-8")
+            sources.append(str(source))
+        else:
+            sources.append(str(REPO / name))
     # plural: ops/alert_texts.py marks the singular and plural of its titles with it.
-    keywords = ["gettext_lazy", "gettext", "ngettext:1,2", "pgettext:1c,2", "_", "plural:1,2"]
+    keywords = [
+        "gettext_lazy",
+        "gettext",
+        "gettext_noop",
+        "ngettext:1,2",
+        "pgettext:1c,2",
+        "_",
+        "plural:1,2",
+    ]
     subprocess.run(
         [
             "xgettext",
@@ -173,7 +225,7 @@ def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path, po
             *(f"--keyword={keyword}" for keyword in keywords),
             "-o",
             str(pot),
-            *(str(REPO / name) for name in TRANSLATED[po]),
+            *sources,
         ],
         check=True,
     )
@@ -184,3 +236,33 @@ def test_po__translates_every_string_of_the_modules_it_covers(tmp_path: Path, po
     translated = set(compiler["parse"](po.read_text(encoding="utf-8")))
 
     assert source - translated == set()
+
+
+@pytest.mark.parametrize("po", CATALOGS, ids=lambda po: po.parts[-4])
+def test_po__no_other_catalog_shadows_a_translation(po: Path):
+    """Django looks a message up in every app's catalog, the first app of INSTALLED_APPS
+    first (django.contrib.admin, django_q, reminders, then ops): a word another catalog
+    also translates shows as that one does, so the .po must say the same."""
+    messages = compiler["parse"](po.read_text(encoding="utf-8"))
+    shown = {}
+    with translation.override("zh-hans"):
+        for key, value in messages.items():
+            if not key:
+                continue
+            context, _, message = key.rpartition("\x04")
+            singular, _, plural = message.partition("\x00")
+            if plural:
+                got = (
+                    translation.npgettext(context, singular, plural, 1)
+                    if context
+                    else translation.ngettext(singular, plural, 1)
+                )
+            else:
+                got = (
+                    translation.pgettext(context, message)
+                    if context
+                    else translation.gettext(message)
+                )
+            shown[key] = (value.split("\x00")[0], got)
+
+    assert {key: pair for key, pair in shown.items() if pair[0] != pair[1]} == {}

@@ -13,22 +13,25 @@ import threading
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.db import close_old_connections
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from ops.alerts import StepResult, run_step
 from ops.conf import settings as conf
+from reminders.management.base import TranslatedCommand
 
 logger = logging.getLogger("ops.alerts")
 
 
-class Command(BaseCommand):
-    help = "Evaluate the alert checks, group events into alerts and deliver them."
+class Command(TranslatedCommand):
+    help = gettext_noop("Evaluate the alert checks, group events into alerts and deliver them.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--loop", action="store_true", help="Run a step every interval.")
+        parser.add_argument("--loop", action="store_true", help=_("Run a step every interval."))
         parser.add_argument(
-            "--interval", type=float, default=None, help="Seconds between steps (--loop)."
+            "--interval", type=float, default=None, help=_("Seconds between steps (--loop).")
         )
 
     def handle(
@@ -57,7 +60,16 @@ class Command(BaseCommand):
     def _report(self, result: StepResult) -> None:
         if result.checked or result.opened or result.sent or result.failed or result.pruned:
             self.stdout.write(
-                f"{result.checked} events from checks, {len(result.opened)} alerts opened, "
-                f"{result.sent} deliveries sent, {result.failed} failed, "
-                f"{result.pruned} old alerts deleted"
+                _(
+                    "%(checked)d events from checks, %(opened)d alerts opened, "
+                    "%(sent)d deliveries sent, %(failed)d failed, "
+                    "%(pruned)d old alerts deleted"
+                )
+                % {
+                    "checked": result.checked,
+                    "opened": len(result.opened),
+                    "sent": result.sent,
+                    "failed": result.failed,
+                    "pruned": result.pruned,
+                }
             )

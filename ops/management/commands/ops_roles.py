@@ -8,18 +8,21 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth.management import create_permissions
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.db import DEFAULT_DB_ALIAS
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from ops.roles import ROLE_APPS, sync_roles
+from reminders.management.base import TranslatedCommand
 
 
-class Command(BaseCommand):
-    help = "Create the ops viewer and ops operator groups and set their permissions."
+class Command(TranslatedCommand):
+    help = gettext_noop("Create the ops viewer and ops operator groups and set their permissions.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--database", default=DEFAULT_DB_ALIAS, help="The database to set them in."
+            "--database", default=DEFAULT_DB_ALIAS, help=_("The database to set them in.")
         )
 
     def handle(self, *args: Any, database: str = DEFAULT_DB_ALIAS, **options: Any) -> None:
@@ -27,8 +30,12 @@ class Command(BaseCommand):
             create_permissions(apps.get_app_config(label), verbosity=0, using=database)
         for synced in sync_roles(database):
             role = synced.role
-            self.stdout.write(f"{role.label} ({role.codename}): {synced.held} permissions")
+            self.stdout.write(
+                _("%(role)s (%(codename)s): %(count)d permissions")
+                % {"role": role.label, "codename": role.codename, "count": synced.held}
+            )
             if synced.missing:
-                self.stderr.write(
-                    f"  without {', '.join(synced.missing)}: not in the database yet (run migrate)."
-                )
+                without = _("without %(permissions)s: not in the database yet (run migrate).") % {
+                    "permissions": ", ".join(synced.missing)
+                }
+                self.stderr.write(f"  {without}")

@@ -13,11 +13,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from reminders import api, timing
+from reminders.management.base import TranslatedCommand
 from reminders.models import ScheduledTask
 
 SALESPEOPLE = ("zhangsan", "lisi", "wangwu")
@@ -71,8 +74,8 @@ def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
     return tasks
 
 
-class Command(BaseCommand):
-    help = (
+class Command(TranslatedCommand):
+    help = gettext_noop(
         "Create or update the demo data for `make run`: a superuser from $DEMO_ADMIN_USER / "
         "$DEMO_ADMIN_PASSWORD (default admin/admin) and a few keyed demo tasks. "
         "Safe to run again: it updates the same rows and never prompts."
@@ -84,12 +87,12 @@ class Command(BaseCommand):
             "--no-input",
             action="store_false",
             dest="interactive",
-            help="Accepted so that scripts may pass it: this command never prompts.",
+            help=_("Accepted so that scripts may pass it: this command never prompts."),
         )
         parser.add_argument(
             "--tz",
             default=None,
-            help="Time zone of the demo tasks (default: the TIME_ZONE setting).",
+            help=_("Time zone of the demo tasks (default: the TIME_ZONE setting)."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -107,10 +110,12 @@ class Command(BaseCommand):
                 for task in demo_tasks(timezone.now().replace(microsecond=0), tz)
             ]
         if options["verbosity"] >= 1:
-            self.stdout.write(
-                f"Superuser {'created' if created else 'updated'}: "
-                f"login {username} / password {password}"
+            superuser = (
+                _("Superuser created: login %(username)s / password %(password)s")
+                if created
+                else _("Superuser updated: login %(username)s / password %(password)s")
             )
+            self.stdout.write(superuser % {"username": username, "password": password})
             for line in lines:
                 self.stdout.write(line)
 
@@ -138,8 +143,16 @@ class Command(BaseCommand):
             key=demo.key,
         )
         next_run = task.next_run.astimezone(timing.zone(tz)) if task.next_run else None
-        return (
-            f"  {'updated' if existed else 'created'} {demo.key}: {task.kind} -> "
-            f"{task.recipient}, {task.schedule_display}, next run "
-            f"{next_run.isoformat(timespec='seconds') if next_run else '-'}"
+        line = (
+            _("updated %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
+            if existed
+            else _("created %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
         )
+        values = {
+            "key": demo.key,
+            "kind": task.kind,
+            "recipient": task.recipient,
+            "schedule": task.schedule_display,
+            "next": next_run.isoformat(timespec="seconds") if next_run else "-",
+        }
+        return f"  {line % values}"

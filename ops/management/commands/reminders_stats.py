@@ -10,24 +10,31 @@ from argparse import ArgumentTypeError
 from datetime import date
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from ops import stats, stats_text
+from reminders.management.base import TranslatedCommand
 
 
 def _day(value: str) -> date:
     try:
         return stats.parse_day(value)
     except ValueError:
-        raise ArgumentTypeError(f"not a day: {value!r} (expected YYYY-MM-DD)") from None
+        raise ArgumentTypeError(
+            _("not a day: %(value)r (expected YYYY-MM-DD)") % {"value": value}
+        ) from None
 
 
-class Command(BaseCommand):
-    help = "Print a day's reminders numbers: runs by kind and status, rates, failures, plan."
+class Command(TranslatedCommand):
+    help = gettext_noop(
+        "Print a day's reminders numbers: runs by kind and status, rates, failures, plan."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--date", type=_day, default=None, help="YYYY-MM-DD; default today.")
-        parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
+        parser.add_argument("--date", type=_day, default=None, help=_("YYYY-MM-DD; default today."))
+        parser.add_argument("--json", action="store_true", help=_("Print JSON instead of tables."))
 
     def handle(self, *args: Any, **options: Any) -> None:
         numbers = stats.compute(options["date"])

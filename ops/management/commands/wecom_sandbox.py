@@ -7,7 +7,9 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from ops.sandbox import (
     DEV_AGENT_ID,
@@ -19,33 +21,40 @@ from ops.sandbox import (
     Window,
 )
 from ops.sandbox.config import OVERFLOW_CHOICES, ROBOT_LIMIT, USER_LIMITS
+from reminders.management.base import TranslatedCommand
 
 
 def port(value: str) -> int:
     number = int(value)
     if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0 picks a free one)")
+        raise argparse.ArgumentTypeError(
+            _("%(value)s is not a port (0 picks a free one)") % {"value": value}
+        )
     return number
 
 
 def positive(value: str) -> float:
     number = float(value)
     if number <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+        raise argparse.ArgumentTypeError(_("%(value)s is not a positive number") % {"value": value})
     return number
 
 
 def rate(value: str) -> float:
     number = float(value)
     if not 0 <= number <= 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a rate within 0..1")
+        raise argparse.ArgumentTypeError(
+            _("%(value)s is not a rate within 0..1") % {"value": value}
+        )
     return number
 
 
 def seconds(value: str) -> float:
     number = float(value)
     if not number >= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a number of seconds >= 0")
+        raise argparse.ArgumentTypeError(
+            _("%(value)s is not a number of seconds >= 0") % {"value": value}
+        )
     return number
 
 
@@ -58,8 +67,8 @@ def window(value: str) -> Window | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-class Command(BaseCommand):
-    help = (
+class Command(TranslatedCommand):
+    help = gettext_noop(
         "Run the local WeCom sandbox: gettoken, message/send, webhook/send and "
         "message/recall as WeCom answers them, with its limits and fault switches, and "
         "a page of what arrived at /sandbox/. Prints WECOM_API_BASE=<url> first. "
@@ -70,46 +79,48 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default="127.0.0.1", help="(default: %(default)r)")
+        parser.add_argument("--host", default="127.0.0.1", help=_("(default: %(default)r)"))
         parser.add_argument(
-            "--port", type=port, default=8900, help="0 picks a free port (default: %(default)r)"
+            "--port", type=port, default=8900, help=_("0 picks a free port (default: %(default)r)")
         )
         parser.add_argument(
-            "--corp-id", default=None, help="(default: WECOM_CORP_ID, else a development id)"
+            "--corp-id", default=None, help=_("(default: WECOM_CORP_ID, else a development id)")
         )
         parser.add_argument(
             "--corp-secret",
             default=None,
-            help="(default: WECOM_CORP_SECRET, else a development secret; never printed)",
+            help=_("(default: WECOM_CORP_SECRET, else a development secret; never printed)"),
         )
         parser.add_argument(
-            "--agent-id", default=None, help="(default: WECOM_AGENT_ID, else a development id)"
+            "--agent-id", default=None, help=_("(default: WECOM_AGENT_ID, else a development id)")
         )
         parser.add_argument(
             "--rate-limit",
             type=positive,
             default=None,
-            help="app sends a second over all members, beyond which 45009 (default: no limit)",
+            help=_("app sends a second over all members, beyond which 45009 (default: no limit)"),
         )
         parser.add_argument(
             "--rate-burst",
             type=positive,
             default=None,
-            help="token bucket size of --rate-limit (default: one second's worth)",
+            help=_("token bucket size of --rate-limit (default: one second's worth)"),
         )
         parser.add_argument(
             "--token-ttl",
             type=positive,
             default=7200.0,
-            help="seconds an access token lives (default: %(default)r)",
+            help=_("seconds an access token lives (default: %(default)r)"),
         )
         parser.add_argument(
             "--robot-key",
             action="append",
             dest="robot_keys",
             default=None,
-            help="a group-robot webhook key; repeat for several "
-            "(default: WECOM_ROBOT_KEY, else a development key)",
+            help=_(
+                "a group-robot webhook key; repeat for several "
+                "(default: WECOM_ROBOT_KEY, else a development key)"
+            ),
         )
         parser.add_argument(
             "--user-limit",
@@ -117,64 +128,73 @@ class Command(BaseCommand):
             dest="user_limits",
             type=window,
             default=None,
-            help="per-member limit COUNT/SECONDS, repeatable "
-            f"(default: {', '.join(str(w) for w in USER_LIMITS)}; 'none' for no limit)",
+            help=_(
+                "per-member limit COUNT/SECONDS, repeatable (default: %(limits)s; 'none' for "
+                "no limit)"
+            )
+            % {"limits": ", ".join(str(w) for w in USER_LIMITS)},
         )
         parser.add_argument(
             "--robot-limit",
             type=window,
             default=ROBOT_LIMIT,
-            help="per-robot limit COUNT/SECONDS or 'none' (default: %(default)s)",
+            help=_("per-robot limit COUNT/SECONDS or 'none' (default: %(default)s)"),
         )
         parser.add_argument(
             "--overflow",
             choices=OVERFLOW_CHOICES,
             default="truncate",
-            help="text or textcard over WeCom's limit: cut it as WeCom documents, "
-            "or answer 45002 (default: %(default)r)",
+            help=_(
+                "text or textcard over WeCom's limit: cut it as WeCom documents, "
+                "or answer 45002 (default: %(default)r)"
+            ),
         )
         parser.add_argument(
             "--busy-rate",
             type=rate,
             default=0.0,
-            help="chance that a send is answered busy, errcode -1 (default: %(default)r)",
+            help=_("chance that a send is answered busy, errcode -1 (default: %(default)r)"),
         )
         parser.add_argument(
             "--http-error-rate",
             type=rate,
             default=0.0,
-            help="chance that a send is answered HTTP 500 (default: %(default)r)",
+            help=_("chance that a send is answered HTTP 500 (default: %(default)r)"),
         )
         parser.add_argument(
             "--lost-reply-rate",
             type=rate,
             default=0.0,
-            help="chance that a reply is lost after the send took effect (default: %(default)r)",
+            help=_("chance that a reply is lost after the send took effect (default: %(default)r)"),
         )
         parser.add_argument(
             "--slow-reply-rate",
             type=rate,
             default=0.0,
-            help="chance that a reply comes --slow-reply-delay seconds late (default: %(default)r)",
+            help=_(
+                "chance that a reply comes --slow-reply-delay seconds late (default: %(default)r)"
+            ),
         )
         parser.add_argument(
             "--slow-reply-delay",
             type=seconds,
             default=2.0,
-            help="how late a slow reply comes, seconds (default: %(default)r)",
+            help=_("how late a slow reply comes, seconds (default: %(default)r)"),
         )
         parser.add_argument(
             "--seed",
             type=int,
             default=0,
-            help="seed of the random faults: the same seed, the same faults (default: %(default)r)",
+            help=_(
+                "seed of the random faults: the same seed, the same faults (default: %(default)r)"
+            ),
         )
         parser.add_argument(
             "--invalid-user",
             action="append",
             dest="invalid_users",
             default=[],
-            help="a user id that does not exist; repeatable",
+            help=_("a user id that does not exist; repeatable"),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -212,28 +232,42 @@ class Command(BaseCommand):
                 options["host"], options["port"], lambda url: self._ready(sandbox, url, options)
             )
         except (OSError, ValueError) as exc:
-            raise CommandError(f"cannot run the WeCom sandbox: {exc}") from None
+            raise CommandError(
+                _("cannot run the WeCom sandbox: %(error)s") % {"error": exc}
+            ) from None
         if options["verbosity"] >= 1:
             delivered = sandbox.stats().get("delivered", 0)
-            self.stdout.write(f"WeCom sandbox stopped ({delivered} messages delivered)")
+            self.stdout.write(
+                _("WeCom sandbox stopped (%(count)d messages delivered)") % {"count": delivered}
+            )
 
     def _agent_id(self, value: str | None) -> int:
         raw = value or settings.WECOM_AGENT_ID or DEV_AGENT_ID
         try:
             return int(raw)
         except ValueError:
-            raise CommandError(f"the agent id must be a number, got {raw!r}") from None
+            raise CommandError(
+                _("the agent id must be a number, got %(value)r") % {"value": raw}
+            ) from None
 
     def _ready(self, sandbox: WeComSandbox, base_url: str, options: dict[str, Any]) -> None:
         # The first line is for scripts and tests: they wait for it and read the URL.
         self.stdout.write(f"WECOM_API_BASE={base_url}")
         if options["verbosity"] >= 1:
             settings_now = sandbox.control()
+            rate = settings_now["rate_limit"]
             self.stdout.write(
-                f"WeCom sandbox: corp id {settings_now['corp_id']}, agent id "
-                f"{settings_now['agent_id']}, robots {', '.join(settings_now['robots'])}, "
-                f"rate limit {settings_now['rate_limit'] or 'none'}/s, "
-                f"token TTL {settings_now['token_ttl']:g} s"
+                _(
+                    "WeCom sandbox: corp id %(corp_id)s, agent id %(agent_id)s, robots "
+                    "%(robots)s, rate limit %(rate)s, token TTL %(ttl)s s"
+                )
+                % {
+                    "corp_id": settings_now["corp_id"],
+                    "agent_id": settings_now["agent_id"],
+                    "robots": ", ".join(settings_now["robots"]),
+                    "rate": _("%(rate)s/s") % {"rate": rate} if rate else _("none"),
+                    "ttl": f"{settings_now['token_ttl']:g}",
+                }
             )
-            self.stdout.write(f"Messages arrive at {base_url}/sandbox/")
+            self.stdout.write(_("Messages arrive at %(url)s/sandbox/") % {"url": base_url})
         self.stdout.flush()

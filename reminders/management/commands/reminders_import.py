@@ -9,14 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from reminders import importing
+from reminders.management.base import TranslatedCommand
 from reminders.progress import ProgressBar
 
 
-class Command(BaseCommand):
-    help = (
+class Command(TranslatedCommand):
+    help = gettext_noop(
         'Schedule a task for each row of a CSV file (UTF-8, as Excel\'s "CSV UTF-8" '
         "writes it; columns: recipient, cron or at or born, tz, key, priority, channel, "
         "and any other column into the payload). All rows or none: every bad row is "
@@ -24,25 +27,27 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", type=Path, help="The CSV file.")
-        parser.add_argument("--kind", required=True, help="The kind of every task.")
+        parser.add_argument("file", type=Path, help=_("The CSV file."))
+        parser.add_argument("--kind", required=True, help=_("The kind of every task."))
         parser.add_argument(
             "--dry-run",
             action="store_true",
-            help="Check every row, as an import would, and save nothing.",
+            help=_("Check every row, as an import would, and save nothing."),
         )
         parser.add_argument(
-            "--tz", default=None, help="The time zone of rows without one (default: TIME_ZONE)."
+            "--tz",
+            default=None,
+            help=_("The time zone of rows without one (default: TIME_ZONE)."),
         )
         parser.add_argument(
             "--channel",
             default=None,
-            help="The channel of rows without one (default: REMINDERS_DEFAULT_CHANNEL).",
+            help=_("The channel of rows without one (default: REMINDERS_DEFAULT_CHANNEL)."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         defaults = importing.Defaults(options["kind"], options["tz"], options["channel"])
-        bar = ProgressBar(self.stderr, "Checking rows")
+        bar = ProgressBar(self.stderr, _("Checking rows"))
         try:
             report = importing.import_csv(
                 options["file"], defaults, dry_run=options["dry_run"], progress=bar

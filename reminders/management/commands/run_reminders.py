@@ -1,10 +1,13 @@
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.db import router
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from reminders.checks import WORKER_TAG
+from reminders.management.base import TranslatedCommand
 from reminders.models import ScheduledTask
 from reminders.worker import ReminderWorker
 
@@ -18,8 +21,8 @@ def positive_float(value: str) -> float:
     return number
 
 
-class Command(BaseCommand):
-    help = (
+class Command(TranslatedCommand):
+    help = gettext_noop(
         "Run the reminders scheduler and its django-q2 workers until SIGTERM or Ctrl-C. "
         "Start one per host, or several: each occurrence is still sent once."
     )
@@ -32,18 +35,20 @@ class Command(BaseCommand):
             "--tick",
             type=positive_float,
             default=None,
-            help="Seconds between scans for due work (default: REMINDERS_TICK_SECONDS).",
+            help=_("Seconds between scans for due work (default: REMINDERS_TICK_SECONDS)."),
         )
         parser.add_argument(
             "--skip-checks",
             action="store_true",
-            help="Start without running the system checks (default: %(default)r).",
+            help=_("Start without running the system checks (default: %(default)r)."),
         )
         parser.add_argument(
             "--no-cluster",
             action="store_true",
-            help="Only schedule and claim; leave execution to clusters run elsewhere "
-            "(default: %(default)r).",
+            help=_(
+                "Only schedule and claim; leave execution to clusters run elsewhere "
+                "(default: %(default)r)."
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
