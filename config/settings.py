@@ -147,6 +147,9 @@ REMINDERS_HIGH_RATE_SHARE = env.float("REMINDERS_HIGH_RATE_SHARE", default=0.2)
 REMINDERS_HIGH_WORKERS = env.int("REMINDERS_HIGH_WORKERS", default=1)
 REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
+# What reminders_prune deletes unless --older-than says otherwise: finished runs and
+# ledger rows older than this many days.
+REMINDERS_RETENTION_DAYS = env.float("REMINDERS_RETENTION_DAYS", default=90.0)
 
 # --- django-q2 -----------------------------------------------------------------------
 # The engine's own cluster, which run_reminders runs (keys left out take the defaults of
