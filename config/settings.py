@@ -150,6 +150,9 @@ REMINDERS_SHUTDOWN_GRACE = env.float("REMINDERS_SHUTDOWN_GRACE", default=30.0)
 # (with their pid); the host name by default. Set it where hosts may share a name.
 REMINDERS_WORKER_ID = env.str("REMINDERS_WORKER_ID", default="")
 REMINDERS_RUN_TIMEOUT = env.float("REMINDERS_RUN_TIMEOUT", default=600.0)
+# What reminders_prune deletes unless --older-than says otherwise: finished runs and
+# ledger rows older than this many days.
+REMINDERS_RETENTION_DAYS = env.float("REMINDERS_RETENTION_DAYS", default=90.0)
 
 # --- django-q2 -----------------------------------------------------------------------
 # The engine's own cluster, which run_reminders runs (keys left out take the defaults of

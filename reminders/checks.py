@@ -80,6 +80,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "PLAN_AHEAD_SECONDS",
         "HIGH_RATE_SHARE",
         "HIGH_WORKERS",
+        "RETENTION_DAYS",
     )
     for name in names:
         try:

@@ -204,6 +204,12 @@ class Settings:
         return _positive_number("REMINDERS_RUN_TIMEOUT", self._get("RUN_TIMEOUT", 600))
 
     @property
+    def RETENTION_DAYS(self) -> float:
+        """What ``reminders_prune`` deletes unless ``--older-than`` says otherwise: finished
+        runs and ledger rows older than this many days (``reminders.retention``)."""
+        return _positive_number("REMINDERS_RETENTION_DAYS", self._get("RETENTION_DAYS", 90))
+
+    @property
     def CLUSTER(self) -> dict[str, Any]:
         """The engine's django-q2 cluster: ``REMINDERS_CLUSTER`` over ``CLUSTER_DEFAULTS``,
         with ``timeout`` at 0.8 of the lease and ``retry`` a minute past it unless set.

@@ -28,6 +28,10 @@ class BuilderFailed(RemindersError):
     message names the builder and the kind, and what it raised is the ``__cause__``."""
 
 
+class RetentionTooShort(RemindersError, ValueError):
+    """A retention under what the engine still reads (``retention.minimum_age``)."""
+
+
 class UnplannableTask(RemindersError, ValidationError):
     """A stored task this process cannot plan; ``code`` and ``message`` say why."""
 

@@ -194,6 +194,7 @@ def channel(backend: str, **options) -> dict:
         pytest.param("REMINDERS_HIGH_WORKERS", -1, "reminders.E004", id="high workers negative"),
         pytest.param("REMINDERS_LEASE_SECONDS", "five", "reminders.E004", id="lease not a number"),
         pytest.param("REMINDERS_RETRY_DELAYS", "60,-1", "reminders.E004", id="negative retry"),
+        pytest.param("REMINDERS_RETENTION_DAYS", 0, "reminders.E004", id="retention of 0"),
         pytest.param(
             "REMINDERS_CHANNELS",
             channel(WECOM, **CREDENTIALS, oversize="truncate"),

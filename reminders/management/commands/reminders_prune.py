@@ -1,0 +1,97 @@
+"""``reminders_prune [--older-than 90d] [--batch-size N] [--dry-run]``: delete finished
+runs and ledger rows older than an age, a batch per short transaction; meant for cron.
+
+What goes and what stays is ``reminders.retention``'s; this command only reads the
+options, says what was done, and turns misuse into a ``CommandError``.
+"""
+
+from __future__ import annotations
+
+from argparse import ArgumentTypeError
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from reminders import retention
+from reminders.exceptions import RetentionTooShort
+
+
+def _age(value: str) -> timedelta:
+    try:
+        return retention.parse_age(value)
+    except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
+
+
+def _batch_size(value: str) -> int:
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ArgumentTypeError(f"{value!r} is not a whole number above 0")
+    return size
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete finished runs and send-ledger rows older than an age, in small batches. "
+        "Kept whatever their age: unfinished runs, runs in doubt nobody has handled, the "
+        "run of a one-shot task's time, and any ledger row a kept run carries, still "
+        "'sending', or inside a channel's duplicate window."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=_age,
+            default=None,
+            metavar="AGE",
+            help=(
+                "Delete what is older than this: a whole number of hours, days or weeks "
+                "(12h, 90d, 2w); at least a day, and at least the longest make-up horizon "
+                "and duplicate window (default: REMINDERS_RETENTION_DAYS days)."
+            ),
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=_batch_size,
+            default=retention.BATCH_SIZE,
+            help="Rows deleted per transaction (default: %(default)r).",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Count what would be deleted, and delete nothing.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        age = options["older_than"]
+        given = "REMINDERS_RETENTION_DAYS" if age is None else "--older-than"
+        try:
+            if age is None:
+                age = retention.default_age()
+            result = retention.prune(
+                age,
+                batch_size=options["batch_size"],
+                dry_run=options["dry_run"],
+                progress=self._progress(options["verbosity"], options["dry_run"]),
+            )
+        except RetentionTooShort as exc:
+            raise CommandError(f"{given} {exc}") from None
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        if options["verbosity"] >= 1:
+            self.stdout.write(str(result))
+
+    def _progress(self, verbosity: int, dry_run: bool) -> retention.Progress | None:
+        if verbosity < 2:
+            return None
+        verb = "would delete" if dry_run else "deleted"
+
+        def show(what: str, done: int, total: int) -> None:
+            self.stdout.write(f"{what}: {verb} {done} ({total} so far)")
+
+        return show
