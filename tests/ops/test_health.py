@@ -192,7 +192,13 @@ def test_healthz_follows_a_real_run_reminders(client, settings, tmp_path):
         wait_until(
             lambda: healthz(client)[0] == 200, timeout=60, what="healthy", processes=[shared]
         )
-        assert [stat.status for stat in Stat.get_all()] in (["Idle"], ["Working"])
+        # Reported by the cluster's sentinel once its workers are up (``Starting`` before).
+        wait_until(
+            lambda: [stat.status for stat in Stat.get_all()] in (["Idle"], ["Working"]),
+            timeout=30,
+            what="the cluster's stats in the shared cache",
+            processes=[shared],
+        )
         shared.popen.send_signal(signal.SIGTERM)
         wait_exit(shared, timeout=60)
         # The stats expire 3 s after the cluster's last report.
