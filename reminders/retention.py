@@ -61,6 +61,8 @@ from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from . import kinds
 from .conf import settings as conf
@@ -100,8 +102,11 @@ def parse_age(text: str) -> timedelta:
     found = _AGE.fullmatch(text.strip().lower())
     if found is None or int(found[1]) == 0:
         raise ValueError(
-            f"{text!r} is not an age: a whole number above 0 and h (hours), d (days) "
-            "or w (weeks), such as 90d"
+            _(
+                "%(text)r is not an age: a whole number above 0 and h (hours), d (days) "
+                "or w (weeks), such as 90d"
+            )
+            % {"text": text}
         )
     return int(found[1]) * _UNITS[found[2]]
 
@@ -126,19 +131,23 @@ class Floor:
 def minimum_age() -> Floor:
     """A day, or longer where a kind's make-up horizon or a channel's duplicate window
     is (see the module docstring); the longest, with its reason."""
-    floors = [Floor(MIN_AGE, "a day")]
+    floors = [Floor(MIN_AGE, _("a day"))]
     for name in kinds.names():
         policy = kinds.policy(name)
         if policy.missed == "compensate":
             floors.append(
                 Floor(
                     timedelta(seconds=policy.compensate_max_age_seconds),
-                    f"the make-up horizon of {name} (compensate_max_age_seconds)",
+                    _("the make-up horizon of %(kind)s (compensate_max_age_seconds)")
+                    % {"kind": name},
                 )
             )
     for alias, seconds in duplicate_windows().items():
         floors.append(
-            Floor(timedelta(seconds=seconds), f"the duplicate window of channel {alias!r}")
+            Floor(
+                timedelta(seconds=seconds),
+                _("the duplicate window of channel %(alias)r") % {"alias": alias},
+            )
         )
     return max(floors, key=lambda floor: floor.age)
 
@@ -208,15 +217,22 @@ class Pruned:
     ledger: int = 0
 
     def __str__(self) -> str:
-        verb = "Would delete" if self.dry_run else "Deleted"
-        return (
-            f"{verb} {_count(self.runs, 'run')}, {_count(self.ledger, 'ledger row')} "
-            f"(older than {describe(self.older_than)}: before {self.cutoff.isoformat()})."
-        )
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+        runs = ngettext("%(count)d run", "%(count)d runs", self.runs) % {"count": self.runs}
+        ledger = ngettext("%(count)d ledger row", "%(count)d ledger rows", self.ledger) % {
+            "count": self.ledger
+        }
+        what = {
+            "runs": runs,
+            "ledger": ledger,
+            "age": describe(self.older_than),
+            "cutoff": self.cutoff.isoformat(),
+        }
+        if self.dry_run:
+            return (
+                _("Would delete %(runs)s, %(ledger)s (older than %(age)s: before %(cutoff)s).")
+                % what
+            )
+        return _("Deleted %(runs)s, %(ledger)s (older than %(age)s: before %(cutoff)s).") % what
 
 
 def prune(
@@ -235,8 +251,11 @@ def prune(
     floor = minimum_age()
     if older_than < floor.age:
         raise RetentionTooShort(
-            f"{describe(older_than)} is shorter than {describe(floor.age)}, {floor.reason}: "
-            "history that young still decides what is sent."
+            _(
+                "%(age)s is shorter than %(floor)s, %(reason)s: history that young still "
+                "decides what is sent."
+            )
+            % {"age": describe(older_than), "floor": describe(floor.age), "reason": floor.reason}
         )
     now = now or timezone.now()
     cutoff = now - older_than
@@ -249,11 +268,11 @@ def prune(
     for page in _pages(prunable_runs(cutoff), size):
         done = len(page) if dry_run else _delete_runs(page, cutoff)
         result.runs += done
-        _tell(progress, "runs", done, result.runs)
+        _tell(progress, _("runs"), done, result.runs)
     for rows in _pages(prunable_ledger(ledger_cutoff), size, "key", "task_id"):
         done = _count_free(rows, cutoff) if dry_run else _delete_ledger(rows, ledger_cutoff)
         result.ledger += done
-        _tell(progress, "ledger rows", done, result.ledger)
+        _tell(progress, _("ledger rows"), done, result.ledger)
     logger.info("%s", result)
     return result
 

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from reminders import api, retention
 from reminders.exceptions import RetentionTooShort
@@ -485,3 +485,13 @@ def test_the_command_as_a_process(now):
     )
     assert bad.returncode != 0
     assert "--older-than" in bad.stderr
+
+
+def test_the_command_speaks_chinese_under_zh_hans(settings):
+    settings.LANGUAGE_CODE = "zh-hans"
+    with translation.override("zh-hans"):
+        assert "将删除 0 条运行记录、0 条台账记录" in prune("--dry-run")
+        with pytest.raises(CommandError, match="不是有效的时长"):
+            prune("--older-than", "soon")
+        with pytest.raises(CommandError, match="短于"):
+            prune("--older-than", "1h")

@@ -12,10 +12,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from reminders import retention
 from reminders.exceptions import RetentionTooShort
+from reminders.management.base import TranslatedCommand
 
 
 def _age(value: str) -> timedelta:
@@ -31,12 +34,12 @@ def _batch_size(value: str) -> int:
     except ValueError:
         size = 0
     if size < 1:
-        raise ArgumentTypeError(f"{value!r} is not a whole number above 0")
+        raise ArgumentTypeError(_("%(value)r is not a whole number above 0") % {"value": value})
     return size
 
 
-class Command(BaseCommand):
-    help = (
+class Command(TranslatedCommand):
+    help = gettext_noop(
         "Delete finished runs and send-ledger rows older than an age, in small batches. "
         "Kept whatever their age: unfinished runs, runs in doubt nobody has handled, the "
         "run of a one-shot task's time, and any ledger row a kept run carries, still "
@@ -49,7 +52,7 @@ class Command(BaseCommand):
             type=_age,
             default=None,
             metavar="AGE",
-            help=(
+            help=_(
                 "Delete what is older than this: a whole number of hours, days or weeks "
                 "(12h, 90d, 2w); at least a day, and at least the longest make-up horizon "
                 "and duplicate window (default: REMINDERS_RETENTION_DAYS days)."
@@ -59,12 +62,12 @@ class Command(BaseCommand):
             "--batch-size",
             type=_batch_size,
             default=retention.BATCH_SIZE,
-            help="Rows deleted per transaction (default: %(default)r).",
+            help=_("Rows deleted per transaction (default: %(default)r)."),
         )
         parser.add_argument(
             "--dry-run",
             action="store_true",
-            help="Count what would be deleted, and delete nothing.",
+            help=_("Count what would be deleted, and delete nothing."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -89,9 +92,13 @@ class Command(BaseCommand):
     def _progress(self, verbosity: int, dry_run: bool) -> retention.Progress | None:
         if verbosity < 2:
             return None
-        verb = "would delete" if dry_run else "deleted"
+        line = (
+            _("%(what)s: would delete %(done)d (%(total)d so far)")
+            if dry_run
+            else _("%(what)s: deleted %(done)d (%(total)d so far)")
+        )
 
         def show(what: str, done: int, total: int) -> None:
-            self.stdout.write(f"{what}: {verb} {done} ({total} so far)")
+            self.stdout.write(line % {"what": what, "done": done, "total": total})
 
         return show
