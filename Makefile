@@ -90,6 +90,8 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/throughput.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/ratelimit.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/bulk.py
+	DATABASE_URL=$(PG_URL) MARIADB_URL=$(MARIADB_URL) $(PY) benchmarks/history.py
+	DATABASE_URL=$(PG_URL) $(PY) benchmarks/memory.py
 
 clean:
 	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache
