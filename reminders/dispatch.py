@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
@@ -31,6 +32,8 @@ from .models import Priority, ScheduledTask, TaskRun
 logger = logging.getLogger(__name__)
 
 DELIVER = "reminders.delivery.deliver"
+# Tasks planned in one transaction at most.
+PLAN_BATCH = 500
 
 
 def _skip_locked() -> bool:
@@ -42,7 +45,17 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
         yield list(items[start : start + size])
 
 
-def materialize(now: datetime | None = None, limit: int = 500) -> int:
+def materialize(now: datetime | None = None, limit: int | None = None) -> int:
+    """``plan``, returning the number of runs planned."""
+    return plan(now, limit).runs
+
+
+class Planned(NamedTuple):
+    runs: int  # runs planned (one another scheduler planned first counted too)
+    tasks: int  # tasks looked at: ``limit`` of them means more may be due
+
+
+def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
     """Create the runs of every task that is due, or falls due within
     ``REMINDERS_PLAN_AHEAD_SECONDS`` (the plan is there to see, and a 09:00 wave is
     spread before it comes), and advance its ``next_run``.
@@ -53,10 +66,11 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
     visible, up to ``REMINDERS_MISSED_RUNS_RECORDED`` of them, and under ``compensate``
     the missed ones and earlier runs that failed for good get make-up runs. A task that
     cannot be planned is put in ``error`` (and ops told) while the others are planned as
-    usual. Returns the number of runs planned (one another scheduler planned first is
-    counted too, though not created twice).
+    usual. At most ``limit`` tasks (``PLAN_BATCH``) a call: a scheduler loops again at
+    once while a call takes that many.
     """
     now = now or timezone.now()
+    limit = PLAN_BATCH if limit is None else limit
     until = now + timedelta(seconds=conf.PLAN_AHEAD_SECONDS)
     with transaction.atomic():
         due = ScheduledTask.objects.due(until).order_by("next_run")
@@ -77,7 +91,7 @@ def materialize(now: datetime | None = None, limit: int = 500) -> int:
         _advance(planned)
     if tasks:
         logger.debug("materialized %d runs for %d tasks", len(runs), len(planned))
-    return len(runs)
+    return Planned(len(runs), len(tasks))
 
 
 def _advance(tasks: list[ScheduledTask]) -> None:

@@ -1229,9 +1229,11 @@ class TaskRun(models.Model):
             ),
         ]
         indexes = [
-            # The claim query: waiting runs in priority order.
+            # The claim query: waiting runs that are due. The due time leads: where the
+            # condition is dropped (MariaDB, MySQL) the index still ranges over due runs
+            # only (finished ones have none), not over the whole history of a priority.
             models.Index(
-                fields=["priority", "next_attempt_at"],
+                fields=["next_attempt_at", "priority"],
                 name="reminders_run_waiting_idx",
                 condition=Q(status__in=["scheduled", "retrying"]),
             ),
@@ -1244,15 +1246,16 @@ class TaskRun(models.Model):
             models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
             # The dashboard's days, hours and 14-day charts: runs by due time.
             models.Index(fields=["due_at"], name="reminders_run_due_idx"),
-            # Expiring waiting runs past their deadline.
+            # Expiring waiting runs past their deadline. The status leads for databases
+            # that drop the condition: finished runs keep their deadlines.
             models.Index(
-                fields=["deadline"],
+                fields=["status", "deadline"],
                 name="reminders_run_deadline_idx",
                 condition=Q(status__in=["scheduled", "retrying"], deadline__isnull=False),
             ),
-            # Running runs not yet reported stuck.
+            # Running runs not yet reported stuck (the status leads, as above).
             models.Index(
-                fields=["started_at"],
+                fields=["status", "started_at"],
                 name="reminders_run_stuck_idx",
                 condition=Q(status="running", stuck_reported_at__isnull=True),
             ),

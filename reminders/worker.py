@@ -163,10 +163,12 @@ class ReminderWorker:
 
     def tick(self, now: datetime | None = None) -> bool:
         """Materialize, expire, report and claim once; True when there was more work
-        than one tick takes."""
+        than one tick takes: more tasks due than one plan takes (planning goes on under
+        back-pressure: a wave of 100,000 is planned at once, not a batch a tick), or a
+        full claim batch."""
         now = now or timezone.now()
         self._beat(now)
-        dispatch.materialize(now)
+        more_to_plan = dispatch.plan(now).tasks == dispatch.PLAN_BATCH
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
@@ -175,10 +177,10 @@ class ReminderWorker:
         if self._pressed:
             # High runs have workers of their own: bulk back-pressure does not hold them.
             dispatch.claim(self.owner, conf.CLAIM_BATCH, now, only_high=True)
-            return False
+            return more_to_plan
         claimed = dispatch.claim(self.owner, limit, now)
-        # Loop again at once only when the batch size, not back-pressure, was the limit.
-        return limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit
+        # Claim again at once only when the batch size, not back-pressure, was the limit.
+        return more_to_plan or (limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit)
 
     def _beat(self, now: datetime) -> None:
         """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from reminders import dispatch
 from reminders.models import ScheduledTask, SchedulerHeartbeat, TaskRun
 from reminders.worker import HEARTBEAT_SECONDS, MIN_SLEEP_SECONDS, ReminderWorker
 from tests.support.jobs import queued, run_queued
@@ -36,6 +37,25 @@ def test_tick__claims_no_more_than_max_in_flight(make_task, settings):
     run_queued()
     worker.tick()
     assert TaskRun.objects.filter(status="queued").count() == 3
+
+
+def test_tick__more_due_tasks_than_one_plan_takes_is_more_work_even_under_back_pressure(
+    make_task, settings, monkeypatch
+):
+    monkeypatch.setattr(dispatch, "PLAN_BATCH", 3)
+    settings.REMINDERS_MAX_IN_FLIGHT = 1
+    for _ in range(5):
+        make_task()
+    worker = ReminderWorker(with_cluster=False)
+    assert worker.tick() is True  # 3 of 5 tasks planned, 1 run claimed: the ceiling
+    assert TaskRun.objects.count() == 3
+    monkeypatch.setattr(dispatch, "PLAN_BATCH", 1)
+    assert worker.tick() is True  # pressed, but a full plan: more may be due
+    assert worker._pressed
+    assert TaskRun.objects.count() == 4
+    monkeypatch.setattr(dispatch, "PLAN_BATCH", 3)
+    assert worker.tick() is False  # the last one planned: nothing more to plan
+    assert TaskRun.objects.count() == 5
 
 
 @pytest.mark.django_db(transaction=True)
