@@ -42,7 +42,7 @@ from ..conf import settings as conf
 from ..senders.base import Limit, Rate
 from .store import Store
 
-__all__ = ["Limit", "Rate", "Slot", "pause", "reserve"]
+__all__ = ["Limit", "Rate", "Slot", "holds_rows", "pause", "reserve"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +68,10 @@ def reserve(
     request on the bucket that held it back is refused too, so each bucket keeps its order.
     With ``together`` the requests are a batch to be sent back to back: after the first
     reserved one, a request is reserved only if it may go at that same moment.
-    Unlimited buckets only carry pauses: they are read, never locked or written.
+    Unlimited buckets only carry pauses: they are read, never locked or written, in
+    the caller's transaction if it has one (``holds_rows`` says when there are others).
     """
-    limits = {
-        each.name: each
-        for request in requests
-        for limit in request
-        for each in (limit, limit.lender)
-        if each is not None
-    }
+    limits = _buckets(requests)
     paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
     unlimited = sorted(name for name in limits if name not in paced)
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
@@ -97,6 +92,25 @@ def reserve(
                 raise
             logger.info("rate-limit reservation lost a deadlock; asking again (%d)", attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _buckets(requests: Sequence[Sequence[Limit]]) -> dict[str, Limit]:
+    return {
+        each.name: each
+        for request in requests
+        for limit in request
+        for each in (limit, limit.lender)
+        if each is not None
+    }
+
+
+def holds_rows(requests: Sequence[Sequence[Limit]]) -> bool:
+    """Whether reserving ``requests`` locks and writes database rows (paced buckets kept
+    in the database): it then needs a transaction of its own, which a lost deadlock can
+    ask again. Otherwise it only reads pauses, and may run inside the caller's."""
+    if conf.RATE_LIMIT_CACHE:
+        return False
+    return any(limit.rate.per_second < inf for limit in _buckets(requests).values())
 
 
 DEADLOCK_ATTEMPTS = 3
