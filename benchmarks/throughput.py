@@ -633,8 +633,10 @@ def report(runs: dict[str, list[Result]], env: list[tuple[str, str]], command: s
         "cores; *CPUs busy*: all use during the scenario, anyone's. When the CPUs are busy "
         "and our share is well under 100%, other work on the machine slowed the run.",
         "- *PG xacts / msg*: transactions in the scenario's database per message (in "
-        "autocommit every statement, reads included, is one); *rows written*: inserted, "
-        "updated or deleted rows per message.",
+        "autocommit every statement, reads included, is one), everything counted: "
+        "polling, ticks, heartbeats; db-scheduler publishes about 1 per execution in its "
+        "lock-and-fetch mode. `benchmarks/statements.py` gives the engine's per phase. "
+        "*rows written*: inserted, updated or deleted rows per message.",
         "- Not timed: inserting the engine's tasks "
         f"({_spread(runs, 'engine')}) and enqueueing the bare jobs ({_spread(runs, 'bare')}),"
         " both before the processes start. The engine's claiming and enqueueing is timed.",
