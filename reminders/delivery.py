@@ -849,13 +849,18 @@ def _write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
         replies.setdefault(reply, []).append((job.ledger, result))
     _known_pks([job.ledger for job, _ in done])
     for group in replies.values():
-        _, result = group[0]
-        SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
-            status=SendLog.Status.SENT,
-            provider_message_id=Case(
+        first, result = group[0]
+        ids: Case | str = (
+            Case(
                 *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
                 default=F("provider_message_id"),
-            ),
+            )
+            if len(group) > 1
+            else first.provider_message_id
+        )
+        SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
+            status=SendLog.Status.SENT,
+            provider_message_id=ids,
             reply_code=result.code[:64],
             reply_detail=result.detail,
             error_message="",
