@@ -228,18 +228,19 @@ def _step(
     just missed this batch (to try again at once). Jobs refused a slot or a key join
     ``deferred``.
 
-    Slots on paced buckets kept in the database are reserved first, in a transaction of
-    their own (a lost deadlock asks it again); pauses alone are read in this one. A key
+    Slots on paced buckets are reserved first, in a transaction of their own (a lost
+    deadlock asks it again), as is anything kept in a cache; pauses alone, read from the
+    database, are read in this one. A key
     another run took meanwhile rolls this transaction back, and the step is done again
     the slow way: the record alone, then the keys one by one.
     """
     requests = [_limits(job) for job in batch]
-    own = ratelimit.holds_rows(requests)
-    slots = _reserve_slots(requests) if own else []
+    inside = ratelimit.shares_transaction(requests)
+    slots = [] if inside else _reserve_slots(requests)
     ready: list[tuple[Job, float]] = []
     try:
         with transaction.atomic():
-            if not own:
+            if inside:
                 slots = _reserve_slots(requests)
             pairs = zip(batch, slots, strict=True)
             ready = [(job, slot.at) for job, slot in pairs if slot.reserved]

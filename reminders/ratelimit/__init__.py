@@ -42,7 +42,7 @@ from ..conf import settings as conf
 from ..senders.base import Limit, Rate
 from .store import Store
 
-__all__ = ["Limit", "Rate", "Slot", "holds_rows", "pause", "reserve"]
+__all__ = ["Limit", "Rate", "Slot", "pause", "reserve", "shares_transaction"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ def reserve(
     request on the bucket that held it back is refused too, so each bucket keeps its order.
     With ``together`` the requests are a batch to be sent back to back: after the first
     reserved one, a request is reserved only if it may go at that same moment.
-    Unlimited buckets only carry pauses: they are read, never locked or written, in
-    the caller's transaction if it has one (``holds_rows`` says when there are others).
+    Unlimited buckets only carry pauses: they are read, never locked or written (in the
+    caller's transaction, if it has one: see ``shares_transaction``).
     """
     limits = _buckets(requests)
     paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
@@ -104,13 +104,15 @@ def _buckets(requests: Sequence[Sequence[Limit]]) -> dict[str, Limit]:
     }
 
 
-def holds_rows(requests: Sequence[Sequence[Limit]]) -> bool:
-    """Whether reserving ``requests`` locks and writes database rows (paced buckets kept
-    in the database): it then needs a transaction of its own, which a lost deadlock can
-    ask again. Otherwise it only reads pauses, and may run inside the caller's."""
+def shares_transaction(requests: Sequence[Sequence[Limit]]) -> bool:
+    """Whether reserving ``requests`` is only a read of database rows (the pauses of
+    unlimited buckets kept in the database), which may run in the caller's transaction
+    rather than in one of its own. Paced buckets are locked and written in a transaction
+    of their own (one a lost deadlock can ask again, and that holds them no longer than
+    it must); buckets in a cache are no database work, and no reason to keep one open."""
     if conf.RATE_LIMIT_CACHE:
         return False
-    return any(limit.rate.per_second < inf for limit in _buckets(requests).values())
+    return all(limit.rate.per_second == inf for limit in _buckets(requests).values())
 
 
 DEADLOCK_ATTEMPTS = 3
