@@ -230,9 +230,9 @@ def _step(
 
     Slots on paced buckets are reserved first, in a transaction of their own (a lost
     deadlock asks it again), as is anything kept in a cache; pauses alone, read from the
-    database, are read in this one. A key
-    another run took meanwhile rolls this transaction back, and the step is done again
-    the slow way: the record alone, then the keys one by one.
+    database, are read in this one. A key another run took meanwhile rolls this
+    transaction back, and the step is done again the slow way: the record alone, then
+    the keys one by one.
     """
     requests = [_limits(job) for job in batch]
     inside = ratelimit.shares_transaction(requests)
