@@ -411,7 +411,8 @@ class Bench:
     ) -> Iterator[tuple[str, Path, Processes]]:
         log(label)
         self.count += 1
-        slug = f"{self.count:02d}_{_slug(label)}"
+        # PostgreSQL cuts names at 63 characters: the prefix takes up to about 30.
+        slug = f"{self.count:02d}_{_slug(label)}"[:30]
         db = self.dbs.create(slug, template=self.template)
         if async_commit:
             self.dbs.admin.execute(f"ALTER DATABASE {db} SET synchronous_commit = off")
@@ -798,7 +799,8 @@ def main(argv: list[str]) -> int:
         ]
         plan = [item for _ in range(args.repeat) for item in repeated] + once
         for label, scenario in plan:
-            runs.setdefault(label, []).append(scenario(label))
+            result = scenario(label)
+            runs.setdefault(label, []).append(result)
         print(report(runs, env_rows, command, args.tasks))
         if bench.profiles:
             keep_work = True
