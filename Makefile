@@ -88,6 +88,7 @@ test-django6:
 bench: $(STAMP)
 	@$(PY) bin/db-reachable "$(PG_URL)" || { echo "benchmarks need PostgreSQL at $(PG_URL)"; exit 1; }
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/throughput.py
+	DATABASE_URL=$(PG_URL) $(PY) benchmarks/statements.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/ratelimit.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/bulk.py
 	DATABASE_URL=$(PG_URL) MARIADB_URL=$(MARIADB_URL) $(PY) benchmarks/history.py

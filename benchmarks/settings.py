@@ -15,7 +15,14 @@ env = environ.Env()
 
 DEBUG = False  # with DEBUG every query is kept in memory: a leak, and slower
 REMINDERS_DEFAULT_CHANNEL = "bench"
-REMINDERS_CHANNELS = {"bench": {"BACKEND": "benchmarks.senders.CountingSender"}}
+REMINDERS_CHANNELS = {
+    "bench": {"BACKEND": "benchmarks.senders.CountingSender"},
+    # The same, as a provider that drops repeated bodies: sent in batches.
+    "bench_dedup": {
+        "BACKEND": "benchmarks.senders.CountingSender",
+        "OPTIONS": {"duplicate_check": True},
+    },
+}
 REMINDERS_RUNS_PER_JOB = env.int("REMINDERS_RUNS_PER_JOB", default=20)
 REMINDERS_CLAIM_BATCH = env.int("REMINDERS_CLAIM_BATCH", default=500)
 REMINDERS_MAX_IN_FLIGHT = env.int("REMINDERS_MAX_IN_FLIGHT", default=1000)

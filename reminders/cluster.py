@@ -30,10 +30,12 @@ Neither cluster ever takes the other's jobs:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django import db
 from django.db import transaction
+from django.utils import timezone
 from django_q.brokers import Broker
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
@@ -48,7 +50,14 @@ HIGH_QUEUE_SUFFIX = "-high"
 
 class EngineBroker(ORM):
     """django-q2's ORM broker on the engine's database, whatever django-q2's settings in
-    this process name (a host on Redis has none)."""
+    this process name (a host on Redis has none).
+
+    It takes jobs as django-q2's does (up to ``bulk`` whose lock has passed, each locked
+    for ``retry`` seconds), in one transaction of two statements however many it takes,
+    where django-q2 sends one to look and one per job to lock it, each in a transaction
+    of its own. Rows another pusher is taking are skipped where the database can
+    (``SKIP LOCKED``), else waited for; the oldest jobs go first.
+    """
 
     def get_connection(self, list_key: str | None = None) -> Any:
         alias = conf.CLUSTER["orm"]
@@ -56,6 +65,24 @@ class EngineBroker(ORM):
             # Outside a claim's transaction: drop connections gone stale, as django-q2 does.
             db.close_old_connections()
         return OrmQ.objects.using(alias)
+
+    def dequeue(self) -> list[tuple[int, str]] | None:
+        queue = self.get_connection()
+        alias = conf.CLUSTER["orm"]
+        features = db.connections[alias].features
+        with transaction.atomic(using=alias):
+            due = queue.filter(key=self.list_key, lock__lt=timezone.now()).order_by("pk")
+            if features.has_select_for_update_skip_locked:
+                due = due.select_for_update(skip_locked=True)
+            elif features.has_select_for_update:
+                due = due.select_for_update()
+            taken = list(due.values_list("pk", "payload")[: Conf.BULK])
+            if taken:
+                queue.filter(pk__in=[pk for pk, _ in taken]).update(lock=self.timeout(None))
+        if taken:
+            return taken
+        time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        return None
 
     def info(self) -> str:
         return f"ORM {conf.CLUSTER['orm']}"

@@ -10,9 +10,11 @@ truth:
   and was taken over changes nothing.
 * A message's ledger key is reserved (``sending``) and committed just before its send,
   so a crash leaves at most the message in hand in doubt; ``sent`` and the run's
-  completion are committed together afterwards. Where the provider drops an identical
-  body sent again, a batch of keys is reserved at once and recorded at once: a crash
-  then leaves the batch in doubt, and the re-send below settles it.
+  completion are committed together afterwards, in the transaction that reserves the
+  next message's key (or ends the job), so that a message costs one transaction: what
+  is in doubt after a crash is still only the message sent last. Where the provider
+  drops an identical body sent again, a batch of keys is reserved at once and recorded
+  at once: a crash then leaves the batch in doubt, and the re-send below settles it.
 * In doubt is not failed. A ``sending`` row found when a run starts (its worker died
   mid-send), or an answer that leaves delivery open (a read timeout, a 5xx, an errcode
   we do not know: ``InDoubtSendError``), may have delivered the message. The body is
@@ -177,7 +179,10 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
 
     Runs go in batches that may leave back to back: one reservation of slots and ledger
     keys, the sends, one record of what was sent. A batch is a whole claim on an
-    unlimited channel and usually one message on a busy paced one.
+    unlimited channel and usually one message on a busy paced one. What a batch sent is
+    recorded in the transaction that reserves the next batch's keys (``_step``), and
+    the last batch's when the job ends, with the runs put back and the tasks' last run
+    time: one transaction per batch, plus one to start and one to end.
     """
     budget = Budget.begin()
     jobs = start(token, run_ids, now)
@@ -185,30 +190,91 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
         return 0
     sent = 0
     deferred: list[tuple[Job, float]] = []
+    unrecorded: list[tuple[Job, SendResult]] = []
     pending = jobs
-    while pending:
-        if budget.nearly_up():
-            moment = time.time()
-            _defer([(job, moment) for job in pending], "job_time", "The job's time ran out first.")
-            break
-        budget.renew(pending)
-        batch, rest = _next_batch(pending)
-        slots = ratelimit.reserve(
-            [_limits(job) for job in batch], max_wait=conf.RATE_MAX_WAIT, together=True
-        )
-        # The first request is refused only when it is too far off: it waits for a later
-        # claim. The others just missed this batch.
-        if not slots[0].reserved:
-            deferred.append((batch[0], slots[0].at))
-        ready = [(job, slot.at) for job, slot in zip(batch, slots, strict=True) if slot.reserved]
-        pending = [job for job, slot in zip(batch[1:], slots[1:], strict=True) if not slot.reserved]
-        pending += rest
-        sent += _send_batch(ready, deferred)
-    _defer(deferred)
-    ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
-        last_run_at=timezone.now()
-    )
+    try:
+        while pending:
+            if budget.nearly_up():
+                moment = time.time()
+                items = [(job, moment) for job in pending]
+                _defer(items, "job_time", "The job's time ran out first.")
+                break
+            budget.renew(pending)
+            batch, rest = _next_batch(pending)
+            ready, missed = _step(batch, unrecorded, deferred)
+            pending = missed + rest
+            done = _send_reserved(ready, deferred)
+            sent += len(done)
+            unrecorded += done
+    except BaseException:
+        # What was sent is recorded even so, if the database still answers; else its
+        # keys stay ``sending``: in doubt, as after a crash.
+        if unrecorded:
+            try:
+                _record_sent(unrecorded)
+            except Exception:
+                logger.exception("could not record %d sent messages", len(unrecorded))
+        raise
+    _finish(jobs, unrecorded, deferred)
     return sent
+
+
+def _step(
+    batch: list[Job], unrecorded: list[tuple[Job, SendResult]], deferred: list[tuple[Job, float]]
+) -> tuple[list[tuple[Job, float]], list[Job]]:
+    """Reserve the batch's rate-limit slots and ledger keys, and record what the batch
+    before it sent (``unrecorded``, emptied), in one transaction committed before any
+    of the batch's sends; returns the jobs reserved with their slots, and those that
+    just missed this batch (to try again at once). Jobs refused a slot or a key join
+    ``deferred``.
+
+    Slots on paced buckets are reserved first, in a transaction of their own (a lost
+    deadlock asks it again), as is anything kept in a cache; pauses alone, read from the
+    database, are read in this one. A key another run took meanwhile rolls this
+    transaction back, and the step is done again the slow way: the record alone, then
+    the keys one by one.
+    """
+    requests = [_limits(job) for job in batch]
+    inside = ratelimit.shares_transaction(requests)
+    slots = [] if inside else _reserve_slots(requests)
+    ready: list[tuple[Job, float]] = []
+    try:
+        with transaction.atomic():
+            if inside:
+                slots = _reserve_slots(requests)
+            pairs = zip(batch, slots, strict=True)
+            ready = [(job, slot.at) for job, slot in pairs if slot.reserved]
+            taken, lost = _take_keys([job for job, _ in ready])
+            _write_sent(unrecorded)
+    except IntegrityError:
+        _record_sent(unrecorded)
+        taken, lost = reserve([job for job, _ in ready])
+    unrecorded.clear()
+    deferred += [(job, time.time() + BUSY_WAIT_SECONDS) for job in lost]
+    # The first request is refused only when it is too far off: it waits for a later
+    # claim. The others just missed this batch.
+    if not slots[0].reserved:
+        deferred.append((batch[0], slots[0].at))
+    missed = [job for job, slot in zip(batch[1:], slots[1:], strict=True) if not slot.reserved]
+    keyed = {job.run.pk for job in taken}
+    return [(job, at) for job, at in ready if job.run.pk in keyed], missed
+
+
+def _reserve_slots(requests: list[list[Limit]]) -> list[ratelimit.Slot]:
+    return ratelimit.reserve(requests, max_wait=conf.RATE_MAX_WAIT, together=True)
+
+
+def _finish(
+    jobs: Sequence[Job], unrecorded: list[tuple[Job, SendResult]], deferred: list[tuple[Job, float]]
+) -> None:
+    """End the job in one transaction: record the last batch, put back the runs that
+    were not sent, and stamp the tasks' last run time."""
+    with _recording():
+        _write_sent(unrecorded)
+        _defer(deferred)
+        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
+            last_run_at=timezone.now()
+        )
 
 
 def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
@@ -268,14 +334,15 @@ def _limits(job: Job) -> list[Limit]:
     return job.sender.limits(job.message, job.priority)
 
 
-def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]) -> int:
-    """Reserve the batch's ledger keys, send each message at its slot, then record the
-    sent ones together; returns how many were sent. What is not sent joins ``deferred``."""
+def _send_reserved(
+    ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]]
+) -> list[tuple[Job, SendResult]]:
+    """Send each reserved message at its slot; returns the sent ones with their replies,
+    to record (failures are recorded here). What is not sent joins ``deferred``."""
     if not ready:
-        return 0
+        return []
     slots = {job.run.pk: at for job, at in ready}
-    jobs, lost = reserve([job for job, _ in ready])
-    deferred += [(job, time.time() + BUSY_WAIT_SECONDS) for job in lost]
+    jobs = [job for job, _ in ready]
     stale = _stale_after(jobs)
     done: list[tuple[Job, SendResult]] = []
     for index, job in enumerate(jobs):
@@ -297,8 +364,7 @@ def _send_batch(ready: list[tuple[Job, float]], deferred: list[tuple[Job, float]
             break
         else:
             _record_failure(job, outcome)
-    _record_sent(done)
-    return len(done)
+    return done
 
 
 def _stale_after(jobs: Sequence[Job]) -> float:
@@ -619,19 +685,31 @@ def reserve(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
     """Mark the jobs' keys ``sending`` and commit, right before their sends; returns
     the jobs whose key is now theirs, in order, and those whose key another run took
     meanwhile (they wait and are decided again)."""
-    fresh = [job for job in jobs if job.fresh]
-    lost: set[int] = set()
-    for job in fresh:
-        job.ledger.attempts = 1
     try:
         with transaction.atomic():
-            SendLog.objects.bulk_create([job.ledger for job in fresh])
+            return _take_keys(jobs)
     except IntegrityError:
-        # A key is taken by another run (a schedule moved within its day): one at a time.
-        lost.update(job.run.pk for job in fresh if not _insert(job))
-    for job in jobs:
-        if not job.fresh and not _mark_sending(job):
-            lost.add(job.run.pk)
+        pass
+    # A key is taken by another run (a schedule moved within its day): one at a time.
+    lost = {job.run.pk for job in jobs if job.fresh and not _insert(job)}
+    lost.update(job.run.pk for job in jobs if not job.fresh and not _mark_sending(job))
+    return _split(jobs, lost)
+
+
+def _take_keys(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """``reserve`` in the caller's transaction: the fresh keys in one INSERT, which
+    raises ``IntegrityError`` if another run took one meanwhile (the caller rolls back),
+    then the known rows, each only as it was read."""
+    fresh = [job.ledger for job in jobs if job.fresh]
+    for row in fresh:
+        row.attempts = 1
+    if fresh:
+        SendLog.objects.bulk_create(fresh)
+    lost = {job.run.pk for job in jobs if not job.fresh and not _mark_sending(job)}
+    return _split(jobs, lost)
+
+
+def _split(jobs: Sequence[Job], lost: set[int]) -> tuple[list[Job], list[Job]]:
     return (
         [job for job in jobs if job.run.pk not in lost],
         [job for job in jobs if job.run.pk in lost],
@@ -735,8 +813,10 @@ def _recording() -> Iterator[None]:
 
     On PostgreSQL it commits without waiting for the WAL flush: the reservation before
     the send is durable, so a record lost in a server crash leaves the row ``sending``,
-    the same in-doubt state as a worker crash, handled the same way. It roughly halves
-    what a worker waits for per message.
+    the same in-doubt state as a worker crash, handled the same way; runs put back to
+    wait that are lost so are still ``running`` under a lease, and are claimed again
+    when it expires, as a dead worker's. A record that shares the next reservation's
+    transaction is durable with it, at no cost of its own.
     """
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -754,6 +834,14 @@ def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
     """
     if not done:
         return
+    with _recording():
+        _write_sent(done)
+
+
+def _write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
+    """``_record_sent`` in the caller's transaction."""
+    if not done:
+        return
     now = timezone.now()
     replies: dict[str, list[tuple[SendLog, SendResult]]] = {}
     for job, result in done:
@@ -761,30 +849,34 @@ def _record_sent(done: list[tuple[Job, SendResult]]) -> None:
         reply = json.dumps([result.code, result.detail], sort_keys=True)
         replies.setdefault(reply, []).append((job.ledger, result))
     _known_pks([job.ledger for job, _ in done])
-    with _recording():
-        for group in replies.values():
-            _, result = group[0]
-            SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
-                status=SendLog.Status.SENT,
-                provider_message_id=Case(
-                    *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
-                    default=F("provider_message_id"),
-                ),
-                reply_code=result.code[:64],
-                reply_detail=result.detail,
-                error_message="",
-                sent_at=now,
-                updated_at=now,
+    for group in replies.values():
+        first, result = group[0]
+        ids: Case | str = (
+            Case(
+                *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
+                default=F("provider_message_id"),
             )
-        closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
-        if closed < len(done):
-            logger.warning(
-                "%d sent runs were taken over by another worker before this one recorded "
-                "them; the ledger says sent, and their holder will close them",
-                len(done) - closed,
-            )
-        for job, result in done:
-            signals.after_commit(signals.run_sent, TaskRun, run=job.run, result=result)
+            if len(group) > 1
+            else first.provider_message_id
+        )
+        SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
+            status=SendLog.Status.SENT,
+            provider_message_id=ids,
+            reply_code=result.code[:64],
+            reply_detail=result.detail,
+            error_message="",
+            sent_at=now,
+            updated_at=now,
+        )
+    closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
+    if closed < len(done):
+        logger.warning(
+            "%d sent runs were taken over by another worker before this one recorded "
+            "them; the ledger says sent, and their holder will close them",
+            len(done) - closed,
+        )
+    for job, result in done:
+        signals.after_commit(signals.run_sent, TaskRun, run=job.run, result=result)
 
 
 def _known_pks(rows: list[SendLog]) -> None:

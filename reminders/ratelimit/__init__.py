@@ -42,7 +42,7 @@ from ..conf import settings as conf
 from ..senders.base import Limit, Rate
 from .store import Store
 
-__all__ = ["Limit", "Rate", "Slot", "pause", "reserve"]
+__all__ = ["Limit", "Rate", "Slot", "pause", "reserve", "shares_transaction"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +68,10 @@ def reserve(
     request on the bucket that held it back is refused too, so each bucket keeps its order.
     With ``together`` the requests are a batch to be sent back to back: after the first
     reserved one, a request is reserved only if it may go at that same moment.
-    Unlimited buckets only carry pauses: they are read, never locked or written.
+    Unlimited buckets only carry pauses: they are read, never locked or written (in the
+    caller's transaction, if it has one: see ``shares_transaction``).
     """
-    limits = {
-        each.name: each
-        for request in requests
-        for limit in request
-        for each in (limit, limit.lender)
-        if each is not None
-    }
+    limits = _buckets(requests)
     paced = sorted(name for name, limit in limits.items() if limit.rate.per_second < inf)
     unlimited = sorted(name for name in limits if name not in paced)
     for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
@@ -97,6 +92,27 @@ def reserve(
                 raise
             logger.info("rate-limit reservation lost a deadlock; asking again (%d)", attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _buckets(requests: Sequence[Sequence[Limit]]) -> dict[str, Limit]:
+    return {
+        each.name: each
+        for request in requests
+        for limit in request
+        for each in (limit, limit.lender)
+        if each is not None
+    }
+
+
+def shares_transaction(requests: Sequence[Sequence[Limit]]) -> bool:
+    """Whether reserving ``requests`` is only a read of database rows (the pauses of
+    unlimited buckets kept in the database), which may run in the caller's transaction
+    rather than in one of its own. Paced buckets are locked and written in a transaction
+    of their own (one a lost deadlock can ask again, and that holds them no longer than
+    it must); buckets in a cache are no database work, and no reason to keep one open."""
+    if conf.RATE_LIMIT_CACHE:
+        return False
+    return all(limit.rate.per_second == inf for limit in _buckets(requests).values())
 
 
 DEADLOCK_ATTEMPTS = 3

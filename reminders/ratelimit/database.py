@@ -7,7 +7,7 @@ the settings open every transaction with ``BEGIN IMMEDIATE``).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
@@ -26,7 +26,9 @@ class DatabaseStore(Store):
             RateBucket.objects.bulk_create(
                 [RateBucket(name=name) for name in paced], ignore_conflicts=True
             )
-        with transaction.atomic():
+        # Pauses alone are one read: in the caller's transaction, if any, without a
+        # transaction or a savepoint of their own.
+        with transaction.atomic() if paced else nullcontext():
             rows = []
             if paced:
                 locked = RateBucket.objects.filter(name__in=paced).order_by("name")

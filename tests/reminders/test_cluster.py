@@ -19,6 +19,7 @@ from django_q.tasks import async_task
 from reminders import cluster, dispatch
 from reminders.conf import settings as conf
 from tests.support.jobs import run_queued
+from tests.support.transactions import transactions
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -105,3 +106,33 @@ def test_cluster__defaults_without_any_setting(settings):
         "daemonize_workers": True,
     }
     assert conf.JOB_TIMEOUT == 80
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dequeue__takes_jobs_oldest_first_in_one_transaction_and_locks_them(monkeypatch):
+    monkeypatch.setattr(Conf, "BULK", 10)
+    monkeypatch.setattr(Conf, "POLL", 0)
+    broker = cluster.broker("reminders-dequeue-test")
+    for n in range(3):
+        broker.enqueue(f"job-{n}")
+    OrmQ.objects.filter(payload="job-0").update(lock=OrmQ.objects.get(payload="job-2").lock)
+    with transactions() as counted:
+        taken = broker.dequeue()
+    assert [payload for _, payload in taken] == ["job-0", "job-1", "job-2"]
+    assert counted.count == 1, str(counted)
+    # Locked until they are retried: another pusher finds nothing, and nor does this one.
+    assert cluster.broker("reminders-dequeue-test").dequeue() is None
+    assert OrmQ.objects.filter(key="reminders-dequeue-test").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dequeue__takes_at_most_bulk_jobs_and_none_of_another_queue(monkeypatch):
+    monkeypatch.setattr(Conf, "BULK", 2)
+    monkeypatch.setattr(Conf, "POLL", 0)
+    broker = cluster.broker("reminders-dequeue-test")
+    cluster.broker("reminders-dequeue-other").enqueue("other")
+    for n in range(3):
+        broker.enqueue(f"job-{n}")
+    assert [payload for _, payload in broker.dequeue()] == ["job-0", "job-1"]
+    assert [payload for _, payload in broker.dequeue()] == ["job-2"]
+    assert broker.dequeue() is None

@@ -13,6 +13,7 @@ from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
 from reminders.senders.base import SendResult
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued, tick
+from tests.support.transactions import transactions
 
 pytestmark = pytest.mark.django_db
 
@@ -320,3 +321,60 @@ def test_deliver__keeps_what_else_the_provider_said_in_the_ledger(make_task, out
     tick()
     log = SendLog.objects.get()
     assert (log.provider_message_id, log.reply_detail) == ("m-1", {"invaliduser": "ghost"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver__one_transaction_per_message_where_each_is_its_own_batch(make_task, outbox):
+    for _ in range(20):
+        make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    with transactions() as counted:
+        assert deliver(claim.token, claim.run_ids) == 20
+    # The start; for each message, its channel's pause read and its key reserved with
+    # the message before it recorded; the end: the last one recorded, the tasks stamped.
+    assert counted.count == 1 + 20 + 1, str(counted)
+    assert set(SendLog.objects.values_list("status", flat=True)) == {"sent"}
+    assert set(TaskRun.objects.values_list("status", flat=True)) == {"sent"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver__a_deduplicating_channel_sends_a_claim_in_three_transactions(make_task, outbox):
+    for _ in range(20):
+        make_task(channel="memory_dedup")
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    with transactions() as counted:
+        assert deliver(claim.token, claim.run_ids) == 20
+    # Start; the pause read and the keys reserved; the record and the tasks stamped.
+    assert counted.count == 3, str(counted)
+
+
+def test_deliver__a_key_taken_while_the_message_before_it_was_sent__waits_and_that_one_is_recorded(
+    make_task, outbox, monkeypatch
+):
+    from reminders import delivery
+
+    first, second = make_task(), make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    second_key = second.runs.get().ledger_key
+    call = delivery._call
+
+    def another_run_takes_the_next_key(job):
+        # Another run reserves the second message's key while the first is being sent.
+        if not SendLog.objects.filter(key=second_key).exists():
+            SendLog.objects.create(key=second_key, task=second, recipient="x", channel="memory")
+        return call(job)
+
+    monkeypatch.setattr(delivery, "_call", another_run_takes_the_next_key)
+    assert deliver(claim.token, claim.run_ids) == 1
+    # The reservation that met the taken key was rolled back with the record it carried,
+    # and both were done again one by one: the first message is recorded, the second waits.
+    assert [m.idempotency_key for m in outbox] == [first.runs.get().ledger_key]
+    assert (first.runs.get().status, SendLog.objects.get(run__task=first).status) == (
+        "sent",
+        "sent",
+    )
+    assert second.runs.get().status == "scheduled"
+    assert SendLog.objects.get(key=second_key).run_id is None
