@@ -29,7 +29,6 @@ from django.conf import settings
 from django.utils import timezone
 
 from reminders.models import Priority, ScheduledTask, SendLog, TaskRun
-from tests.support.ci import not_in_the_django6_run
 from tests.support.processes import (
     TREE,
     ReminderProcess,
@@ -47,7 +46,7 @@ from tests.support.sandbox import (
     wecom_settings,
 )
 
-pytestmark = [pytest.mark.processes, not_in_the_django6_run("the kill loop")]
+pytestmark = pytest.mark.processes
 
 SEED = int(os.environ.get("KILL_LOOP_SEED", "20261203"))
 VALID = [f"member{n:03d}" for n in range(300)]

@@ -30,7 +30,6 @@ from django.utils import timezone
 from benchmarks.rates import backlog_rate, busiest_window
 from ops.sandbox import LedgerEntry
 from reminders.models import RateBucket, ScheduledTask, TaskRun
-from tests.support.ci import not_in_the_django6_run
 from tests.support.processes import (
     TREE,
     ReminderProcess,
@@ -40,7 +39,7 @@ from tests.support.processes import (
 )
 from tests.support.sandbox import AGENT_ID, CORP_ID, SandboxProcess, sandbox_process, wecom_settings
 
-pytestmark = [pytest.mark.processes, not_in_the_django6_run("pacing real processes")]
+pytestmark = pytest.mark.processes
 
 SEND = "message/send"
 FREQUENCY_LIMIT = 45009

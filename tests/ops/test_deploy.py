@@ -119,6 +119,7 @@ def test_dockerfile__matches_the_entrypoint_and_the_tree():
     assert entrypoint.stat().st_mode & stat.S_IXUSR
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(
     connection.vendor != "sqlite",
     reason="the entrypoint makes a SQLite database of its own: once per suite is enough",
