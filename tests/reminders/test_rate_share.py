@@ -13,7 +13,7 @@ from reminders.models import RateBucket, TaskRun
 from reminders.senders.base import UNLIMITED, Limit, Message, Rate, shares
 from reminders.senders.memory import MemorySender
 from tests.settings import rate_cache
-from tests.support.ci import not_in_the_django6_run
+from tests.support.ci import not_in_the_django6_run, skip_cache_store_off_postgresql
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
@@ -28,6 +28,7 @@ HIGH = [CHANNEL, replace(HIGH_SHARE, lender=BULK_SHARE)]
 
 @pytest.fixture(params=["database", "cache"])
 def store(request, settings):
+    skip_cache_store_off_postgresql(request.param)
     if request.param == "cache":
         settings.CACHES = {**settings.CACHES, "rate": rate_cache(f"test-{uuid.uuid4().hex}")}
         settings.REMINDERS_RATE_LIMIT_CACHE = "rate"
