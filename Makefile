@@ -45,8 +45,14 @@ typecheck: $(STAMP)
 migrations-check: $(STAMP)
 	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
 
+# SQLite runs twice, each time with half the suite: under the main Django the tests of
+# real processes and the browser, under Django 6 (test-django6) everything else. The
+# servers' runs take the whole suite. SQLITE_ALL=1 runs it all here.
+SQLITE_SHARE = $(if $(SQLITE_ALL),,-m "processes or browser")
+DJANGO6_SHARE = $(if $(SQLITE_ALL),,-m "not processes and not browser")
+
 test-sqlite: $(STAMP)
-	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 $(PY) -m pytest $(SQLITE_SHARE) $(PYTEST_ARGS)
 
 # The same suite on each server. In CI an unreachable server fails the build; elsewhere
 # it is said loudly and skipped.
@@ -66,7 +72,7 @@ test-server:
 		echo "$(NAME) at $(URL) is unreachable: its tests did NOT run"; \
 	fi
 
-# The suite on SQLite once more, under the newest Django 6.0 release.
+# The suite on SQLite once more, under the newest Django 6.0 release (its share: above).
 $(VENV6)/.installed-$(HASH): pyproject.toml
 	@test -n "$(PYTHON_DJANGO6)" || { echo "no Python 3.12+ found for Django 6 (set PYTHON_DJANGO6)"; exit 1; }
 	bash bin/system-deps
@@ -82,7 +88,7 @@ test-django6:
 	else \
 		$(MAKE) --no-print-directory $(VENV6)/.installed-$(HASH) && \
 		echo "== the suite under Django 6 ($$($(VENV6)/bin/python -m django --version), $$($(VENV6)/bin/python --version))" && \
-		DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 TEST_DB_SUFFIX=_django6 $(VENV6)/bin/python -m pytest $(PYTEST_ARGS); \
+		DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 TEST_DB_SUFFIX=_django6 $(VENV6)/bin/python -m pytest $(DJANGO6_SHARE) $(PYTEST_ARGS); \
 	fi
 
 bench: $(STAMP)

@@ -10,7 +10,6 @@ from django.utils import timezone, translation
 from reminders import api
 from reminders.models import ScheduledTask
 from reminders.senders.memory import MemorySender
-from tests.support.ci import skip_processes_in_the_django6_run
 
 # The sandbox fixtures, and the check of every sandbox's ledger against ours.
 pytest_plugins = ["tests.support.sandbox"]
@@ -131,7 +130,3 @@ def paced_channel(settings: Any) -> str:
     }
     settings.REMINDERS_RATE_MAX_WAIT = 0.2
     return "paced"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_processes_in_the_django6_run(items)

@@ -13,7 +13,7 @@ from reminders.models import RateBucket, TaskRun
 from reminders.senders.base import UNLIMITED, Limit, Message, Rate, shares
 from reminders.senders.memory import MemorySender
 from tests.settings import rate_cache
-from tests.support.ci import not_in_the_django6_run, skip_cache_store_off_postgresql
+from tests.support.ci import skip_cache_store_off_postgresql
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
@@ -145,7 +145,6 @@ def test_reserve__a_high_send_waits_at_most_the_borrow_time_behind_booked_bulk(s
     assert high.at - T0 == pytest.approx(0.5, abs=0.06)
 
 
-@not_in_the_django6_run("4,000 reservations")
 def test_reserve__the_channel_never_sees_more_than_its_pace(store):
     """Bulk and high asking in turns every millisecond for two seconds: in every 100 ms
     window of the slots handed out, at most the channel's 10 and its burst of one (plus
