@@ -6,6 +6,7 @@ applies it to the state, under the state's lock.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -185,3 +186,35 @@ CONTROLS: dict[str, Any] = {
     "overflow": _config_switch("overflow", _overflow),
     "advance": _advance,
 }
+
+# What a control switch may change: kept aside so that a bad switch changes nothing.
+CONTROLLED = (
+    "config",
+    "faults",
+    "invalid_users",
+    "tokens",
+    "current_token",
+    "bucket",
+    "user_limits",
+    "robot_limits",
+    "offset",
+    "random",
+)
+
+
+def apply(state: SandboxState, switches: dict[str, Any]) -> dict[str, Any]:
+    """Apply fault switches and run-time settings, all or (ValueError) none of them;
+    returns the resulting settings and pending faults."""
+    unknown = set(switches) - set(CONTROLS)
+    if unknown:
+        raise ValueError(f"unknown switches: {', '.join(sorted(unknown))}")
+    with state.lock:
+        saved = {name: copy.copy(getattr(state, name)) for name in CONTROLLED}
+        try:
+            for name, value in switches.items():
+                CONTROLS[name](state, value)
+        except ValueError:
+            for name, value in saved.items():
+                setattr(state, name, value)
+            raise
+        return state._describe()

@@ -22,7 +22,7 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl
 
-from . import page
+from . import controls, page
 from .config import (
     DEV_AGENT_ID,
     DEV_CORP_ID,
@@ -270,7 +270,7 @@ def _control(server: SandboxHTTPServer, method: str, query: dict[str, str], body
         switches = json.loads(body or b"{}")
         if not isinstance(switches, dict):
             raise ValueError("send a JSON object of switches")
-        return Reply(encode(server.state.control(switches)))
+        return Reply(encode(controls.apply(server.state, switches)))
     except ValueError as exc:
         return Reply(encode({"error": str(exc)}), status=400)
 
@@ -456,7 +456,7 @@ class WeComSandbox:
         ``rate_limit``, ``rate_burst``, ``token_ttl``, ``user_limits``, ``robot_limit``,
         ``overflow``. Returns the resulting settings and pending faults.
         """
-        return self.state.control(switches)
+        return controls.apply(self.state, switches)
 
     def reset(self) -> None:
         """Back to the configuration it was built with: no tokens, faults or ledger."""
@@ -464,7 +464,7 @@ class WeComSandbox:
 
     def advance(self, seconds: float) -> None:
         """Move the sandbox clock forward: tokens expire, limits and duplicate checks lapse."""
-        self.state.control({"advance": seconds})
+        controls.apply(self.state, {"advance": seconds})
 
     def ledger(self, since_id: int = 0, status: str | None = None) -> list[LedgerEntry]:
         return self.state.entries(since_id, status=status)

@@ -24,7 +24,6 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -53,7 +52,6 @@ from .config import (
     SandboxConfig,
     mask,
 )
-from .controls import CONTROLS
 from .ledger import DELIVERED, REJECTED, SUPPRESSED, Ledger, LedgerEntry
 from .limits import TokenBucket, WindowLimit
 
@@ -65,19 +63,6 @@ GETTOKEN = "gettoken"
 APP_MSGTYPES = ("text", "markdown", "textcard")
 ROBOT_MSGTYPES = ("text", "markdown", "image", "news", "file", "template_card")
 OK_REPLY = {"errcode": codes.OK, "errmsg": "ok"}
-# What a control switch may change: kept aside so that a bad switch changes nothing.
-CONTROLLED = (
-    "config",
-    "faults",
-    "invalid_users",
-    "tokens",
-    "current_token",
-    "bucket",
-    "user_limits",
-    "robot_limits",
-    "offset",
-    "random",
-)
 
 
 @dataclass(frozen=True)
@@ -237,22 +222,6 @@ class SandboxState:
         return Reply(error_body(codes.REQUIRE_POST))
 
     # Control -------------------------------------------------------------------------
-
-    def control(self, switches: dict[str, Any]) -> dict[str, Any]:
-        """Apply fault switches and run-time settings, all or (ValueError) none of them."""
-        unknown = set(switches) - set(CONTROLS)
-        if unknown:
-            raise ValueError(f"unknown switches: {', '.join(sorted(unknown))}")
-        with self.lock:
-            saved = {name: copy.copy(getattr(self, name)) for name in CONTROLLED}
-            try:
-                for name, value in switches.items():
-                    CONTROLS[name](self, value)
-            except ValueError:
-                for name, value in saved.items():
-                    setattr(self, name, value)
-                raise
-            return self._describe()
 
     def describe(self) -> dict[str, Any]:
         with self.lock:
