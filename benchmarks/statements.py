@@ -297,8 +297,11 @@ def main(argv: list[str]) -> int:
         log(f"migrating {name}")
         call_command("migrate", verbosity=0)
         from reminders import cluster
+        from reminders.conf import settings as conf
 
-        cluster.run_as(cluster.bulk_queue(), 1)  # this process now runs our cluster's steps
+        # This process now runs our cluster's steps, as a host with the default workers
+        # would: a fetch takes at most one job per worker.
+        cluster.run_as(cluster.bulk_queue(), conf.CLUSTER["workers"])
         results: dict[str, tuple[int, dict[str, Phase]]] = {}
         with dbs.connect("postgres") as observer:
             for channel, what in MODES.items():

@@ -52,11 +52,16 @@ class EngineBroker(ORM):
     """django-q2's ORM broker on the engine's database, whatever django-q2's settings in
     this process name (a host on Redis has none).
 
-    It takes jobs as django-q2's does (up to ``bulk`` whose lock has passed, each locked
-    for ``retry`` seconds), in one transaction of two statements however many it takes,
+    It takes jobs as django-q2's does (those whose lock has passed, each locked for
+    ``retry`` seconds), in one transaction of two statements however many it takes,
     where django-q2 sends one to look and one per job to lock it, each in a transaction
     of its own. Rows another pusher is taking are skipped where the database can
     (``SKIP LOCKED``), else waited for; the oldest jobs go first.
+
+    It takes at most ``bulk`` jobs, and never more than the cluster has workers: with
+    the queue in hand one job per worker (``run_as``), a host holds at most three jobs
+    a worker (running, queued, in the pusher's hand) and leaves the rest of a burst to
+    the other hosts' workers, instead of working through it alone while they idle.
     """
 
     def get_connection(self, list_key: str | None = None) -> Any:
@@ -76,7 +81,7 @@ class EngineBroker(ORM):
                 due = due.select_for_update(skip_locked=True)
             elif features.has_select_for_update:
                 due = due.select_for_update()
-            taken = list(due.values_list("pk", "payload")[: Conf.BULK])
+            taken = list(due.values_list("pk", "payload")[: min(Conf.BULK, Conf.WORKERS)])
             if taken:
                 queue.filter(pk__in=[pk for pk, _ in taken]).update(lock=self.timeout(None))
         if taken:
@@ -123,7 +128,7 @@ def run_as(queue: str, workers: int) -> Broker:
     for key in sorted(CLUSTER_KEYS - {"name", "orm", "queue_limit"}):
         setattr(Conf, key.upper(), cluster[key])
     Conf.WORKERS = workers
-    Conf.QUEUE_LIMIT = cluster.get("queue_limit", workers**2)
+    Conf.QUEUE_LIMIT = cluster.get("queue_limit", workers)
     Conf.SCHEDULER = False
     Conf.SAVE_LIMIT_PER = None
     ours = broker(queue)

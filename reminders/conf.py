@@ -37,9 +37,10 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "cpu_affinity": 0,
     "daemonize_workers": True,
 }
-# Keys of ``REMINDERS_CLUSTER`` beside the defaults'; django-q2's ``queue_limit`` is
-# ``workers`` squared unless set. Keys of a django-q2 ``Q_CLUSTER`` that pick another
-# broker, or drive the host's schedules, have no meaning for the engine's cluster.
+# Keys of ``REMINDERS_CLUSTER`` beside the defaults'; ``queue_limit`` is ``workers``
+# unless set (django-q2's own default is their square: see ``EngineBroker``). Keys of a
+# django-q2 ``Q_CLUSTER`` that pick another broker, or drive the host's schedules, have
+# no meaning for the engine's cluster.
 CLUSTER_KEYS = {*CLUSTER_DEFAULTS, "timeout", "retry", "queue_limit"}
 
 

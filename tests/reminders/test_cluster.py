@@ -74,11 +74,13 @@ def test_claims_go_to_the_engine_s_queue_while_the_host_s_jobs_go_to_redis(
 def test_run_as__sets_what_drives_a_cluster_and_leaves_where_jobs_go(host_on_redis, settings, db):
     settings.REMINDERS_CLUSTER = {"timeout": 100, "retry": 200, "bulk": 3}
     prefix = Conf.PREFIX
-    broker = cluster.run_as(cluster.high_queue(), 1)
+    broker = cluster.run_as(cluster.high_queue(), 4)
     assert isinstance(broker, cluster.EngineBroker)
     assert (broker.list_key, broker.info()) == ("reminders-high", "ORM default")
     driven = (Conf.WORKERS, Conf.QUEUE_LIMIT, Conf.TIMEOUT, Conf.RETRY, Conf.BULK)
-    assert driven == (1, 1, 100, 200, 3)
+    # The queue in hand holds one job per worker (django-q2's default is their square):
+    # a host takes no more than it can start soon, and leaves the rest to other hosts.
+    assert driven == (4, 4, 100, 200, 3)
     assert (Conf.MAX_ATTEMPTS, Conf.SAVE_LIMIT, Conf.SCHEDULER) == (1, -1, False)
     # Where an async_task of CRM code running in our workers goes: still the CRM's.
     assert Conf.ORM is None
@@ -111,6 +113,7 @@ def test_cluster__defaults_without_any_setting(settings):
 @pytest.mark.django_db(transaction=True)
 def test_dequeue__takes_jobs_oldest_first_in_one_transaction_and_locks_them(monkeypatch):
     monkeypatch.setattr(Conf, "BULK", 10)
+    monkeypatch.setattr(Conf, "WORKERS", 10)
     monkeypatch.setattr(Conf, "POLL", 0)
     broker = cluster.broker("reminders-dequeue-test")
     for n in range(3):
@@ -126,8 +129,24 @@ def test_dequeue__takes_jobs_oldest_first_in_one_transaction_and_locks_them(monk
 
 
 @pytest.mark.django_db(transaction=True)
+def test_dequeue__takes_no_more_jobs_than_the_cluster_has_workers(monkeypatch):
+    """One host's pusher taking ``bulk`` jobs at once left another host's workers idle
+    while its own worked through them (seen with two hosts sharing a burst)."""
+    monkeypatch.setattr(Conf, "BULK", 10)
+    monkeypatch.setattr(Conf, "WORKERS", 3)
+    monkeypatch.setattr(Conf, "POLL", 0)
+    broker = cluster.broker("reminders-dequeue-test")
+    for n in range(5):
+        broker.enqueue(f"job-{n}")
+    assert [payload for _, payload in broker.dequeue()] == ["job-0", "job-1", "job-2"]
+    other_host = cluster.broker("reminders-dequeue-test")
+    assert [payload for _, payload in other_host.dequeue()] == ["job-3", "job-4"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_dequeue__takes_at_most_bulk_jobs_and_none_of_another_queue(monkeypatch):
     monkeypatch.setattr(Conf, "BULK", 2)
+    monkeypatch.setattr(Conf, "WORKERS", 10)
     monkeypatch.setattr(Conf, "POLL", 0)
     broker = cluster.broker("reminders-dequeue-test")
     cluster.broker("reminders-dequeue-other").enqueue("other")
