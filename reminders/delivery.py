@@ -62,12 +62,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from . import kinds, ratelimit, signals, timing
+from . import kinds, ratelimit, signals, sql, timing
 from .conf import settings as conf
 from .exceptions import (
     BuilderFailed,
@@ -703,8 +704,7 @@ def _take_keys(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
     fresh = [job.ledger for job in jobs if job.fresh]
     for row in fresh:
         row.attempts = 1
-    if fresh:
-        SendLog.objects.bulk_create(fresh)
+    sql.insert(fresh)
     lost = {job.run.pk for job in jobs if not job.fresh and not _mark_sending(job)}
     return _split(jobs, lost)
 
@@ -851,23 +851,24 @@ def _write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
     _known_pks([job.ledger for job, _ in done])
     for group in replies.values():
         first, result = group[0]
-        ids: Case | str = (
-            Case(
-                *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
-                default=F("provider_message_id"),
-            )
-            if len(group) > 1
-            else first.provider_message_id
+        values: dict[str, Any] = {
+            "status": SendLog.Status.SENT,
+            "provider_message_id": first.provider_message_id,
+            "reply_code": result.code[:64],
+            "reply_detail": result.detail,
+            "error_message": "",
+            "sent_at": now,
+            "updated_at": now,
+        }
+        pks = [row.pk for row, _ in group]
+        if len({row.provider_message_id for row, _ in group}) == 1:
+            sql.update(SendLog, pks, values)  # a message of its own: the usual case
+            continue
+        values["provider_message_id"] = Case(
+            *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
+            default=F("provider_message_id"),
         )
-        SendLog.objects.filter(pk__in=[row.pk for row, _ in group]).update(
-            status=SendLog.Status.SENT,
-            provider_message_id=ids,
-            reply_code=result.code[:64],
-            reply_detail=result.detail,
-            error_message="",
-            sent_at=now,
-            updated_at=now,
-        )
+        SendLog.objects.filter(pk__in=pks).update(**values)
     closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
     if closed < len(done):
         logger.warning(

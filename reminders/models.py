@@ -73,7 +73,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars, kinds, recipients, signals, timing, wake
+from . import calendars, kinds, recipients, signals, sql, timing, wake
 from .conf import settings as conf
 from .exceptions import ActionRefused, UnknownKind, UnplannableTask
 
@@ -1297,10 +1297,8 @@ class TaskRun(models.Model):
         """
         held = self.lease_token
         self._set_closed(status, code, message, retry_at, now or timezone.now())
-        closed = TaskRun.objects.filter(pk=self.pk, lease_token=held).update(
-            **{name: getattr(self, name) for name in self.CLOSING_FIELDS}
-        )
-        return bool(closed)
+        closing = {name: getattr(self, name) for name in self.CLOSING_FIELDS}
+        return bool(sql.update(TaskRun, [self.pk], closing, lease_token=held))
 
     @classmethod
     def close_attempts(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> int:
@@ -1313,9 +1311,8 @@ class TaskRun(models.Model):
             run._set_closed(status, "", "", None, now)
         closed = 0
         for (_started, token), group in groups.items():
-            first = group[0]
-            held = cls.objects.filter(pk__in=[run.pk for run in group], lease_token=token)
-            closed += held.update(**{name: getattr(first, name) for name in cls.CLOSING_FIELDS})
+            closing = {name: getattr(group[0], name) for name in cls.CLOSING_FIELDS}
+            closed += sql.update(cls, [run.pk for run in group], closing, lease_token=token)
         return closed
 
     def _set_closed(

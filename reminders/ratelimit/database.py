@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from .. import sql
 from ..models import RateBucket
 from .store import Held, Store
 
@@ -35,8 +36,9 @@ class DatabaseStore(Store):
                 if connection.features.has_select_for_update:
                     locked = locked.select_for_update()
                 rows = list(locked)
-            if unlimited:
-                # A pause is rare: this read usually finds nothing.
+            # A pause is rare: a statement of its own (reminders.sql) usually finds none,
+            # and only a pause found is read as rows.
+            if sql.any_set(RateBucket, "name", unlimited, "paused_until"):
                 rows += RateBucket.objects.filter(name__in=unlimited, paused_until__isnull=False)
             pks = {row.name: row.pk for row in rows}
             held = Held(

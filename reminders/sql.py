@@ -1,0 +1,140 @@
+"""The few statements every message costs, written without building an ORM query.
+
+Sending one message records the one before it and reserves its own key: an UPDATE of
+the ledger row, an UPDATE of the run, an INSERT and a read of the channel's pause. For
+statements this small, building them through the ORM (a ``QuerySet``, its ``WHERE``
+tree, the compiler) costs the worker more CPU than the database spends running them:
+0.55 ms against 0.24 ms for a run's closing UPDATE on PostgreSQL, the same statement
+sent through the same cursor. The throughput of a busy host is its workers' CPU, so
+these are written here once per shape, from the model's own table and column names.
+
+What reaches the database is what the ORM would send: every value goes through its
+field's ``get_db_prep_save`` (an UPDATE's values) or ``get_db_prep_value`` (a filter's),
+which adapt datetimes, durations and the like per backend as the ORM does, and the
+statements go through Django's cursor, so its error translation (``IntegrityError``),
+its wrappers and the transaction in progress apply unchanged. Only plain values are
+taken, no expressions: anything else stays an ORM query. The SQL texts hold quoted
+table and column names of our own models and placeholders only (S608 below); every
+value is a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from typing import Any, cast
+
+from django.db import connections, models, router
+
+
+def update(
+    model: type[models.Model], pks: Sequence[Any], values: Mapping[str, Any], **equal: Any
+) -> int:
+    """``model.objects.filter(pk__in=pks, **equal).update(**values)`` for plain values
+    and plain equality filters; returns how many rows matched."""
+    if not pks:
+        return 0
+    alias = router.db_for_write(model)
+    connection = connections[alias]
+    sets, filters = tuple(values), tuple(equal)
+    params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
+    params += [_field(model, "pk").get_db_prep_value(pk, connection) for pk in pks]
+    params += [_field(model, name).get_db_prep_value(equal[name], connection) for name in filters]
+    with connection.cursor() as cursor:
+        cursor.execute(_update_sql(model, alias, sets, filters, len(pks)), params)
+        return int(cursor.rowcount)
+
+
+def insert(objs: Sequence[models.Model]) -> None:
+    """``bulk_create(objs)`` for new rows of one model whose primary key the database
+    assigns: one INSERT, the primary keys set where the database returns them (else
+    left None, as ``bulk_create`` leaves them). A key taken raises ``IntegrityError``."""
+    if not objs:
+        return
+    model = type(objs[0])
+    alias = router.db_for_write(model)
+    connection = connections[alias]
+    fields = _inserted(model)
+    params = [
+        field.get_db_prep_save(field.pre_save(obj, True), connection)
+        for obj in objs
+        for field in fields
+    ]
+    returning = bool(connection.features.can_return_rows_from_bulk_insert)
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(model, alias, len(objs), returning), params)
+        pks = [pk for (pk,) in cursor.fetchall()] if returning else [None] * len(objs)
+    for obj, pk in zip(objs, pks, strict=True):
+        obj.pk = pk
+        obj._state.adding, obj._state.db = False, alias
+
+
+def any_set(model: type[models.Model], field: str, among: Sequence[Any], column_set: str) -> bool:
+    """Whether a row whose ``field`` is one of ``among`` has ``column_set`` not NULL:
+    ``model.objects.filter(field__in=among, column_set__isnull=False).exists()``."""
+    if not among:
+        return False
+    alias = router.db_for_read(model)
+    connection = connections[alias]
+    params = [_field(model, field).get_db_prep_value(value, connection) for value in among]
+    with connection.cursor() as cursor:
+        cursor.execute(_any_set_sql(model, alias, field, column_set, len(among)), params)
+        return cursor.fetchone() is not None
+
+
+def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    meta = model._meta
+    return cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name))
+
+
+@cache
+def _update_sql(
+    model: type[models.Model], alias: str, sets: tuple[str, ...], filters: tuple[str, ...], n: int
+) -> str:
+    column = _quoted(model, alias)
+    assignments = ", ".join(f"{column(name)} = %s" for name in sets)
+    conditions = [f"{column('pk')} IN ({', '.join(['%s'] * n)})"]
+    conditions += [f"{column(name)} = %s" for name in filters]
+    table = connections[alias].ops.quote_name(model._meta.db_table)
+    where = " AND ".join(conditions)
+    return f"UPDATE {table} SET {assignments} WHERE {where}"  # noqa: S608
+
+
+@cache
+def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    """The columns an INSERT writes: all but the automatic primary key. A column the
+    database fills by default (``db_default``) is refused: the ORM's INSERT leaves it
+    out, which this one does not."""
+    fields = [field for field in model._meta.concrete_fields if field is not model._meta.auto_field]
+    defaulted = [field.name for field in fields if field.has_db_default()]
+    if defaulted:
+        raise ValueError(
+            f"{model.__name__}: columns with db_default {defaulted} are not inserted here"
+        )
+    return fields
+
+
+@cache
+def _insert_sql(model: type[models.Model], alias: str, n: int, returning: bool) -> str:
+    quote = connections[alias].ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in _inserted(model))
+    row = f"({', '.join(['%s'] * len(_inserted(model)))})"
+    table = quote(model._meta.db_table)
+    text = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * n)}"  # noqa: S608
+    if returning:
+        text += f" RETURNING {quote(str(_field(model, 'pk').column))}"
+    return text
+
+
+@cache
+def _any_set_sql(model: type[models.Model], alias: str, field: str, column_set: str, n: int) -> str:
+    column = _quoted(model, alias)
+    table = connections[alias].ops.quote_name(model._meta.db_table)
+    where = f"{column(field)} IN ({', '.join(['%s'] * n)}) AND {column(column_set)} IS NOT NULL"
+    return f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"  # noqa: S608
+
+
+def _quoted(model: type[models.Model], alias: str) -> Callable[[str], str]:
+    """A field's column by its name, quoted."""
+    quote = connections[alias].ops.quote_name
+    return lambda name: quote(str(_field(model, name).column))

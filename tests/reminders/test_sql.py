@@ -1,0 +1,137 @@
+"""The hand-written statements of ``reminders.sql`` against the ORM queries they stand
+for, on each database: the same rows written, the same rows counted."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from reminders import dispatch, sql
+from reminders.models import RateBucket, SendLog, TaskRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLOSED = ("status", "error_code", "error_message", "finished_at", "duration", "lease_token")
+
+
+def two_runs(make_task) -> tuple[TaskRun, TaskRun]:
+    make_task(recipient="alice")
+    make_task(recipient="bob")
+    dispatch.materialize()
+    first, second = TaskRun.objects.order_by("pk")
+    TaskRun.objects.update(lease_token="held", lease_expires_at=timezone.now())
+    return first, second
+
+
+def closing(now) -> dict:
+    return {
+        "status": TaskRun.Status.SENT,
+        "error_code": "",
+        "error_message": "it went",
+        "finished_at": now,
+        "duration": timedelta(seconds=1, microseconds=250_000),
+        "lease_token": "",
+        "lease_expires_at": None,
+    }
+
+
+def row(run: TaskRun) -> tuple:
+    fresh = TaskRun.objects.get(pk=run.pk)
+    return tuple(getattr(fresh, name) for name in (*CLOSED, "lease_expires_at"))
+
+
+def test_update__writes_what_the_orm_s_update_writes(make_task):
+    ours, orm = two_runs(make_task)
+    now = timezone.now().replace(microsecond=123456)
+    assert sql.update(TaskRun, [ours.pk], closing(now), lease_token="held") == 1
+    assert TaskRun.objects.filter(pk=orm.pk, lease_token="held").update(**closing(now)) == 1
+    assert row(ours) == row(orm)
+    assert row(ours) == ("sent", "", "it went", now, timedelta(seconds=1.25), "", None)
+
+
+def test_update__only_rows_that_match_every_filter(make_task):
+    first, second = two_runs(make_task)
+    TaskRun.objects.filter(pk=second.pk).update(lease_token="taken over")
+    values = closing(timezone.now())
+    assert sql.update(TaskRun, [first.pk, second.pk], values, lease_token="held") == 1
+    assert TaskRun.objects.get(pk=first.pk).status == "sent"
+    assert TaskRun.objects.get(pk=second.pk).status == "scheduled"
+    assert sql.update(TaskRun, [], values, lease_token="held") == 0
+
+
+def test_update__counts_rows_matched_even_if_nothing_changes(make_task):
+    """MySQL counts changed rows unless told otherwise; a caller asks whether it still
+    held the rows, so an UPDATE that writes the same values must count them."""
+    first, _ = two_runs(make_task)
+    values = {"lease_token": "held"}
+    assert sql.update(TaskRun, [first.pk], values, lease_token="held") == 1
+
+
+def test_update__belongs_to_the_transaction_in_progress(make_task):
+    first, _ = two_runs(make_task)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        sql.update(TaskRun, [first.pk], closing(timezone.now()), lease_token="held")
+        raise RuntimeError("roll it back")
+    assert TaskRun.objects.get(pk=first.pk).status == "scheduled"
+
+
+def test_any_set__as_the_orm_s_exists():
+    RateBucket.objects.create(name="a:channel")
+    RateBucket.objects.create(name="b:channel", paused_until=timezone.now(), pause_reason="x")
+    cases = [[], ["a:channel"], ["b:channel"], ["a:channel", "b:channel"], ["c:channel"]]
+    for names in cases:
+        expected = RateBucket.objects.filter(name__in=names, paused_until__isnull=False).exists()
+        assert sql.any_set(RateBucket, "name", names, "paused_until") is expected, names
+    assert [sql.any_set(RateBucket, "name", n, "paused_until") for n in cases] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+
+
+def ledger_row(run: TaskRun, key: str) -> SendLog:
+    return SendLog(
+        key=key,
+        task=run.task,
+        run=run,
+        recipient="alice",
+        channel="memory",
+        body='{"msgtype": "text"}',
+        reply_detail={"errmsg": "ok", "n": [1, 2]},
+        attempts=1,
+    )
+
+
+def test_insert__writes_what_bulk_create_writes(make_task):
+    run, _ = two_runs(make_task)
+    ours = [ledger_row(run, "k1"), ledger_row(run, "k2")]
+    sql.insert(ours)
+    SendLog.objects.bulk_create([ledger_row(run, "k3")])
+    columns = [f.attname for f in SendLog._meta.concrete_fields if f.attname not in ("id", "key")]
+    stored = {
+        row.key: {name: getattr(row, name) for name in columns}
+        for row in SendLog.objects.order_by("key")
+    }
+    moments = ("created_at", "updated_at")
+    assert {k: {n: v for n, v in row.items() if n not in moments} for k, row in stored.items()} == {
+        key: {n: v for n, v in stored["k3"].items() if n not in moments} for key in stored
+    }
+    assert all(row["created_at"] and row["updated_at"] for row in stored.values())
+    if connection.features.can_return_rows_from_bulk_insert:
+        assert [row.pk for row in ours] == list(
+            SendLog.objects.filter(key__in=["k1", "k2"])
+            .order_by("key")
+            .values_list("pk", flat=True)
+        )
+    assert not any(row._state.adding for row in ours)
+
+
+def test_insert__a_key_taken_raises_integrity_error_and_inserts_none(make_task):
+    run, _ = two_runs(make_task)
+    sql.insert([ledger_row(run, "taken")])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        sql.insert([ledger_row(run, "new"), ledger_row(run, "taken")])
+    assert list(SendLog.objects.values_list("key", flat=True)) == ["taken"]
