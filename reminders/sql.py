@@ -21,7 +21,7 @@ value is a parameter.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, cast
 
 from django.db import connections, models, router
@@ -87,7 +87,8 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     return cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name))
 
 
-@cache
+# Shapes differ by the number of rows (a batch's): bounded, as a job's runs are.
+@lru_cache(maxsize=256)
 def _update_sql(
     model: type[models.Model], alias: str, sets: tuple[str, ...], filters: tuple[str, ...], n: int
 ) -> str:
@@ -114,7 +115,7 @@ def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
     return fields
 
 
-@cache
+@lru_cache(maxsize=256)
 def _insert_sql(model: type[models.Model], alias: str, n: int, returning: bool) -> str:
     quote = connections[alias].ops.quote_name
     columns = ", ".join(quote(str(field.column)) for field in _inserted(model))
@@ -126,7 +127,7 @@ def _insert_sql(model: type[models.Model], alias: str, n: int, returning: bool) 
     return text
 
 
-@cache
+@lru_cache(maxsize=256)
 def _any_set_sql(model: type[models.Model], alias: str, field: str, column_set: str, n: int) -> str:
     column = _quoted(model, alias)
     table = connections[alias].ops.quote_name(model._meta.db_table)
