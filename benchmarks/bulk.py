@@ -30,7 +30,6 @@ import os
 import platform
 import random
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -178,12 +177,7 @@ def main(argv: list[str]) -> int:
     dbs = Databases(url)
     try:
         env_rows = environment(dbs)
-        template = dbs.create("template")
-        log(f"migrating {template}")
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "DATABASE_URL": dbs.url(template)}
-        migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v0"]
-        if subprocess.run(migrate, cwd=ROOT, env=env, check=False).returncode:
-            raise Failed("migrate failed")
+        template = dbs.migrated("template", SETTINGS)
         os.environ.update(DJANGO_SETTINGS_MODULE=SETTINGS, DATABASE_URL=dbs.url(template))
         import django
 

@@ -357,20 +357,7 @@ def main(argv: list[str]) -> int:
     keep = False
     try:
         env_rows = environment(dbs)
-        template = dbs.create("template")
-        log(f"migrating {template}")
-        migrate = subprocess.run(
-            [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": SETTINGS,
-                "DATABASE_URL": dbs.url(template),
-            },
-            check=False,
-        )
-        if migrate.returncode:
-            raise Failed("migrate failed")
+        template = dbs.migrated()
         modes = [False] if args.no_cluster_only else [False, True]
         results = [scenario(dbs, template, work, cluster, args) for cluster in modes]
         loop = None if args.no_cluster_only else back_to_back(dbs, template, args)

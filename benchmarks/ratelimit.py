@@ -726,18 +726,7 @@ def main(argv: list[str]) -> int:
     keep_work = bool(args.profile)
     try:
         env_rows = environment(dbs)
-        template = dbs.create("rl_template")
-        log(f"migrating {template}")
-        migrate = _run(
-            [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
-            {
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "benchmarks.settings",  # no channel to check
-                "DATABASE_URL": dbs.url(template),
-            },
-        )
-        if migrate.returncode:
-            raise Failed("migrate failed")
+        template = dbs.migrated("rl_template", "benchmarks.settings")  # no channel to check
         env_rows.append(("Rate limits kept in", args.rate_cache or "the database"))
         bench = Bench(
             dbs, template, work, args.workers, args.timeout, args.profile, args.rate_cache

@@ -72,6 +72,9 @@ def log(message: str) -> None:
 # Databases -------------------------------------------------------------------------------
 
 
+MIGRATE_TIMEOUT = 300.0  # seconds
+
+
 class Databases:
     """Creates ``bench_reminders_*`` databases on the server of ``DATABASE_URL``; drops them."""
 
@@ -97,6 +100,21 @@ class Databases:
 
     def connect(self, name: str) -> psycopg.Connection:
         return psycopg.connect(self.url(name), autocommit=True)
+
+    def migrated(self, label: str = "template", settings: str = SETTINGS) -> str:
+        """A new database with the project's migrations applied by ``manage.py migrate``
+        (killed after ``MIGRATE_TIMEOUT`` seconds): the template scenarios clone."""
+        name = self.create(label)
+        log(f"migrating {name}")
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "DATABASE_URL": self.url(name)}
+        command = [PYTHON, "manage.py", "migrate", "--noinput", "-v0"]
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=env, check=False, timeout=MIGRATE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise Failed(f"migrate: still running after {MIGRATE_TIMEOUT:.0f}s") from None
+        if done.returncode:
+            raise Failed("migrate failed")
+        return name
 
     def server_version(self) -> str:
         row = self.admin.execute("SHOW server_version").fetchone()
@@ -750,20 +768,7 @@ def main(argv: list[str]) -> int:
     keep_work = False
     try:
         env_rows = environment(dbs, args.workers, args.processes)
-        template = dbs.create("template")
-        log(f"migrating {template}")
-        migrate = subprocess.run(
-            [PYTHON, "manage.py", "migrate", "--noinput", "-v0"],
-            cwd=ROOT,
-            env={
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": SETTINGS,
-                "DATABASE_URL": dbs.url(template),
-            },
-            check=False,
-        )
-        if migrate.returncode:
-            raise Failed("migrate failed")
+        template = dbs.migrated()
         bench = Bench(
             dbs,
             template,
