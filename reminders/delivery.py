@@ -249,7 +249,7 @@ def _step(
             _write_sent(unrecorded)
     except IntegrityError:
         _record_sent(unrecorded)
-        taken, lost = reserve([job for job, _ in ready])
+        taken, lost = _take_keys_one_by_one([job for job, _ in ready])
     unrecorded.clear()
     deferred += [(job, time.time() + BUSY_WAIT_SECONDS) for job in lost]
     # The first request is refused only when it is too far off: it waits for a later
@@ -690,8 +690,12 @@ def reserve(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
         with transaction.atomic():
             return _take_keys(jobs)
     except IntegrityError:
-        pass
-    # A key is taken by another run (a schedule moved within its day): one at a time.
+        return _take_keys_one_by_one(jobs)
+
+
+def _take_keys_one_by_one(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+    """``reserve`` once a key of the jobs proved taken by another run (a schedule moved
+    within its day): each key on its own, so that the others still go."""
     lost = {job.run.pk for job in jobs if job.fresh and not _insert(job)}
     lost.update(job.run.pk for job in jobs if not job.fresh and not _mark_sending(job))
     return _split(jobs, lost)
