@@ -244,6 +244,34 @@ def test_e2e__without_the_stamp_wecom_merges_them_and_the_ledger_check_says_so(
         assert_ledger_matches(bare)
 
 
+LONG_TEXT = "".join(f"{n:03d} 客户 ACME 的跟进记录 请今天回电\n" for n in range(100))  # ~3.5 KB
+
+
+@pytest.mark.parametrize("how", ["two tasks due together", "two occurrences of one task"])
+def test_e2e__every_part_of_the_same_long_text_twice_to_one_member_arrives(
+    make_task: Any, channels: None, sandbox: WeComSandbox, how: str
+) -> None:
+    now = timezone.now().replace(minute=20, second=0, microsecond=0)
+    payload = {"content": LONG_TEXT}
+    if how == "two tasks due together":
+        for _ in range(2):
+            make_task("follow_up", "lisi", at=now, channel="wecom", payload=payload)
+        assert tick(now=now) == 2
+    else:
+        hourly = {"cron": "20 * * * *", "tz": "UTC"}
+        make_task("follow_up", "lisi", channel="wecom", payload=payload, **hourly)
+        assert tick(now=now + timedelta(hours=1)) == 1
+        assert tick(now=now + timedelta(hours=2)) == 1
+
+    assert TaskRun.objects.filter(status="sent").count() == SendLog.objects.count() == 2
+    entries = sandbox.ledger()
+    assert [e.status for e in entries] == ["delivered"] * len(entries)
+    assert len(entries) == 2 * SendLog.objects.first().reply_detail["parts"] >= 4
+    delivered = [e.content for e in sandbox.delivered(to="lisi")]
+    assert len(set(delivered)) == len(delivered)
+    assert_ledger_matches(sandbox)
+
+
 def test_ledger_check__fails_on_a_rejected_message_recorded_as_sent(
     make_task: Any, channels: None, sandbox: WeComSandbox
 ) -> None:
@@ -399,7 +427,10 @@ def test_sandbox__split_parts_arrive_whole_and_once_after_a_lost_reply(
     assert [e.content.split(" ", 1)[0] for e in delivered] == [
         f"({n}/{len(delivered)})" for n in range(1, len(delivered) + 1)
     ]
-    assert "".join(e.content.split(" ", 1)[1] for e in delivered) == content
+    # Each part ends with the last line, where kinds.render puts the stamp.
+    last = content.splitlines(keepends=True)[-1]
+    pieces = [e.content.split(" ", 1)[1].removesuffix(last) for e in delivered]
+    assert "".join(pieces) + last == content
     assert [e.status for e in sandbox.ledger()].count("suppressed") == 1
 
 

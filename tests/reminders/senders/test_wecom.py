@@ -587,7 +587,10 @@ def test_oversize__split_sends_numbered_parts_within_the_limit(
     assert [part.split(" ", 1)[0] for part in sent] == [
         f"({i}/{len(sent)})" for i in range(1, len(sent) + 1)
     ]
-    assert "".join(part.split(" ", 1)[1] for part in sent) == content
+    # The last line (where kinds.render puts the stamp) ends every part.
+    last = content.splitlines(keepends=True)[-1]
+    assert all(part.endswith(last) for part in sent)
+    assert "".join(part.split(" ", 1)[1].removesuffix(last) for part in sent) + last == content
     assert result.detail["msgids"] == [f"msg-{i}" for i in range(1, len(sent) + 1)]
 
 
@@ -615,6 +618,56 @@ def test_oversize__split_parts_never_look_alike(make_wecom: Make, wecom_stub: St
 
     bodies = [request.body for request in wecom_stub.calls(SEND)]
     assert len(bodies) == len(set(bodies)) > 1
+
+
+def stamped_text(content: str, stamp: str, key: str) -> Message:
+    """A message as ``kinds.render`` makes it: the text, then the occurrence's stamp."""
+    return Message("zhangsan", "text", {"content": f"{content}\n{stamp}"}, key)
+
+
+def test_oversize__no_part_of_one_occurrence_looks_like_a_part_of_another(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    # Two occurrences (or two tasks) with the same long text to one member: WeCom's
+    # duplicate check would drop any part of the second identical to one of the first.
+    content = "".join(f"第{i}行 客户跟进记录 内容较长\n" for i in range(150))
+    first = stamped_text(content, "— 2026-12-03 09:00 · #42", "42:2026-12-03")
+    second = stamped_text(content, "— 2026-12-04 09:00 · #42", "42:2026-12-04")
+    sender = make_wecom(oversize="split")
+
+    sender.send(first)
+    sender.send(second)
+    sender.send(first)  # a re-send of the first occurrence: the same bytes again
+
+    bodies = [request.body for request in wecom_stub.calls(SEND)]
+    parts = len(bodies) // 3
+    assert parts > 1
+    assert len(set(bodies[: 2 * parts])) == 2 * parts
+    assert bodies[2 * parts :] == bodies[:parts]
+    for request in wecom_stub.calls(SEND)[:parts]:
+        part = request.json["text"]["content"]
+        assert part.endswith("\n— 2026-12-03 09:00 · #42")  # every part names its occurrence
+        assert len(part.encode()) <= CONTENT_LIMIT
+
+
+def test_oversize__every_part_carries_the_stamp_and_the_text_reads_back_whole(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    stamp = "— 2026-12-03 09:00 · #42"
+    content = "".join(f"{n:03d} 客户跟进记录\n" for n in range(300)) + "€" * 1500
+
+    result = make_wecom(oversize="split").send(stamped_text(content, stamp, "k"))
+
+    sent = [request.json["text"]["content"] for request in wecom_stub.calls(SEND)]
+    assert len(sent) == result.detail["parts"] > 2
+    assert all(len(part.encode()) <= CONTENT_LIMIT for part in sent)
+    assert [part.split(" ", 1)[0] for part in sent] == [
+        f"({i}/{len(sent)})" for i in range(1, len(sent) + 1)
+    ]
+    assert all(part.endswith(f"\n{stamp}") for part in sent)
+    text = "".join(part.split(" ", 1)[1].removesuffix(f"\n{stamp}") for part in sent)
+    # Line breaks aside (a part cut inside the long run of euros ends that line early).
+    assert text.replace("\n", "") == content.replace("\n", "")
 
 
 def test_split_content__never_cuts_inside_a_character() -> None:
