@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django_q",
     "reminders",
     "ops",
+    # The standalone project's own app (the demo data): never in a CRM.
+    "config",
 ]
 
 MIDDLEWARE = [

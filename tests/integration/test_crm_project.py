@@ -243,12 +243,16 @@ def test_the_package_installs_with_its_migrations_and_only_its_apps(crm_python):
     installed = {p.name for p in package.parent.iterdir()}
     assert {"reminders", "ops"} <= installed
     assert "config" not in installed
+    # The demo data (a superuser, messages to made-up members) is the standalone
+    # project's: a CRM that installs the apps has no such command.
+    assert not list(package.parent.glob("*/management/commands/reminders_demo.py"))
 
 
 def test_beside_the_crm_s_own_django_q2__each_cluster_runs_its_own_jobs(crm):
     # Django's own deployment warnings are on stderr, and are the CRM's business.
     checked = crm.manage("check", "--deploy")
     assert "reminders." not in checked, checked
+    assert "reminders_demo" not in crm.manage("help", "--commands")
     assert "no issues" in crm.manage("check", "--deploy", "--tag", "reminders_worker")
 
     qcluster = crm.start("qcluster", "qcluster")

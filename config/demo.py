@@ -1,0 +1,132 @@
+"""The demo data of ``make run``: a few keyed tasks that show messages flowing, and a
+login for the admin.
+
+Invariants, because a demo that escapes its sandbox messages real people or opens a
+real admin:
+
+* It only runs where ``REMINDERS_DEFAULT_CHANNEL`` reaches no one (``demo_channel``):
+  the console or the WeCom sandbox. The recipients are ``demo-`` ids, not the common
+  member ids (``zhangsan``) a real corp has.
+* It never changes an existing user: the login is created if its username is free, and
+  otherwise left exactly as it is.
+* It prints only a password it generated itself; one given in ``DEMO_ADMIN_PASSWORD``
+  is used, never echoed.
+* Every task has a key, so running it again updates the same rows instead of adding new
+  ones; the one-shot tasks are moved to the new "now" and so fire again.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils.translation import gettext as _
+
+from reminders import api, timing
+from reminders.models import ScheduledTask
+
+SALESPEOPLE = ("demo-zhangsan", "demo-lisi", "demo-wangwu")
+MANAGER = "demo-zhaoliu"
+DEFAULT_USERNAME = "admin"
+PASSWORD_BYTES = 12  # 16 characters of token_urlsafe
+
+
+@dataclass(frozen=True)
+class DemoTask:
+    key: str
+    kind: str
+    recipient: str
+    cron: str | None = None
+    at: datetime | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
+    """The demo's tasks as of ``now``: recurring ones fixed, one-shots relative to now."""
+    local_now = now.astimezone(timing.zone(tz))
+    morning = timing.localize(datetime.combine(local_now.date(), time(9)), timing.zone(tz))
+    tasks = [
+        DemoTask(f"demo:daily_report:{who.removeprefix('demo-')}", "daily_report", who, "0 9 * * *")
+        for who in SALESPEOPLE
+    ]
+    tasks += [
+        DemoTask("demo:weekly_report", "weekly_report", MANAGER, cron="0 9 * * 1"),
+        # The greeting belongs to the morning: at 09:00 if that is still ahead, else now.
+        DemoTask("demo:birthday", "birthday", SALESPEOPLE[0], at=max(morning, now)),
+        DemoTask(
+            "demo:follow_up",
+            "follow_up",
+            SALESPEOPLE[1],
+            at=now + timedelta(minutes=1),
+            payload={"content": "Demo: call ACME back about the quote."},
+        ),
+        DemoTask(
+            "demo:inquiry_timeout",
+            "inquiry_timeout",
+            SALESPEOPLE[2],
+            at=now,
+            payload={"content": "Demo: an inquiry from Globex has waited 30 minutes."},
+        ),
+        DemoTask(
+            "demo:every_minute",
+            "follow_up",
+            MANAGER,
+            cron="* * * * *",
+            payload={"content": "Demo: this message goes out every minute."},
+        ),
+    ]
+    return tasks
+
+
+def ensure_login(username: str, given_password: str | None) -> str:
+    """A superuser ``username`` if no user has that name, with ``given_password`` or a
+    generated one; a line saying what was done (the password only if generated).
+    An existing user is never touched."""
+    user_model = get_user_model()
+    manager = user_model._default_manager
+    if manager.filter(**{user_model.USERNAME_FIELD: username}).exists():
+        return _(
+            "User %(username)s exists: left unchanged (`manage.py changepassword "
+            "%(username)s` sets its password)."
+        ) % {"username": username}
+    password = given_password or secrets.token_urlsafe(PASSWORD_BYTES)
+    manager.create_superuser(**{user_model.USERNAME_FIELD: username}, password=password)
+    if given_password:
+        return _(
+            "Superuser created: login %(username)s, with the password in $DEMO_ADMIN_PASSWORD"
+        ) % {"username": username}
+    return _("Superuser created: login %(username)s / password %(password)s") % {
+        "username": username,
+        "password": password,
+    }
+
+
+def save_task(demo: DemoTask, tz: str) -> str:
+    """Create or update ``demo``'s task; a line saying which, and when it runs next."""
+    existed = ScheduledTask.objects.filter(key=demo.key).exists()
+    task = api.schedule(
+        demo.kind,
+        demo.recipient,
+        cron=demo.cron,
+        at=demo.at,
+        tz=tz,
+        payload=demo.payload,
+        key=demo.key,
+    )
+    next_run = task.next_run.astimezone(timing.zone(tz)) if task.next_run else None
+    line = (
+        _("updated %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
+        if existed
+        else _("created %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
+    )
+    values = {
+        "key": demo.key,
+        "kind": task.kind,
+        "recipient": task.recipient,
+        "schedule": task.schedule_display,
+        "next": next_run.isoformat(timespec="seconds") if next_run else "-",
+    }
+    return f"  {line % values}"
