@@ -54,8 +54,8 @@ def _titles() -> dict[str, Callable[[int, dict[str, str]], str]]:
             "%(count)d errors in tasks of kind %(kind)s",
         ),
         AlertType.CALENDAR_UNCOVERED: plural(
-            "Calendar %(scope)s is not covered: %(count)d occurrence skipped",
-            "Calendar %(scope)s is not covered: %(count)d occurrences skipped",
+            "Calendar %(scope)s is not covered: %(count)d occurrence left to the fallback rule",
+            "Calendar %(scope)s is not covered: %(count)d occurrences left to the fallback rule",
         ),
         AlertType.HEARTBEAT_STALE: plural(
             "%(count)d scheduler stopped ticking",
@@ -92,8 +92,9 @@ def _advice() -> dict[str, str]:
             "and resume them in the admin."
         ),
         AlertType.CALENDAR_UNCOVERED: _(
-            "Occurrences in a year the working-day calendar does not cover are skipped. "
-            "Upgrade the calendar package once the year is published, and restart."
+            "Days in a year the working-day calendar does not cover follow its fallback "
+            "rule (UNCOVERED: weekdays, Monday to Friday, or skip). Enter the year's official "
+            "notice: manage.py reminders_calendar import FILE, or the admin's calendar days."
         ),
         AlertType.HEARTBEAT_STALE: _(
             "A run_reminders process stopped ticking without stopping gracefully (killed, "

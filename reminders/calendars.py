@@ -11,23 +11,48 @@ day), and a task may name another (``ScheduledTask.calendar``). :func:`day_off` 
 why an occurrence's day is not worked, and the run is then recorded as skipped with that
 reason instead of being sent.
 
+Three sources decide a date, in this order (:func:`decide`; the run records which,
+``TaskRun.day_source``, with its note):
+
+1. ``ops``: a date ops entered for the calendar (``reminders.calendar_days.CalendarDay``,
+   the admin or ``reminders_calendar import``), whatever the backend says of it.
+2. ``package``: the backend, in a year it covers.
+3. ``ops`` again for a year ops declared entered in full (``CalendarYear``): its other
+   days follow Monday to Friday.
+4. ``fallback``: a year nobody covers follows the calendar's ``UNCOVERED`` rule::
+
+       "cn": {"BACKEND": "reminders.calendars.ChineseCalendar", "UNCOVERED": "weekdays"}
+
+   ``weekdays`` (the default): Monday to Friday worked, so reports never silently stop;
+   ``skip``: no day is worked (``calendar_uncovered``, the behaviour before ops entries).
+   Either way it is loud: ``signals.calendar_uncovered`` for each occurrence so decided,
+   and from ``WARN_DAYS`` before a calendar's coverage ends (:func:`covered_until`) the
+   ops app alerts daily, shows a banner and exports the date.
+
 Invariants:
 
-* A calendar is asked about a date only in a year it covers. A year it does not cover is
-  never a guess, neither a working day nor a holiday: :func:`day_off` says
-  ``calendar_uncovered`` (the occurrence is skipped, and ops told), whatever the weekday.
+* A calendar backend is asked about a date only in a year it covers; an uncovered year is
+  never a guess of the backend's, only the stated rule, and says so.
 * Make-up working days are working days, weekend or not; statutory holidays are not,
   weekday or not.
 * The setting is read on use, each backend built once per process, and the registry reset
-  on ``setting_changed``, so ``override_settings`` works.
+  on ``setting_changed``, so ``override_settings`` works. A rule other than ``weekdays``
+  or ``skip`` is ``ImproperlyConfigured`` (system check ``reminders.E010``).
+* Ops entries are read per calendar, all years at once (two queries), and kept in the
+  process for ``ENTRIES_SECONDS``: planning never costs a query per run, and another
+  process sees an edit within that time. A write in this process (the admin, the import)
+  forgets them at once (``forget_entries``). Runs already planned keep what was decided
+  when they were planned.
 """
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import chinese_calendar
@@ -43,19 +68,38 @@ from .i18n import early_gettext as _
 
 __all__ = [
     "DEFAULT_CALENDARS",
+    "FALLBACK",
     "HOLIDAY",
+    "OPS",
+    "PACKAGE",
     "UNCOVERED",
     "Calendar",
     "ChineseCalendar",
     "DayOff",
+    "Decision",
     "UnknownCalendar",
+    "covered_until",
     "day_off",
+    "decide",
+    "forget_entries",
     "get",
     "names",
 ]
 
 HOLIDAY = "holiday"
 UNCOVERED = "calendar_uncovered"
+# What decided a date (``Decision.source``).
+PACKAGE = "package"
+OPS = "ops"
+FALLBACK = "fallback"
+# The rules for a year nobody covers (``UNCOVERED`` beside ``BACKEND``).
+WEEKDAYS = "weekdays"
+SKIP = "skip"
+UNCOVERED_RULES = (WEEKDAYS, SKIP)
+# Ops entries are read again after this long (another process's edits).
+ENTRIES_SECONDS = 30.0
+# Ops are warned this many days before a calendar's coverage ends.
+WARN_DAYS = 60
 
 DEFAULT_CALENDARS: dict[str, Any] = {
     "cn": {"BACKEND": "reminders.calendars.ChineseCalendar"},
@@ -71,6 +115,9 @@ class Calendar(ABC):
 
     ``name`` is the alias it is configured under; ``OPTIONS`` are passed as keywords.
     """
+
+    # The rule for a year it does not cover (``UNCOVERED``): set by the registry.
+    uncovered: str = WEEKDAYS
 
     def __init__(self, name: str, **options: Any) -> None:
         if options:
@@ -88,6 +135,10 @@ class Calendar(ABC):
     def covers(self, year: int) -> bool:
         return year in self.years()
 
+    def source(self) -> str:
+        """Where its days come from, for a person: a package and its version."""
+        return type(self).__name__
+
 
 class ChineseCalendar(Calendar):
     """Mainland China's official calendar (the State Council's yearly notice), from the
@@ -101,39 +152,156 @@ class ChineseCalendar(Calendar):
         known = [*chinese_constants.holidays, *chinese_constants.workdays]
         return range(min(known).year, max(known).year + 1)
 
+    def source(self) -> str:
+        try:
+            return f"chinesecalendar {version('chinesecalendar')}"
+        except PackageNotFoundError:  # pragma: no cover - installed without metadata
+            return "chinesecalendar"
+
 
 @dataclass(frozen=True)
 class DayOff:
     """Why a day is not worked by ``calendar``: ``code`` is ``holiday`` or
-    ``calendar_uncovered``; ``message`` says it for a person."""
+    ``calendar_uncovered``; ``message`` says it for a person, naming the source."""
 
     code: str
     message: str
     calendar: str
     year: int
+    source: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``calendar`` says of ``day``: worked or not, which source decided
+    (``package``, ``ops``, ``fallback``) and its note (the package and version, the
+    notice ops named, or the rule); ``rule`` is the fallback rule when it decided."""
+
+    calendar: str
+    day: date
+    working: bool
+    source: str
+    note: str
+    rule: str = ""
+
+    @property
+    def uncovered(self) -> bool:
+        """Whether no one covers the day's year (the fallback rule decided)."""
+        return self.source == FALLBACK
+
+    def day_off(self) -> DayOff | None:
+        """None when worked, else why not."""
+        if self.working:
+            return None
+        year = self.day.year
+        if self.rule == SKIP:
+            return DayOff(
+                UNCOVERED,
+                f"Calendar {self.calendar!r} does not cover {year} yet, so whether "
+                f"{self.day.isoformat()} is a working day is unknown: not sent "
+                f"(fallback rule {SKIP!r}).",
+                self.calendar,
+                year,
+                self.source,
+                self.note,
+            )
+        return DayOff(
+            HOLIDAY,
+            f"{self.day.isoformat()} is a rest day by calendar {self.calendar!r} ({self.said()}).",
+            self.calendar,
+            year,
+            self.source,
+            self.note,
+        )
+
+    def said(self) -> str:
+        """The source and its note, for a person (English: a run's record)."""
+        if self.source == OPS:
+            return f"ops entry: {self.note}"
+        if self.source == PACKAGE:
+            return f"package: {self.note}"
+        return self.note
+
+
+def decide(calendar: str, day: date) -> Decision | None:
+    """What ``calendar`` says of ``day`` (the module docstring's order); None for ""
+    (every day is worked)."""
+    if not calendar:
+        return None
+    chosen = get(calendar)
+    known = entries(calendar)
+    entry = known.days.get(day)
+    if entry is not None:
+        kind, note = entry
+        return Decision(calendar, day, kind == "working", OPS, note)
+    if chosen.covers(day.year):
+        return Decision(calendar, day, chosen.is_working_day(day), PACKAGE, chosen.source())
+    weekday = day.weekday() < 5
+    if day.year in known.years:
+        return Decision(calendar, day, weekday, OPS, known.years[day.year])
+    rule = chosen.uncovered
+    note = f"fallback rule {rule!r}: calendar {calendar!r} does not cover {day.year}"
+    return Decision(calendar, day, weekday and rule == WEEKDAYS, FALLBACK, note, rule)
 
 
 def day_off(calendar: str, day: date) -> DayOff | None:
     """None when ``day`` is worked by ``calendar`` ("": every day is), else why not."""
-    if not calendar:
-        return None
-    chosen = get(calendar)
-    if not chosen.covers(day.year):
-        return DayOff(
-            UNCOVERED,
-            f"Calendar {calendar!r} does not cover {day.year} yet, so whether "
-            f"{day.isoformat()} is a working day is unknown: not sent.",
-            calendar,
-            day.year,
-        )
-    if chosen.is_working_day(day):
-        return None
-    return DayOff(
-        HOLIDAY,
-        f"{day.isoformat()} is a rest day by calendar {calendar!r}.",
-        calendar,
-        day.year,
-    )
+    decision = decide(calendar, day)
+    return None if decision is None else decision.day_off()
+
+
+def covers(calendar: str, year: int) -> bool:
+    """Whether the backend or ops (a year entered in full) cover ``year``."""
+    return get(calendar).covers(year) or year in entries(calendar).years
+
+
+def covered_until(calendar: str, today: date | None = None) -> date:
+    """The last day of the run of covered years from ``today``'s (default: the current
+    local date); the eve of its year when ``today``'s own year is not covered."""
+    from django.utils import timezone
+
+    year = (today or timezone.localdate()).year
+    while covers(calendar, year):
+        year += 1
+    return date(year - 1, 12, 31)
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Ops entries of one calendar: date to (kind, note), and year entered in full to
+    its note; when they were read (``time.monotonic``)."""
+
+    days: dict[date, tuple[str, str]]
+    years: dict[int, str]
+    read_at: float
+
+
+_entries: dict[str, Entries] = {}
+
+
+def entries(calendar: str) -> Entries:
+    """The calendar's ops entries, read at most every ``ENTRIES_SECONDS``."""
+    known = _entries.get(calendar)
+    now = time.monotonic()
+    if known is None or now - known.read_at > ENTRIES_SECONDS:
+        from .calendar_days import CalendarDay, CalendarYear
+
+        days = {
+            day: (kind, note)
+            for day, kind, note in CalendarDay.objects.filter(calendar=calendar).values_list(
+                "day", "kind", "note"
+            )
+        }
+        years = dict(CalendarYear.objects.filter(calendar=calendar).values_list("year", "note"))
+        known = Entries(days, years, now)
+        _entries[calendar] = known
+    return known
+
+
+def forget_entries() -> None:
+    """Read ops entries again on next use (they changed)."""
+    _entries.clear()
 
 
 _calendars: dict[str, Calendar] = {}
@@ -180,16 +348,25 @@ def _build(name: str) -> Calendar:
             _("Calendar %(name)r: %(backend)r is not a Calendar.")
             % {"name": name, "backend": backend}
         )
+    rule = config.get("UNCOVERED", WEEKDAYS)
+    if rule not in UNCOVERED_RULES:
+        raise ImproperlyConfigured(
+            _("Calendar %(name)r: UNCOVERED must be one of %(rules)s, not %(value)r.")
+            % {"name": name, "rules": ", ".join(UNCOVERED_RULES), "value": rule}
+        )
     try:
-        return backend(name, **config.get("OPTIONS", {}))
+        calendar = backend(name, **config.get("OPTIONS", {}))
     except TypeError as exc:
         raise ImproperlyConfigured(
             _("Calendar %(name)r: %(error)s") % {"name": name, "error": exc}
         ) from exc
+    calendar.uncovered = rule
+    return calendar
 
 
 def reset() -> None:
     _calendars.clear()
+    forget_entries()
 
 
 @receiver(setting_changed)

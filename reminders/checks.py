@@ -248,6 +248,19 @@ def _check_kinds_calendars() -> list[CheckMessage]:
                     id="reminders.E010",
                 )
             )
+    # Every configured calendar too (a task may name one no kind does), e.g. its
+    # UNCOVERED rule.
+    said = " ".join(str(message.msg) for message in messages)
+    try:
+        configured = calendars.names()
+    except ImproperlyConfigured:
+        configured = []  # said above through the kinds, or planning says it
+    for name in configured:
+        try:
+            calendars.get(name)
+        except ImproperlyConfigured as exc:
+            if str(exc) not in said:
+                messages.append(Error(str(exc), id="reminders.E010"))
     return messages
 
 
@@ -406,9 +419,11 @@ def check_calendars(
         live = None  # the database's own checks and errors say what is wrong with it
     for name in sorted(_calendars_in_use(live)):
         try:
-            missing = [year for year in years if not calendars.get(name).covers(year)]
+            missing = [year for year in years if not calendars.covers(name, year)]
         except ImproperlyConfigured:
             continue  # E010, or the tasks' own planning errors, say so
+        except DatabaseError:  # not migrated yet: the backend alone
+            missing = [year for year in years if not calendars.get(name).covers(year)]
         if missing:
             messages.append(_uncovered_warning(name, missing))
     return messages
@@ -463,13 +478,14 @@ def _uncovered_warning(name: str, years: list[int]) -> Warning:
     )
     return Warning(
         gettext(
-            "Working-day calendar %(calendar)r does not cover %(years)s: occurrences then are "
-            "not sent but skipped as 'calendar_uncovered' (and signals.calendar_uncovered sent)."
+            "Working-day calendar %(calendar)r does not cover %(years)s: days then follow its "
+            "fallback rule %(rule)r (and signals.calendar_uncovered is sent for each "
+            "occurrence)."
         )
-        % {"calendar": name, "years": listed},
+        % {"calendar": name, "years": listed, "rule": calendars.get(name).uncovered},
         hint=gettext(
-            "Upgrade the package that provides it (chinesecalendar for 'cn') once the year's "
-            "official calendar is published, and restart the processes."
+            "Import the year's official notice once it is published (manage.py "
+            "reminders_calendar import FILE, or the admin's calendar days); no restart needed."
         ),
         id="reminders.W005",
     )

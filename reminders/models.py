@@ -74,6 +74,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from . import calendars, kinds, recipients, signals, sql, timing, wake
+from .calendar_days import CalendarDay, CalendarYear, DaySource  # noqa: F401 (models of this app)
 from .conf import settings as conf
 from .exceptions import ActionRefused, UnknownKind, UnplannableTask
 
@@ -674,35 +675,49 @@ class ScheduledTask(models.Model):
         """The working-day calendar's name: the task's own, else its kind's ("": none)."""
         return kinds.policy(self.kind).calendar if self.calendar is None else self.calendar
 
-    def calendar_day_off(self, occurrence: datetime) -> calendars.DayOff | None:
-        """What the working-day calendar says of ``occurrence``'s local day (None: worked),
-        and nothing else: no one is told of a year it does not cover."""
-        return calendars.day_off(
+    def calendar_decision(self, occurrence: datetime) -> calendars.Decision | None:
+        """What the working-day calendar says of ``occurrence``'s local day, and which
+        source decided it (None: the task has no calendar)."""
+        return calendars.decide(
             self.calendar_in_force, timing.local_date(occurrence, self.timezone)
         )
 
+    def calendar_day_off(self, occurrence: datetime) -> calendars.DayOff | None:
+        """What the working-day calendar says of ``occurrence``'s local day (None: worked),
+        and nothing else: no one is told of a year it does not cover."""
+        decision = self.calendar_decision(occurrence)
+        return None if decision is None else decision.day_off()
+
     def day_off(self, occurrence: datetime) -> SkipReason | None:
-        """Why the calendar says ``occurrence``'s local day gets no message, if it does not:
-        a rest day (``holiday``), or a year the calendar does not cover yet
-        (``calendar_uncovered``: never a guess, and ops told through
-        ``signals.calendar_uncovered`` once the transaction commits)."""
-        off = self.calendar_day_off(occurrence)
-        if off is None:
+        """Why the calendar says ``occurrence``'s local day gets no message, if it does not
+        (``_day_off``)."""
+        return self._day_off(self.calendar_decision(occurrence))
+
+    def _day_off(self, decision: calendars.Decision | None) -> SkipReason | None:
+        """A rest day (``holiday``, naming its source), or under the ``skip`` rule a year
+        the calendar does not cover (``calendar_uncovered``). A day the fallback rule
+        decided, worked or not, is told to ops through ``signals.calendar_uncovered``
+        once the transaction commits: never silent."""
+        if decision is None:
             return None
-        if off.code == calendars.UNCOVERED:
+        if decision.uncovered:
             signals.after_commit(
                 signals.calendar_uncovered,
                 ScheduledTask,
                 task=self,
-                calendar=off.calendar,
-                year=off.year,
+                calendar=decision.calendar,
+                year=decision.day.year,
+                rule=decision.rule,
             )
-        return SkipReason(off.code, off.message)
+        off = decision.day_off()
+        return None if off is None else SkipReason(off.code, off.message)
 
     def new_run(self, occurrence: datetime, *, skip: SkipReason | None = None) -> TaskRun:
         """The run of one occurrence, unsaved; recorded as skipped for ``skip`` if given,
-        or for the day off the working-day calendar gives it (which ``skip`` yields to)."""
-        skip = self.day_off(occurrence) or skip
+        or for the day off the working-day calendar gives it (which ``skip`` yields to).
+        It records which source decided its day (``day_source``, ``day_note``)."""
+        decision = self.calendar_decision(occurrence)
+        skip = self._day_off(decision) or skip
         policy = kinds.policy(self.kind)
         delay = self.stagger()
         run = TaskRun(
@@ -715,6 +730,8 @@ class ScheduledTask(models.Model):
             ledger_key=self.ledger_key(occurrence),
             deadline=policy.deadline(occurrence, occurrence + delay, self.timezone),
         )
+        if decision is not None:
+            run.day_source, run.day_note = decision.source, decision.note[:200]
         if skip is not None:
             run.status = TaskRun.Status.SKIPPED
             run.error_code, run.error_message = skip
@@ -950,6 +967,8 @@ REPLANNED_FIELDS = [
     "finished_at",
     "is_compensation",
     "deadline",
+    "day_source",
+    "day_note",
 ]
 
 
@@ -1171,6 +1190,14 @@ class TaskRun(models.Model):
         default=0,
         help_text=_("Times a worker died while sending this run's message."),
     )
+    job_failures = models.PositiveSmallIntegerField(
+        _("lost jobs"),
+        default=0,
+        help_text=_(
+            "Jobs in a row that held this run and ended before starting it (failed, "
+            "timed out or lost with their worker)."
+        ),
+    )
     next_attempt_at = models.DateTimeField(_("next attempt"), null=True, blank=True)
     lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
     lease_token = models.CharField(_("lease token"), max_length=32, blank=True)
@@ -1205,6 +1232,24 @@ class TaskRun(models.Model):
         null=True,
         blank=True,
         help_text=_("When ops were told it was running for too long."),
+    )
+    # What decided the occurrence's day on the working-day calendar ("": no calendar).
+    day_source = models.CharField(
+        _("day decided by"),
+        max_length=16,
+        choices=DaySource,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The calendar package, an ops entry, or the rule for an uncovered year."),
+    )
+    day_note = models.CharField(
+        _("day's source"),
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The package and version, the notice ops named, or the fallback rule."),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
@@ -1388,6 +1433,15 @@ class TaskRun(models.Model):
         if self.retry_refusal(now) is not None:
             return False
         with transaction.atomic():
+            # The planner's lock on the task: a make-up it is planning for this run is
+            # committed, and seen here, before the check, or it is planned after this
+            # and finds the run waiting (not lost). Never both sent.
+            task = ScheduledTask.objects.select_for_update().filter(pk=self.task_id).first()
+            if task is None:
+                return False
+            self.task = task
+            if self.retry_refusal(now) is not None:
+                return False
             updated = (
                 TaskRun.objects.filter(pk=self.pk, status=self.status)
                 .filter(Q(deadline__isnull=True) | Q(deadline__gt=now))

@@ -26,9 +26,11 @@ The arguments, besides ``sender`` (the model class):
 ``task_error``                ``task`` (ScheduledTask), ``code``, ``message``: the task
                               cannot be planned (``status`` ``error``) or one of its
                               runs cannot be rendered
-``calendar_uncovered``        ``task``, ``calendar`` (its name), ``year``: an
+``calendar_uncovered``        ``task``, ``calendar`` (its name), ``year``, ``rule``: an
                               occurrence fell in a year its working-day calendar does
-                              not cover yet and was skipped; sent for each one
+                              not cover yet, and the fallback rule decided its day
+                              (``weekdays``: Monday to Friday sent; ``skip``: skipped);
+                              sent for each one
 ============================  =======================================================
 """
 

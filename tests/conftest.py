@@ -23,6 +23,17 @@ def _clean_outbox() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _calendar_entries_read_afresh() -> Iterator[None]:
+    """Ops calendar entries are kept per process for a while; a test's rolled-back
+    rows must not outlive it."""
+    from reminders import calendars
+
+    calendars.forget_entries()
+    yield
+    calendars.forget_entries()
+
+
+@pytest.fixture(autouse=True)
 def _language_of_the_settings() -> Iterator[None]:
     """A request in another language (``Accept-Language``) leaves it active in the
     thread, as LocaleMiddleware does: every test starts and ends in LANGUAGE_CODE."""

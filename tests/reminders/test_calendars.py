@@ -36,11 +36,13 @@ def test_chinese_calendar__covers_the_years_its_data_has():
     assert not CN.covers(max(CN.years()) + 1)
 
 
+@pytest.mark.django_db
 def test_day_off__is_none_on_a_working_day_and_every_day_without_a_calendar():
     assert calendars.day_off("cn", date(2026, 9, 20)) is None
     assert calendars.day_off("", date(2026, 10, 1)) is None
 
 
+@pytest.mark.django_db
 def test_day_off__on_a_rest_day_says_the_calendar_rests_that_date():
     off = calendars.day_off("cn", date(2026, 10, 1))
     assert off is not None
@@ -50,12 +52,28 @@ def test_day_off__on_a_rest_day_says_the_calendar_rests_that_date():
     assert "'cn'" in off.message
 
 
-def test_day_off__in_a_year_the_calendar_does_not_cover_is_not_a_guess():
+@pytest.mark.django_db
+def test_day_off__in_a_year_the_calendar_does_not_cover_is_not_a_guess(settings):
+    settings.REMINDERS_CALENDARS = {
+        "cn": {"BACKEND": "reminders.calendars.ChineseCalendar", "UNCOVERED": "skip"}
+    }
     year = max(CN.years()) + 1
     off = calendars.day_off("cn", date(year, 3, 2))
     assert off is not None
     assert (off.code, off.calendar, off.year) == ("calendar_uncovered", "cn", year)
     assert str(year) in off.message
+
+
+@pytest.mark.django_db
+def test_day_off__in_a_year_nobody_covers_the_default_rule_is_monday_to_friday():
+    year = max(CN.years()) + 1
+    monday, saturday = date(year, 3, 1), date(year, 3, 6)
+    assert (monday.weekday(), saturday.weekday()) == (0, 5)
+    decision = calendars.decide("cn", monday)
+    assert (decision.working, decision.source, decision.rule) == (True, "fallback", "weekdays")
+    off = calendars.day_off("cn", saturday)
+    assert (off.code, off.source) == ("holiday", "fallback")
+    assert "fallback rule 'weekdays'" in off.message
 
 
 def test_registry__has_cn_by_default(settings):
@@ -65,11 +83,13 @@ def test_registry__has_cn_by_default(settings):
     assert calendars.get("cn").name == "cn"
 
 
+@pytest.mark.django_db
 def test_registry__takes_a_crm_calendar_by_backend_or_dotted_path(settings):
     settings.REMINDERS_CALENDARS = {
         "four": {
             "BACKEND": "tests.support.calendars.FourDayWeek",
             "OPTIONS": {"years": [2026, 2026]},
+            "UNCOVERED": "skip",
         },
         "short": "tests.support.calendars.FourDayWeek",
     }

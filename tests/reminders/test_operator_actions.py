@@ -284,7 +284,12 @@ def test_upcoming__is_what_the_scheduler_plans_calendar_skips_included(make_task
     ]
 
 
-def test_upcoming__a_year_the_calendar_does_not_cover_is_said_and_no_one_is_told(make_task):
+def test_upcoming__a_year_the_calendar_does_not_cover_is_said_and_no_one_is_told(
+    make_task, settings
+):
+    settings.REMINDERS_CALENDARS = {
+        "cn": {"BACKEND": "reminders.calendars.ChineseCalendar", "UNCOVERED": "skip"}
+    }
     told = []
 
     def receiver(sender, **kwargs):

@@ -103,7 +103,12 @@ def test_task_calendar__must_be_configured(make_task):
     task.full_clean()
 
 
-def test_uncovered_year__is_skipped_and_ops_are_told(make_task, outbox):
+def test_uncovered_year__under_the_skip_rule_is_skipped_and_ops_are_told(
+    make_task, outbox, settings
+):
+    settings.REMINDERS_CALENDARS = {
+        "cn": {"BACKEND": "reminders.calendars.ChineseCalendar", "UNCOVERED": "skip"}
+    }
     year = max(calendars.get("cn").years()) + 1
     heard: list[dict[str, Any]] = []
 
@@ -120,8 +125,28 @@ def test_uncovered_year__is_skipped_and_ops_are_told(make_task, outbox):
     run = task.runs.get()
     assert (run.status, run.error_code) == ("skipped", "calendar_uncovered")
     assert str(year) in run.error_message
-    assert [(h["calendar"], h["year"], h["task"].pk) for h in heard] == [("cn", year, task.pk)]
+    assert [(h["calendar"], h["year"], h["rule"], h["task"].pk) for h in heard] == [
+        ("cn", year, "skip", task.pk)
+    ]
     assert outbox == []
+
+
+def test_uncovered_year__under_the_weekdays_rule_is_sent_and_ops_are_told(make_task, outbox):
+    year = max(calendars.get("cn").years()) + 1
+    heard: list[dict[str, Any]] = []
+
+    def listener(sender: Any, **kwargs: Any) -> None:
+        heard.append(kwargs)
+
+    signals.calendar_uncovered.connect(listener)
+    try:
+        task = daily_report_from(make_task, date(year, 1, 4))
+        assert each_day(date(year, 1, 4), date(year, 1, 4)) == 1
+    finally:
+        signals.calendar_uncovered.disconnect(listener)
+    run = task.runs.get()
+    assert (run.status, run.day_source) == ("sent", "fallback")
+    assert [(h["calendar"], h["year"], h["rule"]) for h in heard] == [("cn", year, "weekdays")]
 
 
 def test_uncovered_year__the_signal_waits_for_the_commit(make_task):
