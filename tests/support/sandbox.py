@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -34,6 +35,7 @@ import pytest
 from ops.sandbox import LedgerEntry, SandboxClient, WeComSandbox
 from ops.sandbox.ledger import DELIVERED
 from reminders.models import SendLog
+from reminders.senders.wecom import CONTENT_LIMIT, split_content
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,19 +77,36 @@ def ledger_mismatches(
     Each ``sent`` row of ``channels`` must name (in ``provider_message_id``, or every part
     in ``reply_detail["msgids"]``) a delivery to its recipient, and no delivery may be
     claimed by two rows with different keys: a message the sandbox suppressed as a
-    duplicate answers with the msgid of the earlier delivery it was merged into.
+    duplicate answers with the msgid of the earlier delivery it was merged into. A text
+    the sender splits (``split_content``) must claim one delivery per part, each of
+    which carried that part's text: a part merged into another's delivery, or never
+    sent, is not hidden by the others.
     """
     entries = [e for e in entries if e.endpoint == APP_SEND]
     delivered = {e.msgid: e for e in entries if e.status == DELIVERED and e.msgid}
     problems: list[str] = []
     claimed: dict[str, set[str]] = defaultdict(set)
     rows = SendLog.objects.filter(status=SendLog.Status.SENT, channel__in=channels)
-    for key, recipient, msgid, detail in rows.order_by("pk").values_list(
-        "key", "recipient", "provider_message_id", "reply_detail"
+    for key, recipient, msgid, detail, body in rows.order_by("pk").values_list(
+        "key", "recipient", "provider_message_id", "reply_detail", "body"
     ):
-        for part in (detail or {}).get("msgids") or [msgid]:
+        msgids = (detail or {}).get("msgids") or [msgid]
+        texts = _parts(body)
+        if texts is not None and len(texts) != len(msgids):
+            problems.append(
+                f"{key} to {recipient}: {len(msgids)} msgid(s) recorded for a text "
+                f"of {len(texts)} parts"
+            )
+        for index, part in enumerate(msgids):
             claimed[part].add(key)
             entry = delivered.get(part)
+            sent_text = _sent_text(entry)
+            in_step = texts is not None and len(texts) == len(msgids)
+            if in_step and sent_text is not None and sent_text != texts[index]:
+                problems.append(
+                    f"{key} to {recipient}: part {index + 1}/{len(msgids)} names msgid "
+                    f"{part!r}, whose delivery carried other text"
+                )
             if entry is None:
                 problems.append(
                     f"{key} to {recipient}: recorded sent with msgid {part!r}, "
@@ -105,6 +124,28 @@ def ledger_mismatches(
                 f"{sorted(keys)}; the others were suppressed as duplicates"
             )
     return problems
+
+
+def _parts(body: str) -> list[str] | None:
+    """The texts a WeCom app sender sends ``body`` (a ledger row's) as, one per request:
+    its parts when it is over the limit; None for a type without a text content."""
+    try:
+        message = json.loads(body)
+        content = message[message["msgtype"]]["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if message["msgtype"] not in ("text", "markdown") or not isinstance(content, str):
+        return None
+    return split_content(content) if len(content.encode()) > CONTENT_LIMIT else [content]
+
+
+def _sent_text(entry: LedgerEntry | None) -> str | None:
+    """The text content of the request behind ``entry``, as the sender wrote it."""
+    request = entry.request if entry is not None else None
+    if not isinstance(request, dict):
+        return None
+    content = (request.get(str(request.get("msgtype"))) or {}).get("content")
+    return content if isinstance(content, str) else None
 
 
 def _outcomes(entries: list[LedgerEntry], recipient: str) -> str:

@@ -286,6 +286,26 @@ def test_ledger_check__fails_on_a_rejected_message_recorded_as_sent(
     SendLog.objects.filter(task=task).update(status="failed")  # for the automatic check
 
 
+def test_ledger_check__a_split_message_must_claim_each_of_its_parts(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    make_task("follow_up", "lisi", channel="wecom", payload={"content": LONG_TEXT})
+    assert tick() == 1
+    row = SendLog.objects.get()
+    msgids = row.reply_detail["msgids"]
+    assert len(msgids) == row.reply_detail["parts"] >= 2
+    assert ledger_mismatches(sandbox.ledger()) == []
+
+    # Recorded sent with one part only, then with its parts out of order.
+    SendLog.objects.update(reply_detail={**row.reply_detail, "msgids": msgids[:1]})
+    [problem] = ledger_mismatches(sandbox.ledger())
+    assert f"1 msgid(s) recorded for a text of {len(msgids)} parts" in problem
+    SendLog.objects.update(reply_detail={**row.reply_detail, "msgids": msgids[::-1]})
+    problems = ledger_mismatches(sandbox.ledger())
+    assert any(f"part 1/{len(msgids)}" in p and "other text" in p for p in problems)
+    SendLog.objects.update(reply_detail=row.reply_detail)  # for the automatic check
+
+
 # -- the senders alone --------------------------------------------------------------------
 
 
