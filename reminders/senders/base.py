@@ -200,6 +200,18 @@ class BaseSender(ABC):
         accepts a possible duplicate (``retry_in_doubt``)."""
         return self.supports_duplicate_check or self.retry_in_doubt
 
+    def deduplicates(self, message: Message) -> bool:
+        """Whether the provider drops a re-send of this very message inside
+        ``duplicate_check_seconds``: the channel's ``supports_duplicate_check``, unless the
+        channel sends this message without its duplicate check (WeCom: a type with no
+        field for the occurrence's stamp). What the engine asks, message by message."""
+        return self.supports_duplicate_check
+
+    def resends(self, message: Message) -> bool:
+        """``resends_in_doubt`` for this message: its provider drops a repeat of it
+        (``deduplicates``), or the channel accepts a possible duplicate."""
+        return self.deduplicates(message) or self.retry_in_doubt
+
     def secrets(self) -> Iterable[str]:
         """The credentials this sender holds, masked in every error and log line: here
         the OPTIONS values under names that say so; senders add what else they know."""

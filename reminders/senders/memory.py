@@ -10,7 +10,9 @@ With the option ``duplicate_check`` it is exactly as forgiving as WeCom with
 (``rate_scope``) delivered to the same recipient within ``duplicate_check_seconds`` is
 accepted but not delivered, whatever its idempotency key. It goes to
 ``MemorySender.suppressed`` instead of ``outbox``, and the reply carries the first
-delivery's message id, as the WeCom sandbox answers.
+delivery's message id, as the WeCom sandbox answers. A message of a type with no field
+for the stamp is never suppressed: the WeCom app channel sends those without the check
+(``WeComSender.deduplicates``), so a re-send of one is a second delivery there too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import itertools
 import time
 from typing import Any, ClassVar
 
+from ..stamps import STAMPED_FIELDS
 from .base import BaseSender, Message, SendResult
 
 
@@ -58,6 +61,10 @@ class MemorySender(BaseSender):
         self._deliveries[self._dedup_key(message)] = (time.time(), result.message_id)
         return result
 
+    def deduplicates(self, message: Message) -> bool:
+        """As the WeCom app channel: only a type that carries the stamp is checked."""
+        return self.supports_duplicate_check and message.msgtype in STAMPED_FIELDS
+
     def _dedup_key(self, message: Message) -> tuple[str, str, str]:
         """What the provider compares: per app (the rate scope), recipient and body."""
         return (self.rate_scope, message.recipient, message.rendered)
@@ -65,7 +72,7 @@ class MemorySender(BaseSender):
     def _earlier_delivery(self, message: Message) -> str | None:
         """The message id of an identical body delivered to the same recipient within
         the window, if the duplicate check is on and there is one."""
-        if not self.supports_duplicate_check:
+        if not self.deduplicates(message):
             return None
         earlier = self._deliveries.get(self._dedup_key(message))
         if earlier is None or time.time() - earlier[0] >= self.duplicate_check_seconds:

@@ -7,11 +7,22 @@
         "OPTIONS": {"oversize": "reject"},  # credentials default to the WECOM_* settings
     }
 
-Every message is sent with WeCom's duplicate check on and rendered to the same bytes
-every time, so a re-send after a lost reply is dropped by WeCom instead of reaching the
-employee twice. That check compares content, not our idempotency key: two different
-reminders with identical text to the same user inside the interval would be merged
-too, which is why ``reminders.kinds.render`` stamps every message with its occurrence.
+Every message is rendered to the same bytes every time, and sent with WeCom's
+duplicate check on, so a re-send after a lost reply is dropped by WeCom instead of
+reaching the employee twice. That check compares content, not our idempotency key: two
+different reminders with identical text to the same user inside the interval would be
+merged too, which is why ``reminders.kinds.render`` stamps every message with its
+occurrence, and why each part of a split text carries that stamp (``split_content``).
+
+A message type with no field the stamp goes in (``news``, ``template_card``, ``file``,
+``image`` and the other types outside ``stamps.STAMPED_FIELDS``) is sent *without* the
+duplicate check: two occurrences of it are the same bytes, and WeCom would drop the
+second while our ledger says ``sent``. Making them distinct in some other field would
+bet on which fields WeCom compares, which it does not document (a ``file`` or an
+``image`` has no such field at all). So for those messages this channel is one without
+de-duplication (``deduplicates`` is false): the engine never re-sends one whose delivery
+is in doubt (it ends ``unknown`` for ops, unless the channel sets ``retry_in_doubt``),
+and never reserves its key in a batch.
 
 Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` lists them.
 """
@@ -34,6 +45,7 @@ from ..exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
+from ..stamps import STAMPED_FIELDS
 from .base import BaseSender, Limit, Message, Rate, SendResult
 from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .tokens import SharedToken, token_name
@@ -383,15 +395,21 @@ class WeComSender(BaseSender):
             )
         return [{**body, "content": part} for part in parts]
 
+    def deduplicates(self, message: Message) -> bool:
+        """Only the types whose messages carry the stamp go with WeCom's duplicate check
+        (see the module's docstring)."""
+        return message.msgtype in STAMPED_FIELDS
+
     def _payload(self, message: Message, agent_id: int, body: dict[str, Any]) -> bytes:
         payload: dict[str, Any] = {
             "touser": message.recipient,
             "msgtype": message.msgtype,
             message.msgtype: body,
             "agentid": agent_id,
-            "enable_duplicate_check": 1,
-            "duplicate_check_interval": self.duplicate_check_seconds,
         }
+        if self.deduplicates(message):
+            payload["enable_duplicate_check"] = 1
+            payload["duplicate_check_interval"] = self.duplicate_check_seconds
         if self.safe:
             payload["safe"] = self.safe
         return canonical_json(payload)

@@ -116,3 +116,17 @@ def test_engine__without_the_stamp_the_double_shows_the_silent_merge(make_task, 
 
 def test_get_sender__the_test_settings_dedup_channel_checks_duplicates():
     assert get_sender("memory_dedup").supports_duplicate_check is True
+
+
+def test_duplicate_check__a_type_without_a_field_for_the_stamp_is_never_suppressed():
+    # As the WeCom app channel sends it: without the check, since two occurrences of it
+    # are the same bytes; so a re-send is a second delivery here too.
+    sender = MemorySender("dedup", duplicate_check=True)
+    news = {"articles": [{"title": "Q4 plan", "url": "https://crm.example/q4"}]}
+    for key in ("k1", "k2"):
+        sender.send(Message("lisi", "news", news, key))
+
+    assert len(MemorySender.outbox) == 2
+    assert MemorySender.suppressed == []
+    assert sender.deduplicates(MemorySender.outbox[0]) is False
+    assert sender.deduplicates(text("lisi", "Call ACME", "k3")) is True

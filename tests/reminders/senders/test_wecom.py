@@ -10,12 +10,13 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
 from django.test import override_settings
 
+from reminders import kinds
 from reminders.exceptions import (
     ConfigurationSendError,
     InDoubtSendError,
@@ -25,7 +26,7 @@ from reminders.exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from reminders.models import ProviderToken
+from reminders.models import ProviderToken, SendLog
 from reminders.senders.base import Message
 from reminders.senders.wecom import (
     CONFIGURATION_CODES,
@@ -36,6 +37,7 @@ from reminders.senders.wecom import (
     WeComSender,
     split_content,
 )
+from tests.support.jobs import tick
 
 from .conftest import SECRET
 from .stub_server import Canned, StubServer, error, ok
@@ -854,3 +856,71 @@ def test_limits__a_split_message_spends_one_slot_per_part(settings, options, con
         ("wecom:c:1:to:alice", expected),
     ]
     assert expected > 1 or cost == 1
+
+
+# -- message types without a field for the stamp -------------------------------------------
+
+UNSTAMPED = {
+    "news": {"articles": [{"title": "Q4 plan", "url": "https://crm.example/q4"}]},
+    "template_card": {"card_type": "text_notice", "main_title": {"title": "Follow-up due"}},
+    "file": {"media_id": "1Yv-zXfHjSjU-7LH-GwtYqDGS-zz6w22KmWAT5COgP7o"},
+    "image": {"media_id": "MEDIA_ID"},
+}
+
+
+@pytest.mark.parametrize("msgtype", sorted(UNSTAMPED))
+def test_send__a_type_without_a_field_for_the_stamp_goes_without_duplicate_check(
+    make_wecom: Make, wecom_stub: StubServer, msgtype: str
+) -> None:
+    # Two occurrences of such a message are the same bytes: with WeCom's check on, the
+    # second would be dropped. So it goes unchecked, and the engine may not re-send it.
+    sender = make_wecom()
+    message = Message("lisi", msgtype, UNSTAMPED[msgtype], "k")
+
+    sender.send(message)
+
+    [request] = wecom_stub.calls(SEND)
+    assert request.json[msgtype] == UNSTAMPED[msgtype]
+    assert "enable_duplicate_check" not in request.json
+    assert "duplicate_check_interval" not in request.json
+    assert (sender.deduplicates(message), sender.resends(message)) == (False, False)
+    assert make_wecom(retry_in_doubt=True).resends(message) is True
+    assert sender.deduplicates(text()) is True
+
+
+@pytest.fixture
+def news_kind() -> Iterator[str]:
+    def render(task, run):
+        return kinds.Content("news", UNSTAMPED["news"])
+
+    kinds.register(kinds.Kind("crm_news", "CRM news", render))
+    yield "crm_news"
+    kinds._registry.pop("crm_news", None)
+
+
+def test_engine__a_news_message_whose_reply_is_lost_is_unknown_not_resent(
+    wecom_stub: StubServer, settings, make_task, received, news_kind
+) -> None:
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {
+                "api_base": wecom_stub.url,
+                "corp_id": "ww-corp",
+                "corp_secret": SECRET,
+                "agent_id": "1000002",
+                "timeout": 1.0,
+            },
+        },
+    }
+    wecom_stub.on(SEND, Canned(drop=True))  # delivered, perhaps; the reply never comes
+    task = make_task(news_kind, "lisi", channel="wecom")
+
+    tick()
+
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("unknown", "network")
+    assert SendLog.objects.get().status == "unknown"
+    assert ("run_unknown", run.pk, "unknown") in received
+    assert len(wecom_stub.calls(SEND)) == 1
