@@ -220,10 +220,10 @@ class JsonClient:
                 code="connect-timeout",
             ) from None
         except requests.Timeout:
-            # The request left: the provider may have the message and its answer is lost.
+            # The request left: the provider may have acted on it and its answer is lost.
             raise InDoubtSendError(
                 f"{what}: no answer (read timeout after {self.timeout[1]:g} s); "
-                "the provider may have the message.",
+                "the provider may have acted on the request.",
                 code="timeout",
             ) from None
         except requests.ConnectionError as exc:
@@ -234,7 +234,7 @@ class JsonClient:
                 ) from None
             raise InDoubtSendError(
                 f"{what}: the connection broke after the request left; the provider may "
-                f"have the message: {text}",
+                f"have acted on it: {text}",
                 code="network",
             ) from None
         except requests.RequestException as exc:

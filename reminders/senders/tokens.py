@@ -10,6 +10,9 @@ moves the ``<name>:refresh`` row's lease into the future fetches the token; the 
 wait for that lease to be released and read what it wrote. The same code is correct on
 PostgreSQL, MariaDB and SQLite, and no database lock is ever held while the provider is
 slow to answer.
+
+A failure to get a token is never a message in doubt: ``_refresh`` turns the
+``InDoubtSendError`` a provider call may raise into a plain ``TransientSendError``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from ..exceptions import TransientSendError
+from ..exceptions import InDoubtSendError, TransientSendError
 from ..models import ProviderToken
 
 logger = logging.getLogger(__name__)
@@ -181,7 +184,15 @@ class SharedToken:
 
     def _refresh(self) -> tuple[str, float]:
         asked = time.time()
-        value, lifetime = self._fetch()
+        try:
+            value, lifetime = self._fetch()
+        except InDoubtSendError as exc:
+            # A token request carries no message: whatever its answer left open (a read
+            # timeout, a 5xx, a reply that is not the provider's), nothing was delivered,
+            # so the send that needed the token failed plainly and may simply retry.
+            raise TransientSendError(
+                f"{exc.message} It asked for a token only: no message was sent.", code=exc.code
+            ) from None
         use_until = asked + lifetime - _margin(lifetime)
         expires_at = datetime.fromtimestamp(use_until, tz=timezone.get_current_timezone())
         ProviderToken.objects.filter(name=self.name).update(

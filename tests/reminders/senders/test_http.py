@@ -10,6 +10,7 @@ import pytest
 
 from reminders.exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
     PermanentSendError,
     RecipientSendError,
     SendError,
@@ -305,6 +306,29 @@ def test_login__refused_credentials_are_configuration(
     with pytest.raises(ConfigurationSendError, match="credentials refused"):
         make_http(login_url=gateway.url + LOGIN, **LOGIN_OPTIONS).send(message())
 
+    assert gateway.calls(SEND) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        (Canned({"msg": "upstream down"}, status=503), "http-503"),
+        (Canned({"data": {"token": "late"}}, delay=1.5), "timeout"),
+        (Canned(drop=True), "network"),
+    ],
+    ids=["5xx", "read timeout", "connection dropped"],
+)
+def test_login__a_failure_sent_no_message_so_it_is_plain_not_in_doubt(
+    make_http: Make, gateway: StubServer, answer: Canned, code: str
+) -> None:
+    gateway.on(LOGIN, answer)
+
+    with pytest.raises(TransientSendError) as caught:
+        make_http(login_url=gateway.url + LOGIN, timeout=0.5, **LOGIN_OPTIONS).send(message())
+
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert caught.value.code == code
     assert gateway.calls(SEND) == []
 
 

@@ -290,6 +290,32 @@ def test_gettoken__throttled_is_throttled(make_wecom: Make, wecom_stub: StubServ
     assert caught.value.pause_seconds >= 60
 
 
+@pytest.mark.parametrize(
+    ("answer", "code"),
+    [
+        (Canned(raw=b"bad gateway", status=502), "http-502"),
+        (Canned(ok(access_token="T" * 40).json, delay=1.5), "timeout"),
+        (Canned(drop=True), "network"),
+        (Canned(raw=b"<html>proxy login</html>"), "bad-reply"),
+        (error(99999, "something new"), "99999"),
+    ],
+    ids=["5xx", "read timeout", "connection dropped", "not WeCom's JSON", "unknown errcode"],
+)
+def test_gettoken__a_failure_sent_no_message_so_it_is_plain_not_in_doubt(
+    make_wecom: Make, wecom_stub: StubServer, answer: Canned, code: str
+) -> None:
+    # Whatever gettoken met, no message left: the run may retry without any doubt.
+    wecom_stub.on(GETTOKEN, answer)
+
+    with pytest.raises(TransientSendError) as caught:
+        make_wecom(timeout=0.5).send(text())
+
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert caught.value.code == code
+    assert caught.value.category == "passing"
+    assert wecom_stub.calls(SEND) == []
+
+
 # -- classification -----------------------------------------------------------------------
 
 
