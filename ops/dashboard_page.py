@@ -24,6 +24,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
+from reminders import kinds as kind_registry
 from reminders.models import Priority, TaskRun
 
 from . import stats_format as fmt
@@ -126,6 +127,8 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
     kinds = [
         {
             "kind": kind.kind,
+            # What ops read: the kind's translated label, not its code.
+            "label": kind_registry.label(kind.kind),
             "link": links.due(start, end, task__kind__exact=kind.kind),
             "cells": _count_cells(kind.counts, links, start, end, task__kind__exact=kind.kind),
             "duration": (fmt.seconds(kind.duration.p50), fmt.seconds(kind.duration.p95)),
@@ -155,7 +158,12 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         for group in stats.failures
     ]
     latest = [
-        {"run": run, "status_label": _status_label(run.status), "link": links.run(run.id)}
+        {
+            "run": run,
+            "kind_label": kind_registry.label(run.kind),
+            "status_label": _status_label(run.status),
+            "link": links.run(run.id),
+        }
         for run in stats.latest_failures
     ]
     now = stats.now

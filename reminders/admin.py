@@ -50,7 +50,7 @@ from django.utils.translation import gettext_lazy as _
 from . import about, admin_confirm, admin_display, calendars, cron_text, kinds, timing, validation
 from .admin_confirm import Plan
 from .admin_display import ERROR_CHARS
-from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter
+from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
 from .admin_run_now import RunNowMixin
 from .conf import settings as conf
 from .exceptions import UnknownKind, UnplannableTask
@@ -214,7 +214,7 @@ STATE_FIELDS = (
     "error_code",
     "error_message",
     "error_at",
-    "next_run",
+    "next_send",
     "last_run_at",
     "retry_count",
     "runs_link",
@@ -232,18 +232,18 @@ NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
 class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     form = ScheduledTaskForm
     list_display = (
-        "kind",
+        "kind_label",
         "recipient",
         "schedule",
         "timezone",
         "status",
-        "next_run",
+        "next_send",
         "last_run_at",
         "priority",
         "channel",
         "about_link",
     )
-    list_filter = ("kind", "status", "priority", "channel")
+    list_filter = (("kind", KindListFilter), "status", "priority", "channel")
     search_fields = ("recipient", "key")
     ordering = (F("next_run").asc(nulls_last=True), "pk")
     actions = ("pause_tasks", "resume_tasks", "cancel_tasks", "run_now_tasks")
@@ -280,6 +280,24 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         (_("State"), {"fields": STATE_FIELDS}),
         (_("Recent runs"), {"fields": ("recent_runs",)}),
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduledTask]:
+        return super().get_queryset(request).with_next_send()  # type: ignore[attr-defined]
+
+    def get_ordering(self, request: HttpRequest) -> Any:
+        # By the "next run" column: when each task's next message goes. (``ordering``
+        # may name fields only, so it keeps ``next_run`` for the system checks.)
+        return (F("next_send_at").asc(nulls_last=True), "pk")
+
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_label(self, task: ScheduledTask) -> str:
+        return kinds.label(task.kind)
+
+    @admin.display(description=_("next run"), ordering="next_send_at")
+    def next_send(self, task: ScheduledTask) -> datetime | None:
+        """When the next message goes: the earliest waiting run, not ``next_run`` (the
+        first occurrence beyond the planned ones; ``TaskQuerySet.with_next_send``)."""
+        return getattr(task, "next_send_at", task.next_run)
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
@@ -512,7 +530,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
     list_filter = (
         DueDayFilter,
         "status",
-        ("task__kind", admin.AllValuesFieldListFilter),
+        ("task__kind", KindListFilter),
         ("task__channel", admin.AllValuesFieldListFilter),
         "is_compensation",
         "is_manual",

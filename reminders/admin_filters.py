@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from . import timing
+from . import kinds, timing
 
 TODAY, YESTERDAY, LAST_7_DAYS = "today", "yesterday", "7d"
 HANDLED_PARAMETER, DUE_PARAMETER = "handled", "due"
@@ -79,3 +79,20 @@ class HandledFilter(admin.SimpleListFilter):
         if self.value() in ("yes", "no"):
             return queryset.filter(handled_at__isnull=self.value() == "no")
         return queryset
+
+
+class KindListFilter(admin.AllValuesFieldListFilter):
+    """The kinds in use, each named by its translated label (``kinds.label``) instead of
+    its code; the query string is the field's own (``kind__exact=follow_up``), so links
+    made elsewhere (the dashboard's) still land on it."""
+
+    def choices(self, changelist: Any) -> Any:
+        # "All", then one choice per kind in ``lookup_choices`` order (displayed as the
+        # kind, with its count when facets are on), then the empty value if any.
+        names = [str(value) for value in self.lookup_choices if value is not None]
+        for index, choice in enumerate(super().choices(changelist)):
+            if 1 <= index <= len(names):
+                name = names[index - 1]
+                display = str(choice["display"])
+                choice = {**choice, "display": kinds.label(name) + display[len(name) :]}
+            yield choice

@@ -82,6 +82,13 @@ def names() -> list[str]:
     return sorted(_registry)
 
 
+def label(name: str) -> str:
+    """What ops read for kind ``name``: its label in the active language, or the name
+    itself for a kind no longer registered (a CRM's, removed), so a row still says it."""
+    kind = _registry.get(name)
+    return str(kind.label) if kind is not None else name
+
+
 def policy(name: str) -> Policy:
     """The policy kind ``name`` runs under: its own, with the overrides of
     ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply)."""

@@ -70,6 +70,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -250,6 +251,28 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
 
+    def with_next_send(self) -> TaskQuerySet:
+        """Annotated ``next_send_at``: when the task's next message goes, its earliest
+        waiting run's next attempt (a run planned ahead, a retry, the last run of a
+        one-shot already ``completed``), else its ``next_run``. ``next_run`` alone is
+        where planning resumes: the first occurrence *beyond* the planned runs (an hour
+        on for an every-minute task), which is not what ops ask a "next run" for. A
+        paused task keeps ``next_run``: its waiting runs are not claimed (``claimable``)
+        and are skipped when it resumes."""
+        waiting = (
+            TaskRun.objects.filter(task=models.OuterRef("pk"), status__in=TaskRun.WAITING)
+            .order_by("next_attempt_at")
+            .values("next_attempt_at")[:1]
+        )
+        return self.annotate(
+            next_send_at=models.Case(
+                models.When(status=ScheduledTask.Status.PAUSED, then="next_run"),
+                default=Coalesce(models.Subquery(waiting), "next_run"),
+                output_field=models.DateTimeField(),
+            )
+        )
+
+
 
 class ScheduledTask(models.Model):
     class Status(models.TextChoices):
@@ -378,7 +401,7 @@ class ScheduledTask(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} → {self.recipient} ({self.schedule_display})"
+        return f"{kinds.label(self.kind)} → {self.recipient} ({self.schedule_display})"
 
     @property
     def schedule_display(self) -> str:

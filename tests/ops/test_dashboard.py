@@ -374,3 +374,20 @@ def test_page_query_count_does_not_grow_with_the_data(admin_client, world):
         status = ("sent", "failed", "unknown", "skipped")[n % 4]
         more.run(f"x{n}", "x", local(n % 24, n % 60, days=-(n % 14)), status, late=n % 50)
     assert queries() == first
+
+
+def test_page_names_kinds_by_their_translated_label(admin_client, world):
+    """The "By kind" table and the latest failures name each kind as the admin does."""
+    for language, labels in [
+        ("en", ("Follow-up reminder", "Daily report", "Birthday greeting")),
+        ("zh-hans", ("跟进提醒", "日报", "生日祝福")),
+    ]:
+        response = admin_client.get(
+            PAGE, {"date": DAY.isoformat()}, headers={"accept-language": language}
+        )
+        html = response.content.decode()
+        shown = re.sub(r'(href|value|id|name|class)="[^"]*"', "", html)
+        for code in ("follow_up", "daily_report", "birthday"):
+            assert f">{code}<" not in shown, (language, code)
+        for label in labels:
+            assert f">{label}<" in shown, (language, label)
