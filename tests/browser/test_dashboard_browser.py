@@ -201,7 +201,8 @@ def listed(page: Page) -> list[tuple[str, str]]:
     shown = []
     for row in page.locator("#result_list tbody tr").all():
         cells = [c.strip() for c in row.locator("td, th").all_inner_texts()]
-        kind_and_recipient = re.match(r"\S+ → (\S+) ", cells[task])
+        # The kind's label (words), then the recipient (one member id).
+        kind_and_recipient = re.match(r".+? → (\S+) ", cells[task])
         assert kind_and_recipient, cells[task]
         shown.append((kind_and_recipient.group(1), cells[status]))
     return shown
