@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
+from reminders import kinds as kind_registry
+
 from . import stats_format as fmt
 from .stats import Counts, Stats
 
@@ -81,7 +83,7 @@ def render(stats: Stats) -> str:
     ]
     rows: list[Row] = [
         [
-            kind.kind,
+            kind_registry.label(kind.kind),  # as the admin names it; --json keeps the code
             *_counts(kind.counts),
             fmt.seconds(kind.duration.p50),
             fmt.seconds(kind.duration.p95),

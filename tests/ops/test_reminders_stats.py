@@ -42,10 +42,18 @@ def test_tables_for_a_day(db):
         "skipped",
         "cancelled",
     ]
-    rows = {line.split()[0]: line.split() for line in lines[4:8]}
-    assert rows["follow_up"][1:9] == ["10", "2", "5", "2", "1", "0", "0", "1"]
-    assert rows["daily_report"][1:9] == ["4", "0", "2", "0", "0", "1", "1", "0"]
-    assert rows["birthday"][1:9] == ["2", "2", "0", "0", "0", "0", "0", "0"]
+    # Each kind by its label, as the admin and the dashboard name it.
+    labels = ("Follow-up reminder", "Daily report", "Birthday greeting", "all")
+    rows = {
+        label: [label, *line[len(label) :].split()]
+        for line in lines[4:8]
+        for label in labels
+        if line.startswith(label + " ")
+    }
+    assert sorted(rows) == sorted(labels)
+    assert rows["Follow-up reminder"][1:9] == ["10", "2", "5", "2", "1", "0", "0", "1"]
+    assert rows["Daily report"][1:9] == ["4", "0", "2", "0", "0", "1", "1", "0"]
+    assert rows["Birthday greeting"][1:9] == ["2", "2", "0", "0", "0", "0", "0", "0"]
     # all: duration p50 750 ms, p95 1.88 s; lateness p50 10.0 s, p95 4 min 0 s.
     assert lines[7].split() == [
         "all", "16", "4", "7", "2", "1", "1", "1", "1",
@@ -85,6 +93,7 @@ def test_tables_in_chinese(db):
     ]
     assert lines[7].split()[:2] == ["全部", "16"]
     assert lines[7].split()[9:11] == ["750", "毫秒"]
+    assert {line.split()[0] for line in lines[4:7]} == {"跟进提醒", "日报", "生日祝福"}
     # Lined up in a terminal, where a Chinese character takes two columns: the last
     # column is right-aligned, so every line of the table ends in the same column.
     assert len({stats_text.width(line) for line in lines[2:8]}) == 1
