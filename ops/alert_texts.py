@@ -57,6 +57,10 @@ def _titles() -> dict[str, Callable[[int, dict[str, str]], str]]:
             "Calendar %(scope)s is not covered: %(count)d occurrence left to the fallback rule",
             "Calendar %(scope)s is not covered: %(count)d occurrences left to the fallback rule",
         ),
+        AlertType.CALENDAR_ENDING: plural(
+            "%(count)d working-day calendar runs out soon: enter next year's official schedule",
+            "%(count)d working-day calendars run out soon: enter next year's official schedule",
+        ),
         AlertType.HEARTBEAT_STALE: plural(
             "%(count)d scheduler stopped ticking",
             "%(count)d schedulers stopped ticking",
@@ -95,6 +99,13 @@ def _advice() -> dict[str, str]:
             "Days in a year the working-day calendar does not cover follow its fallback "
             "rule (UNCOVERED: weekdays, Monday to Friday, or skip). Enter the year's official "
             "notice: manage.py reminders_calendar import FILE, or the admin's calendar days."
+        ),
+        AlertType.CALENDAR_ENDING: _(
+            "Once a calendar's coverage ends, its days follow its fallback rule (UNCOVERED: "
+            "weekdays or skip) instead of the official schedule. Import the year's notice "
+            "(manage.py reminders_calendar import FILE, then reminders_calendar show YEAR "
+            "to check it) or enter it in the admin's calendar days. Told once a day from "
+            "60 days before the end until the next year is covered."
         ),
         AlertType.HEARTBEAT_STALE: _(
             "A run_reminders process stopped ticking without stopping gracefully (killed, "

@@ -4,7 +4,9 @@
 ``--loop``), never by the engine: the engine's signals only record events
 (``ops.receivers``), so an alert channel that is slow, down or misconfigured cannot
 delay or break a send. It is also what notices that every scheduler is gone, which a
-step inside the scheduler could not.
+step inside the scheduler could not, and that a working-day calendar in use is about to
+run out (``check_calendar_coverage``: once a day per calendar, from
+``REMINDERS_CALENDAR_WARN_DAYS`` days before its coverage ends).
 
 Grouping and throttling, per group (an alert type plus the kind, channel or calendar
 year it is grouped by, ``models.GROUPED_BY``): when the group has been quiet for its
@@ -37,6 +39,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from reminders import calendar_coverage
 from reminders.models import SchedulerHeartbeat, TaskRun
 
 from . import alert_channels, alert_texts
@@ -73,7 +76,7 @@ class StepResult:
 def run_step(now: datetime | None = None) -> StepResult:
     now = now or timezone.now()
     result = StepResult()
-    result.checked = check_heartbeats(now) + check_success_rates(now)
+    result.checked = check_heartbeats(now) + check_success_rates(now) + check_calendar_coverage(now)
     result.opened = open_alerts(now)
     result.sent, result.failed = deliver_due(now)
     result.pruned = prune_alerts(now)
@@ -141,6 +144,42 @@ def check_success_rates(now: datetime) -> int:
                 f"in the last {window:g} s."
             ),
             data={"sent": sent, "total": total, "threshold": threshold, "window": window},
+        )
+    return recorded
+
+
+def check_calendar_coverage(now: datetime) -> int:
+    """Record each working-day calendar in use whose coverage ends within
+    ``REMINDERS_CALENDAR_WARN_DAYS`` days (or has ended), once per calendar and local
+    day: a grouped alert a day until the next year is covered."""
+    today = timezone.localdate(now)
+    recorded = 0
+    for covered in calendar_coverage.ending(today):
+        until = covered.until.isoformat()
+        if covered.days_left >= 0:
+            message = (
+                f"Calendar {covered.calendar!r} is covered until {until} "
+                f"({covered.days_left} days left); {covered.next_year} is not entered yet "
+                f"and would follow the fallback rule {covered.rule!r}."
+            )
+        else:
+            message = (
+                f"Calendar {covered.calendar!r} is not covered since {until}: days follow "
+                f"the fallback rule {covered.rule!r}."
+            )
+        recorded += AlertEvent.objects.record_once(
+            f"calendar_ending:{covered.calendar}:{today.isoformat()}",
+            AlertType.CALENDAR_ENDING,
+            occurred_at=now,
+            scope=covered.calendar,
+            code="calendar_ending",
+            message=message,
+            data={
+                "calendar": covered.calendar,
+                "covered_until": until,
+                "days_left": covered.days_left,
+                "rule": covered.rule,
+            },
         )
     return recorded
 

@@ -5,7 +5,8 @@ several processes on several hosts, and ``/metrics`` is answered by whichever we
 process gets the request; the database is the one place that sees them all. Every
 scrape therefore gives the same answer whichever process serves it.
 
-Bounded cost: about ten aggregate queries, each reading either runs that are not
+Bounded cost: about ten aggregate queries (and two per working-day calendar, for its
+ops entries, at most every ``calendars.ENTRIES_SECONDS``), each reading either runs that are not
 finished (a backlog is bounded by the plan-ahead and the in-flight limits) through the
 engine's partial indexes, or runs and ledger rows of the recent window
 (``OPS_METRICS_WINDOW_SECONDS``, default an hour) through the ``run_date`` and ledger
@@ -22,9 +23,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet, Sum
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -32,6 +34,7 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from reminders import calendars
 from reminders.models import Priority, RateBucket, SchedulerHeartbeat, SendLog, TaskRun
 
 from .conf import settings as conf
@@ -79,6 +82,7 @@ class RemindersCollector(Collector):
         yield self._pauses(now)
         yield from self._schedulers(now)
         yield from self._alerts()
+        yield self._calendars(now)
 
     def _open_runs(self) -> Metric:
         family = GaugeMetricFamily(
@@ -271,6 +275,26 @@ class RemindersCollector(Collector):
         for channel, status, n in rows:
             deliveries.add_metric([channel, status], n)
         yield deliveries
+
+    def _calendars(self, now: datetime) -> Metric:
+        family = GaugeMetricFamily(
+            "reminders_calendar_covered_until_timestamp_seconds",
+            "When each configured working-day calendar stops being covered (by its package "
+            "or by ops' entries): the Unix time of midnight, in TIME_ZONE, after its last "
+            "covered day. Alert on it minus time() under 60 days.",
+            labels=["calendar"],
+        )
+        today = timezone.localdate(now)
+        for name in calendars.names():
+            try:
+                until = calendars.covered_until(name, today)
+            except ImproperlyConfigured:
+                continue  # the system checks say so
+            end = datetime.combine(
+                until + timedelta(days=1), time(), timezone.get_current_timezone()
+            )
+            family.add_metric([name], end.timestamp())
+        return family
 
 
 def _by(rows: list[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:

@@ -41,6 +41,7 @@ class AlertType(models.TextChoices):
     RUN_STUCK = "run_stuck", _("Runs stuck")
     TASK_ERROR = "task_error", _("Task errors")
     CALENDAR_UNCOVERED = "calendar_uncovered", _("Calendar year not covered")
+    CALENDAR_ENDING = "calendar_ending", _("Calendar coverage ending")
     HEARTBEAT_STALE = "heartbeat_stale", _("Scheduler stopped ticking")
     SUCCESS_RATE = "success_rate", _("Low send success rate")
 
@@ -54,6 +55,8 @@ GROUPED_BY: dict[str, tuple[str, ...]] = {
     AlertType.RUN_STUCK: ("kind", "channel"),
     AlertType.TASK_ERROR: ("kind",),
     AlertType.CALENDAR_UNCOVERED: ("scope",),
+    # Every calendar running out in one alert, a day.
+    AlertType.CALENDAR_ENDING: (),
     AlertType.HEARTBEAT_STALE: (),
     AlertType.SUCCESS_RATE: ("channel",),
 }

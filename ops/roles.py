@@ -3,8 +3,10 @@
 * ``ops_viewer`` (Ops viewer): sees every model of ``reminders`` and ``ops`` in the
   admin, and changes nothing.
 * ``ops_operator`` (Ops operator): what a viewer sees, and may retry runs and mark them
-  handled, pause and resume tasks and run them now. It may not edit a task's fields
-  (nor cancel it, which is an edit), delete anything or add a task.
+  handled, pause and resume tasks and run them now, and edit the working-day calendar
+  (``edit_calendarday``: its days and years, entered when the official schedule is
+  published). It may not edit a task's fields (nor cancel it, which is an edit), delete
+  anything else or add a task.
 
 Neither sees ``ProviderToken``: it holds the providers' access tokens, which are
 secrets (the admin does not list it either).
@@ -66,6 +68,7 @@ ROLES = (
             "reminders.mark_handled_taskrun",
             "reminders.pause_scheduledtask",
             "reminders.run_now_scheduledtask",
+            "reminders.edit_calendarday",
         ),
     ),
 )

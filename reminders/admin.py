@@ -718,3 +718,6 @@ class SendLogAdmin(ReadOnlyAdmin):
     list_select_related = ("task",)
     search_fields = ("key", "recipient", "provider_message_id")
     ordering = ("-created_at", "-pk")
+
+
+from . import admin_calendar  # noqa: E402, F401 (registers the calendar days' admin)

@@ -26,8 +26,9 @@ Three sources decide a date, in this order (:func:`decide`; the run records whic
    ``weekdays`` (the default): Monday to Friday worked, so reports never silently stop;
    ``skip``: no day is worked (``calendar_uncovered``, the behaviour before ops entries).
    Either way it is loud: ``signals.calendar_uncovered`` for each occurrence so decided,
-   and from ``WARN_DAYS`` before a calendar's coverage ends (:func:`covered_until`) the
-   ops app alerts daily, shows a banner and exports the date.
+   and from ``REMINDERS_CALENDAR_WARN_DAYS`` (60) days before a calendar's coverage
+   ends (:func:`covered_until`) the ops app alerts daily, shows a banner and exports
+   the date.
 
 Invariants:
 
@@ -98,8 +99,6 @@ SKIP = "skip"
 UNCOVERED_RULES = (WEEKDAYS, SKIP)
 # Ops entries are read again after this long (another process's edits).
 ENTRIES_SECONDS = 30.0
-# Ops are warned this many days before a calendar's coverage ends.
-WARN_DAYS = 60
 
 DEFAULT_CALENDARS: dict[str, Any] = {
     "cn": {"BACKEND": "reminders.calendars.ChineseCalendar"},

@@ -76,11 +76,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "RETRY_DELAYS",
         "TICK_SECONDS",
         "MAX_WORKER_DEATHS",
+        "MAX_JOB_FAILURES",
         "RUN_TIMEOUT",
         "PLAN_AHEAD_SECONDS",
         "HIGH_RATE_SHARE",
         "HIGH_WORKERS",
         "RETENTION_DAYS",
+        "CALENDAR_WARN_DAYS",
     )
     for name in names:
         try:

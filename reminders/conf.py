@@ -160,6 +160,18 @@ class Settings:
         )
 
     @property
+    def CALENDAR_WARN_DAYS(self) -> int:
+        """How many days before a working-day calendar in use stops being covered ops
+        are warned (the alert, the banners); 0: never."""
+        raw = self._get("CALENDAR_WARN_DAYS", 60)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise ImproperlyConfigured(
+                _("%(name)s must be a whole number of at least %(minimum)d, not %(value)r.")
+                % {"name": "REMINDERS_CALENDAR_WARN_DAYS", "minimum": 0, "value": raw}
+            )
+        return raw
+
+    @property
     def RATE_MAX_WAIT(self) -> float:
         """Seconds a worker may hold a run waiting for its rate-limit slot; later slots
         go back in line for another claim."""

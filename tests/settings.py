@@ -18,6 +18,9 @@ LANGUAGE_CODE = "en-us"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 REMINDERS_DEFAULT_CHANNEL = "memory"
+# The suite runs on the real clock, which may be within 60 days of the end of the
+# calendar package's coverage: no calendar warning unless a test asks for it.
+REMINDERS_CALENDAR_WARN_DAYS = 0
 REMINDERS_CHANNELS = {
     "memory": {"BACKEND": "reminders.senders.memory.MemorySender"},
     # Drops a key and body it already holds, as WeCom's duplicate check does: the engine

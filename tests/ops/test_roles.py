@@ -44,6 +44,7 @@ def test_migrate__made_both_groups_with_their_permissions():
         "reminders.mark_handled_taskrun",
         "reminders.pause_scheduledtask",
         "reminders.run_now_scheduledtask",
+        "reminders.edit_calendarday",
     }
     everything = viewer | operator
     assert not {p for p in everything if p.split(".")[1].startswith(("add_", "change_", "delete_"))}
