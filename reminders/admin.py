@@ -2,6 +2,9 @@
 
 Actions narrow the selection to the rows they apply to and call the models' own state
 methods, the same ones the API and the commands use; the admin holds no rules of its own.
+Saving a task takes the API's path (``scheduling.save_edited``): its row locked first,
+then re-planned if its schedule changed, so a scheduler planning it meanwhile leaves
+no run of the old schedule behind.
 Every row an action leaves alone is counted in its report, with the reason. A task's
 one-shot time is shown and read on the wall clock of the task's own zone, as
 ``api.schedule`` reads a naive ``at`` in ``tz``. The CRM object a task is about is
@@ -47,7 +50,17 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import about, admin_confirm, admin_display, calendars, cron_text, kinds, timing, validation
+from . import (
+    about,
+    admin_confirm,
+    admin_display,
+    calendars,
+    cron_text,
+    kinds,
+    scheduling,
+    timing,
+    validation,
+)
 from .admin_confirm import Plan
 from .admin_display import ERROR_CHARS
 from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
@@ -387,11 +400,10 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: ScheduledTask, form: forms.ModelForm, change: bool
     ) -> None:
-        # The change view runs in one transaction, so cancelling and saving commit together.
-        if not change or any(name in form.changed_data for name in SCHEDULE_FIELDS):
-            obj.replan(timezone.now())
-        super().save_model(request, obj, form, change)
-        obj.wake_if_due()
+        # The API's path: the task's row locked first, then re-planned and saved.
+        replan = not change or any(name in form.changed_data for name in SCHEDULE_FIELDS)
+        edited = [f.name for f in obj._meta.concrete_fields if f.name in form.cleaned_data]
+        scheduling.save_edited(obj, edited, replan=replan)
 
     def response_change(self, request: HttpRequest, obj: ScheduledTask) -> HttpResponse:
         response = super().response_change(request, obj)

@@ -2,8 +2,10 @@
 each after a confirmation page, both calling ``ScheduledTask.run_now`` (whose rule of
 one run per task and minute, and refusals, are the model's: see ``reminders.models``).
 
-Both need ``run_now_scheduledtask``, checked on the server: the button's page and its
-POST answer 403 without it, and the action is not offered (a POST of it does nothing).
+Both need ``run_now_scheduledtask`` and the permission to see tasks (view or change),
+checked on the server: the button's page and its POST answer 403 without them, and the
+action is not offered (a POST of it does nothing); a task the admin's queryset does not
+show is not found (404).
 Who asked is recorded on the run (``requested_by``: the username).
 """
 
@@ -38,7 +40,10 @@ class RunNowMixin(_Base):
     """For the ``ScheduledTask`` admin: the run-now URL, button, page and action."""
 
     def has_run_now_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("reminders.run_now_scheduledtask")
+        """Running now, and seeing the tasks: one may act only on what one may see."""
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            "reminders.run_now_scheduledtask"
+        )
 
     def get_urls(self) -> list[URLPattern]:
         run_now = path(

@@ -52,7 +52,13 @@ Operators act through methods here too (the admin's actions call them, and only 
   ``expired`` run is retried only while its deadline is still ahead (a failure whose
   retry would have come too late expires a run early), and keeps that deadline; a run
   whose deadline passed is refused, whatever its status, since the tick would only
-  expire it again. A run that a make-up run covers is refused too (retry the make-up).
+  expire it again. A run that a make-up run covers is refused too (retry the make-up),
+  checked under the task's row lock, the one the planner holds while it plans make-ups,
+  so a retry and a make-up of one occurrence never both go.
+* ``RunQuerySet.cancel_pending`` (a schedule change, a cancel) ends a run in doubt
+  ``unknown``, not ``cancelled``, and ops are told: it may have been delivered, and
+  only a run that says so can be retried. A make-up it cancels no longer covers its
+  occurrence, which is made up again with the next occurrence planned.
 * ``TaskRun.mark_handled`` records who (a username, not a user: deleting users never
   touches history) looked after a run that ended unsent, and when. A retry clears it:
   a run that fails again needs someone again.
@@ -61,6 +67,7 @@ Operators act through methods here too (the admin's actions call them, and only 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
@@ -189,6 +196,12 @@ PASSED_WHILE_PAUSED = SkipReason("paused", "Occurrence passed while the task was
 PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task could not be planned.")
 # The error code of a run that reached its deadline unsent.
 EXPIRED_CODE = "deadline"
+# Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
+CANCELLED_IN_DOUBT = SkipReason(
+    "cancelled_in_doubt",
+    "Cancelled while waiting to send again: an earlier attempt may have delivered it. "
+    "Retry it if it did not arrive.",
+)
 
 # Skipped runs whose occurrence passed unsent: the ``compensate`` rule makes them up.
 MISSED_CODES = (MISSED.code, PASSED_WHILE_PAUSED.code, PASSED_IN_ERROR.code)
@@ -200,6 +213,20 @@ LOST_STATUSES = ("failed", "expired")
 # missed occurrence's. Its ledger key is the missed occurrence's plus the suffix.
 MAKEUP_OFFSET = timedelta(microseconds=1)
 MAKEUP_SUFFIX = ":makeup"
+# What a skipped run says of its make-up: which occurrence's run it goes with, or that it
+# was cancelled before it went (the day is then owed again: ``lost_occurrences``).
+MADE_UP_WITH = "It is made up with the occurrence of {when}."
+MAKEUP_CANCELLED = (
+    "Its make-up was cancelled before it went: the next occurrence the task plans makes it up."
+)
+_MAKEUP_SENTENCE = re.compile(
+    r" (?:It is made up with the occurrence of|Its make-up was cancelled)[^.]*\."
+)
+
+
+def _saying(message: str, sentence: str) -> str:
+    """``message`` with what it said of its make-up replaced by ``sentence``."""
+    return f"{_MAKEUP_SENTENCE.sub('', message)} {sentence}"
 
 
 # The ledger key of a run made on request (``ScheduledTask.run_now``): one per task and
@@ -271,7 +298,6 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
                 output_field=models.DateTimeField(),
             )
         )
-
 
 
 class ScheduledTask(models.Model):
@@ -603,9 +629,7 @@ class ScheduledTask(models.Model):
         max_age = kinds.policy(self.kind).compensate_max_age_seconds
         since = now - timedelta(seconds=max_age)
         when = latest.astimezone(timing.zone(self.timezone)).strftime("%Y-%m-%d %H:%M")
-        made_up = SkipReason(
-            skip.code, f"{skip.message} It is made up with the occurrence of {when}."
-        )
+        made_up = SkipReason(skip.code, f"{skip.message} {MADE_UP_WITH.format(when=when)}")
         too_old = SkipReason(
             skip.code,
             f"{skip.message} It was too old to make up (older than {max_age} seconds).",
@@ -628,24 +652,26 @@ class ScheduledTask(models.Model):
 
     def lost_occurrences(self, since: datetime, before: datetime) -> list[datetime]:
         """Occurrences in [``since``, ``before``) that no message went out for and no
-        make-up covers yet (none under their key): their run ended for good without
-        sending (``failed``, ``expired``: by status name) or was skipped as missed
-        (downtime, a pause, an error). A make-up run's own failure is not made up again,
-        nor a run made on request's: it is no occurrence."""
+        make-up covers yet (none under their key but a cancelled one): their run ended
+        for good without sending (``failed``, ``expired``: by status name) or was
+        skipped as missed (downtime, a pause, an error). A make-up run's own failure is
+        not made up again, nor a run made on request's: it is no occurrence."""
         if self.pk is None:
             return []
         lost = Q(status__in=LOST_STATUSES) | Q(
             status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES
         )
+        # A make-up covers its occurrence unless it was cancelled before it went (a
+        # schedule change): the occurrence is then owed again.
         rows = (
             self.runs.filter(occurrence__gte=since, occurrence__lt=before, is_manual=False)
             .filter(Q(is_compensation=True) | lost)
-            .values_list("occurrence", "is_compensation", "ledger_key")
+            .values_list("occurrence", "is_compensation", "ledger_key", "status")
         )
-        covered = {key for _, makeup, key in rows if makeup}
+        covered = {key for _, makeup, key, status in rows if makeup and status != "cancelled"}
         return sorted(
             o
-            for o, makeup, _ in rows
+            for o, makeup, _, _ in rows
             if not makeup and f"{self.ledger_key(o)}{MAKEUP_SUFFIX}" not in covered
         )
 
@@ -995,6 +1021,26 @@ REPLANNED_FIELDS = [
 ]
 
 
+def _say_of_makeups(says: dict[tuple[int, str], str]) -> None:
+    """Make the skipped runs of each (task, ledger key) say ``says[...]`` of their
+    make-up instead of what they said."""
+    if not says:
+        return
+    which = Q()
+    for task_id, key in says:
+        which |= Q(task_id=task_id, ledger_key=key)
+    skipped = TaskRun.objects.filter(
+        which, status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES, is_compensation=False
+    ).only("pk", "task_id", "ledger_key", "error_message")
+    changed = []
+    for run in skipped:
+        message = _saying(run.error_message, says[(run.task_id, run.ledger_key)])
+        if message != run.error_message:
+            run.error_message = message
+            changed.append(run)
+    TaskRun.objects.bulk_update(changed, ["error_message"])
+
+
 def _due(now: datetime) -> Q:
     return Q(status__in=TaskRun.WAITING, next_attempt_at__lte=now)
 
@@ -1022,6 +1068,30 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         cancelled run back."""
         TaskRun.objects.bulk_create(runs, ignore_conflicts=True)
         self._revive_cancelled(runs)
+        self._say_made_up(runs)
+
+    def _say_made_up(self, runs: Sequence[TaskRun]) -> None:
+        """The skipped runs that these make-ups cover say which occurrence's run they
+        go with (one planned earlier may have said its make-up was cancelled)."""
+        says: dict[tuple[int, str], str] = {}
+        for makeup in runs:
+            if not makeup.is_compensation:
+                continue
+            own = next(
+                (
+                    run
+                    for run in runs
+                    if run.task_id == makeup.task_id
+                    and not run.is_compensation
+                    and run.due_at == makeup.due_at
+                ),
+                None,
+            )
+            if own is not None:
+                local = own.occurrence.astimezone(timing.zone(own.task.timezone))
+                when = MADE_UP_WITH.format(when=f"{local:%Y-%m-%d %H:%M}")
+                says[(makeup.task_id, makeup.ledger_key.removesuffix(MAKEUP_SUFFIX))] = when
+        _say_of_makeups(says)
 
     def _revive_cancelled(self, runs: Sequence[TaskRun]) -> None:
         """A schedule moved away and back (09:00 → 10:00 → 09:00) plans an occurrence whose
@@ -1072,13 +1142,70 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         return self.filter(status__in=(*TaskRun.WAITING, TaskRun.Status.QUEUED))
 
     def cancel_pending(self) -> int:
-        return self.pending().update(
+        """Cancel these runs that have not started; returns how many ended so.
+
+        A run in doubt (waiting to send again what an earlier attempt may have
+        delivered: its own ledger row ``sending`` or ``unknown``) is not cancelled but
+        ends ``unknown``, its row too, and ops are told (``run_unknown``) once the
+        transaction commits. Cancelled, it would say nothing went out, and the run that
+        replaces it, a duplicate of its key or its day, would be skipped pointing to a
+        run no one can retry; ``unknown``, it is the open question ops settle by
+        retrying it or marking it handled. A make-up cancelled no longer covers its
+        occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``)."""
+        now = timezone.now()
+        pending = self.pending()
+        own_row_in_doubt = SendLog.objects.filter(
+            run=models.OuterRef("pk"),
+            key=models.OuterRef("ledger_key"),
+            status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
+        )
+        doubtful = list(
+            pending.filter(models.Exists(own_row_in_doubt)).values_list("pk", flat=True)
+        )
+        ended = 0
+        if doubtful:
+            ended = (
+                TaskRun.objects.filter(pk__in=doubtful)
+                .pending()
+                .update(
+                    status=TaskRun.Status.UNKNOWN,
+                    error_code=CANCELLED_IN_DOUBT.code,
+                    error_message=CANCELLED_IN_DOUBT.message,
+                    next_attempt_at=None,
+                    lease_owner="",
+                    lease_token="",
+                    lease_expires_at=None,
+                    finished_at=now,
+                )
+            )
+            SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
+                status=SendLog.Status.UNKNOWN, updated_at=now
+            )
+            told = TaskRun.objects.filter(
+                pk__in=doubtful, status=TaskRun.Status.UNKNOWN, finished_at=now
+            ).select_related("task")
+            for run in told:
+                signals.after_commit(signals.run_unknown, TaskRun, run=run)
+        cancelling = pending.exclude(pk__in=doubtful)
+        makeups = list(cancelling.filter(is_compensation=True).values_list("pk", flat=True))
+        ended += cancelling.update(
             status=TaskRun.Status.CANCELLED,
             next_attempt_at=None,
             lease_token="",
             lease_expires_at=None,
-            finished_at=timezone.now(),
+            finished_at=now,
         )
+        if makeups:
+            cancelled = TaskRun.objects.filter(
+                pk__in=makeups, status=TaskRun.Status.CANCELLED, finished_at=now
+            ).values_list("task_id", "ledger_key")
+            _say_of_makeups(
+                {
+                    (task, key.removesuffix(MAKEUP_SUFFIX)): MAKEUP_CANCELLED
+                    for task, key in cancelled
+                }
+            )
+        return ended
 
     def failed(self) -> RunQuerySet:
         return self.filter(status=TaskRun.Status.FAILED)

@@ -18,6 +18,10 @@ Invariants:
 * Re-planning. A task whose schedule changed, or that was cancelled or in error, is
   re-planned (``ScheduledTask.replan_all``, the admin's rule too): its runs not yet
   started are cancelled and its next run planned afresh; a paused task stays paused.
+* Lock first. A known task's row is locked before anything is cancelled or planned, by
+  this path and by the admin's save (``save_edited``): a scheduler planning the task
+  holds that lock until its runs commit, so they are seen and cancelled with the rest,
+  and its advance of ``next_run`` never overwrites the new plan (nor a stale copy it).
 * Cost. One query fetches, and locks, the tasks of the items' keys (one per
   ``max_query_params`` keys where the database limits them); checking reads no table;
   new tasks are written by a bulk INSERT and known ones by a bulk INSERT that updates
@@ -28,7 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -336,6 +340,33 @@ def _write(
     _insert(new)
     _update(old)
     return Outcome(tasks, created=len(new))
+
+
+def save_edited(task: ScheduledTask, fields: Collection[str], *, replan: bool) -> None:
+    """Save a task edited field by field (the admin's form) by ``schedule_all``'s rules,
+    in one transaction: a saved task's row is locked first, as the API's upsert locks
+    it, so a scheduler planning it finishes first and the runs it planned are seen; the
+    rest of the task (``next_run``, status, errors) is taken as the locked row has it,
+    not as it was read before; with ``replan`` (a new task, or its schedule changed) it
+    is re-planned (``ScheduledTask.replan_all``: its pending runs cancelled); then
+    ``fields`` and what planning set are written. The schedulers are woken once this
+    commits if the task falls due within a tick."""
+    now = timezone.now()
+    with transaction.atomic():
+        if task.pk is None:
+            ScheduledTask.replan_all([task], now)
+            task.save()
+        else:
+            locked = ScheduledTask.objects.select_for_update().get(pk=task.pk)
+            written = set(fields) | {"updated_at"}
+            for field in ScheduledTask._meta.concrete_fields:
+                if not field.primary_key and field.name not in written:
+                    setattr(task, field.attname, getattr(locked, field.attname))
+            if replan:
+                ScheduledTask.replan_all([task], now)
+                written |= {"status", "next_run", *ScheduledTask.ERROR_FIELDS}
+            task.save(update_fields=sorted(written))
+    task.wake_if_due()
 
 
 def _locked_by_key(keys: list[str]) -> dict[str, ScheduledTask]:

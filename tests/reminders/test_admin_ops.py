@@ -177,6 +177,41 @@ def test_run_now_action__confirms_then_runs_each_task_it_can(admin_client, make_
     assert list(TaskRun.objects.values_list("task_id", "is_manual")) == [(active.pk, True)]
 
 
+@pytest.mark.parametrize("given", [["run_now"], ["run_now", "view"]], ids=["no view", "view"])
+def test_run_now__needs_the_view_permission_too(client, django_user_model, make_task, given):
+    from django.contrib.auth.models import Permission
+
+    task = make_task("follow_up", cron="0 9 * * *")
+    user = django_user_model.objects.create_user("runner", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=[f"{p}_scheduledtask" for p in given])
+    )
+    client.force_login(user)
+    url = reverse("admin:reminders_scheduledtask_run_now", args=[task.pk])
+    allowed = "view" in given
+    assert client.get(url).status_code == (200 if allowed else 403)
+    assert client.post(url, {"post": "yes"}).status_code == (302 if allowed else 403)
+    action = {"action": "run_now_tasks", "_selected_action": [task.pk], "post": "yes"}
+    assert client.post(TASKS, action).status_code == (302 if allowed else 403)
+    assert task.runs.filter(is_manual=True).exists() == allowed
+
+
+def test_run_now__a_task_the_admin_does_not_show_is_not_found(admin_client, make_task, monkeypatch):
+    from reminders.admin import ScheduledTaskAdmin
+
+    shown, hidden = make_task(cron="0 9 * * *"), make_task(cron="0 9 * * *")
+    narrowed = ScheduledTaskAdmin.get_queryset
+
+    def get_queryset(self, request):  # as a CRM's admin may narrow what each one sees
+        return narrowed(self, request).exclude(pk=hidden.pk)
+
+    monkeypatch.setattr(ScheduledTaskAdmin, "get_queryset", get_queryset)
+    for task, status in ((hidden, 404), (shown, 302)):
+        url = reverse("admin:reminders_scheduledtask_run_now", args=[task.pk])
+        assert admin_client.post(url, {"post": "yes"}).status_code == status
+    assert list(TaskRun.objects.values_list("task_id", flat=True)) == [shown.pk]
+
+
 # Runs: columns and filters ---------------------------------------------------------------
 
 

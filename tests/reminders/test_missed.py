@@ -195,6 +195,38 @@ def test_compensate__a_make_up_is_never_sent_twice(make_task, outbox):
     assert len(outbox) == 4
 
 
+def test_compensate__a_make_up_cancelled_by_a_schedule_change_is_made_again(make_task, outbox):
+    task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
+    first = task.next_run
+    dispatch.materialize(now=first + DAY + timedelta(minutes=10))  # after a day of downtime
+    missed = task.runs.get(occurrence=first)
+    assert missed.error_message.endswith(
+        f"It is made up with the occurrence of {first + DAY:%Y-%m-%d %H:%M}."
+    )
+    makeup = task.runs.get(is_compensation=True)
+
+    # Before they went, the schedule moves to 10:00 (as the API and the admin re-plan).
+    task.refresh_from_db()
+    task.cron = "0 10 * * *"
+    task.replan(first + DAY + timedelta(minutes=20))
+    task.save()
+    assert TaskRun.objects.get(pk=makeup.pk).status == "cancelled"
+    missed.refresh_from_db()
+    assert "made up with the occurrence" not in missed.error_message
+    assert "Its make-up was cancelled" in missed.error_message
+
+    ten = first + DAY + timedelta(hours=1)
+    assert tick(now=ten + timedelta(minutes=15)) == 2
+    makeup.refresh_from_db()
+    assert (makeup.status, makeup.due_at) == ("sent", task.runs.get(occurrence=ten).due_at)
+    missed.refresh_from_db()
+    assert missed.error_message.startswith("Occurrence passed while no scheduler was running.")
+    assert missed.error_message.endswith(
+        f"It is made up with the occurrence of {ten:%Y-%m-%d %H:%M}."
+    )
+    assert f"Make-up for {first:%Y-%m-%d}, missed." in texts(outbox)[-1] + texts(outbox)[0]
+
+
 def test_compensate__resume_from_pause_makes_up_what_passed(make_task, outbox):
     task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
     first = task.next_run

@@ -231,6 +231,44 @@ def test_retry_now__a_handled_run_is_no_longer_handled(make_task):
     assert (run.status, run.handled_at, run.handled_by) == ("retrying", None, "")
 
 
+@pytest.mark.usefixtures("reports_every_day")
+def test_cancel_pending__a_run_in_doubt_becomes_unknown_ops_are_told_and_it_can_be_retried(
+    make_task, outbox, received, django_capture_on_commit_callbacks
+):
+    from reminders import api
+    from reminders.exceptions import InDoubtSendError
+    from reminders.models import SendLog
+    from tests.support.jobs import tick
+
+    hour = (timezone.now() + timedelta(hours=2)).hour
+    schedule = {"tz": "UTC", "key": "report:1", "channel": "memory_dedup"}
+    task = api.schedule("daily_report", "zhangsan", cron=f"0 {hour} * * *", **schedule)
+    first = task.next_run
+    MemorySender.script[:] = [InDoubtSendError("no answer (read timeout)", code="timeout")]
+    assert tick(now=first + timedelta(minutes=15)) == 0
+    doubtful = task.runs.get()
+    assert (doubtful.status, SendLog.objects.get().status) == ("retrying", "unknown")
+
+    # The schedule moves within the day while the run waits to send its bytes again.
+    with django_capture_on_commit_callbacks(execute=True):
+        api.schedule("daily_report", "zhangsan", cron=f"30 {hour} * * *", **schedule)
+    doubtful.refresh_from_db()
+    assert (doubtful.status, doubtful.next_attempt_at) == ("unknown", None)
+    assert ("run_unknown", doubtful.pk, "unknown") in received
+    assert SendLog.objects.get().status == "unknown"
+
+    # The day's re-planned run does not send beside it, and says which run to retry.
+    assert tick(now=first + timedelta(minutes=45)) == 0
+    moved = task.runs.get(occurrence=first + timedelta(minutes=30))
+    assert (moved.status, moved.error_code) == ("skipped", "duplicate")
+    assert f"{doubtful.pk}" in moved.error_message
+    assert doubtful.retry_refusal(timezone.now()) is None
+    assert doubtful.retry_now() is True
+    assert tick(now=first + timedelta(minutes=45)) == 1
+    assert len(outbox) == 1
+    assert TaskRun.objects.get(pk=doubtful.pk).status == "sent"
+
+
 # Mark handled ----------------------------------------------------------------------------
 
 
