@@ -42,7 +42,9 @@ import json
 import logging
 import os
 import re
+import ssl
 import threading
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
@@ -290,25 +292,46 @@ _NOT_SENT = (
 )
 
 
+# Where a TLS error raised in these functions comes from: the handshake, before any byte
+# of the request left (an untrusted certificate, a server that does not speak TLS).
+_HANDSHAKE_FRAMES = frozenset({"do_handshake", "_validate_conn", "connect", "_new_conn"})
+
+
 def _request_left(exc: BaseException) -> bool:
     """Whether a connection error may have come after the request reached the server.
 
-    Only a failure to connect (refused, unresolvable, TLS handshake) is sure to have
-    sent nothing; a reset or a closed connection may come after the server took it.
+    Only a failure to connect (refused, unresolvable, a proxy refusing, the TLS
+    handshake) is sure to have sent nothing; a reset or a closed connection may come
+    after the server took it. urllib3 raises ``SSLError`` both in the handshake and
+    while reading a reply (a corrupt record, a TLS alert): where it was raised decides.
     """
-    if isinstance(exc, requests.exceptions.SSLError | requests.exceptions.ProxyError):
+    if isinstance(exc, requests.exceptions.ProxyError):
         return False
-    seen: set[int] = set()
+    chain = _chain(exc)
+    if any(isinstance(item, _NOT_SENT) for item in chain):
+        return False
+    tls = [item for item in chain if isinstance(item, ssl.SSLError | ssl.CertificateError)]
+    return not any(_raised_in(item, _HANDSHAKE_FRAMES) for item in tls)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it wraps, carries or was raised from."""
+    seen: dict[int, BaseException] = {}
     pending: list[object] = [exc]
     while pending:
         item = pending.pop()
         if id(item) in seen or not isinstance(item, BaseException):
             continue
-        seen.add(id(item))
-        if isinstance(item, _NOT_SENT):
-            return False
+        seen[id(item)] = item
         pending += [*item.args, getattr(item, "reason", None), item.__cause__, item.__context__]
-    return True
+    return list(seen.values())
+
+
+def _raised_in(exc: BaseException, functions: frozenset[str]) -> bool:
+    """Whether ``exc`` was raised inside a function of one of these names."""
+    return any(
+        frame.f_code.co_name in functions for frame, _ in traceback.walk_tb(exc.__traceback__)
+    )
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from reminders.senders.base import Message
 from reminders.senders.http import HttpSender
 
 from .stub_server import Canned, Request, StubServer
+from .tls_server import TlsServer, certificate
 
 SEND = "/api/send"
 LOGIN = "/api/login"
@@ -212,6 +214,46 @@ def test_duplicate_check__only_when_configured(make_http: Make) -> None:
     assert make_http().supports_duplicate_check is False
     sender = make_http(duplicate_check_seconds=600)
     assert (sender.supports_duplicate_check, sender.duplicate_check_seconds) == (True, 600)
+
+
+# -- TLS: what an SSLError says was sent ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return certificate(tmp_path_factory.mktemp("tls"))
+
+
+def test_send__tls_broken_while_reading_the_reply_is_in_doubt(
+    make_http: Make, tls_certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # urllib3 raises SSLError for a bad record in the reply too: the request had arrived.
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls_certificate[0]))
+    server = TlsServer("break-reply", *tls_certificate)
+    with server, pytest.raises(InDoubtSendError) as caught:
+        make_http(url=server.url + SEND).send(message())
+
+    assert server.requests == 1
+    assert caught.value.code == "network"
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["handshake refused", "untrusted"])
+def test_send__tls_failing_in_the_handshake_sent_nothing(
+    make_http: Make,
+    tls_certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    trusted: bool,
+) -> None:
+    if trusted:
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls_certificate[0]))
+    mode = "plain" if trusted else "break-reply"
+    server = TlsServer(mode, *tls_certificate)
+    with server, pytest.raises(TransientSendError) as caught:
+        make_http(url=server.url + SEND).send(message())
+
+    assert server.requests == 0
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert caught.value.code == "connect"
 
 
 # -- login --------------------------------------------------------------------------------
