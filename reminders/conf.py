@@ -212,6 +212,18 @@ class Settings:
         )
 
     @property
+    def MAX_JOB_FAILURES(self) -> int:
+        """Jobs in a row that may end before starting a run (a builder that hangs until
+        the job's timeout, or breaks its job) before the run is failed, and ops told."""
+        raw = self._get("MAX_JOB_FAILURES", 3)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+            raise ImproperlyConfigured(
+                _("%(name)s must be a whole number of at least %(minimum)d, not %(value)r.")
+                % {"name": "REMINDERS_MAX_JOB_FAILURES", "minimum": 1, "value": raw}
+            )
+        return raw
+
+    @property
     def RUN_TIMEOUT(self) -> float:
         """Seconds a run may be ``running`` before ``run_stuck`` reports it (once)."""
         return _positive_number("REMINDERS_RUN_TIMEOUT", self._get("RUN_TIMEOUT", 600))

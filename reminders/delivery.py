@@ -64,7 +64,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
@@ -212,11 +212,17 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
         # keys stay ``sending``: in doubt, as after a crash.
         if unrecorded:
             try:
-                _record_sent(unrecorded)
+                _record_sent_surely(unrecorded)
             except Exception:
                 logger.exception("could not record %d sent messages", len(unrecorded))
         raise
-    _finish(jobs, unrecorded, deferred)
+    try:
+        _finish(jobs, unrecorded, deferred)
+    except DatabaseError:
+        logger.warning(
+            "could not end the job in one transaction; ending it in parts", exc_info=True
+        )
+        _finish_apart(jobs, unrecorded, deferred)
     return sent
 
 
@@ -276,6 +282,53 @@ def _finish(
         ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
             last_run_at=timezone.now()
         )
+
+
+def _finish_apart(
+    jobs: Sequence[Job], unrecorded: list[tuple[Job, SendResult]], deferred: list[tuple[Job, float]]
+) -> None:
+    """``_finish`` once its one transaction failed (a deadlock, a lost connection): the
+    last batch's record first, tried again (``_record_sent_surely``), since a message
+    delivered and left ``sending`` would be taken for a crash and, where it cannot be
+    sent again, end ``unknown``; then the runs put back and the tasks stamped, each on
+    its own (either lost leaves runs to come back after their lease, no more)."""
+    _record_sent_surely(unrecorded)
+    try:
+        _defer(deferred)
+    except DatabaseError:
+        logger.exception("could not put %d runs back; they wait for their lease", len(deferred))
+    try:
+        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
+            last_run_at=timezone.now()
+        )
+    except DatabaseError:
+        logger.exception("could not stamp the tasks' last run time")
+
+
+# How often the record of messages sent is tried before they are left in doubt, and the
+# pause before the first try again (doubled each time).
+RECORD_TRIES = 3
+RECORD_PAUSE_SECONDS = 0.5
+
+
+def _record_sent_surely(done: list[tuple[Job, SendResult]]) -> None:
+    """``_record_sent``, tried again after a database error: a lost record leaves
+    delivered messages ``sending``, as if their worker had died mid-send. Raises the
+    last error if every try failed."""
+    pause = RECORD_PAUSE_SECONDS
+    for attempt in range(1, RECORD_TRIES + 1):
+        try:
+            _record_sent(done)
+            return
+        except DatabaseError:
+            if attempt == RECORD_TRIES:
+                logger.error("could not record %d sent messages; they stay in doubt", len(done))
+                raise
+            logger.warning("could not record %d sent messages; trying again", len(done))
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()  # a broken connection is reopened
+        time.sleep(pause)
+        pause *= 2
 
 
 def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
@@ -354,6 +407,9 @@ def _send_reserved(
         # The ledger rows first, the wait last: the request then leaves at its slot, not
         # a database round trip after it (late sends bunch up at the provider).
         time.sleep(max(0.0, slots[job.run.pk] - now))
+        if job.in_doubt and not _resend_is_safe(job.ledger, timezone.now()):
+            _window_passed(job)
+            continue
         outcome = _call(job)
         if isinstance(outcome, SendResult):
             done.append((job, outcome))
@@ -366,6 +422,23 @@ def _send_reserved(
         else:
             _record_failure(job, outcome)
     return done
+
+
+def _window_passed(job: Job) -> None:
+    """A message in doubt whose provider's window closed while it waited for its slot:
+    the copy would no longer be dropped, so it is not sent; the run is ``unknown``."""
+    sender = job.sender
+    seconds = sender.duplicate_check_seconds if sender is not None else 0
+    with _recording():
+        _give_up_in_doubt(
+            job.run,
+            job.ledger,
+            timezone.now(),
+            "unknown",
+            f"An earlier attempt may have delivered it, and the provider's window for "
+            f"dropping a copy ({seconds} s from its first send) passed before it could "
+            "be sent again.",
+        )
 
 
 def _stale_after(jobs: Sequence[Job]) -> float:
@@ -441,11 +514,23 @@ def start(token: str, run_ids: Sequence[int], now: datetime | None = None) -> li
             lease_owner=worker_id(),
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
             attempts=F("attempts") + 1,
+            # Started: no job lost it since, unless it is to be given up now.
+            job_failures=Case(
+                When(
+                    job_failures__gte=conf.MAX_JOB_FAILURES,
+                    then=F("job_failures"),
+                ),
+                default=Value(0),
+                output_field=PositiveSmallIntegerField(),
+            ),
             started_at=now,
             finished_at=None,
         )
+        # In the order they were claimed: by priority, then by how long they waited.
         runs = list(
-            TaskRun.objects.filter(pk__in=run_ids, lease_token=execution).select_related("task")
+            TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
+            .select_related("task")
+            .order_by("priority", "next_attempt_at")
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         others = Others.read(runs, ledger)
@@ -514,6 +599,9 @@ def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -
     if task.status == ScheduledTask.Status.CANCELLED:
         run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
         return None
+    if run.job_failures >= conf.MAX_JOB_FAILURES:
+        _give_up_lost_jobs(run, row, now)
+        return None
     if not _day_is_free(run, others, now):
         return None
     if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
@@ -528,6 +616,40 @@ def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
     return _in_doubt_job(run, row, now)
+
+
+JOB_FAILURES_CODE = "job_failures"
+
+
+def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None:
+    """End a run whose jobs kept ending before they started it
+    (``REMINDERS_MAX_JOB_FAILURES``), without preparing it again: what broke them is
+    most likely its own message (a builder that hangs until the job's timeout, or
+    kills its worker). ``failed``, and ops told, unless its own key is in doubt
+    (``unknown``) or was sent."""
+    message = (
+        f"Stopped after {run.job_failures} jobs in a row ended before starting it "
+        "(failed, timed out or lost with their worker): preparing its message, its "
+        "builder above all, may be what breaks them."
+    )
+    if row is not None and row.run_id == run.pk:
+        if row.status == SendLog.Status.SENT:
+            run.close_attempt(TaskRun.Status.SENT)
+            return
+        if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
+            _give_up_in_doubt(run, row, now, JOB_FAILURES_CODE, message)
+            return
+    error = PermanentSendError(message, code=JOB_FAILURES_CODE)
+    logger.error("run %s: %s", run.pk, message)
+    if run.close_attempt(TaskRun.Status.FAILED, code=JOB_FAILURES_CODE, message=message, now=now):
+        signals.after_commit(
+            signals.task_error,
+            ScheduledTask,
+            task=run.task,
+            code=JOB_FAILURES_CODE,
+            message=message,
+        )
+        signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
 
 
 def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
@@ -592,7 +714,10 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
 def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
     task = run.task
     try:
-        content = kinds.render(task, run)
+        # In a savepoint of its own: a builder's database error rolls back its work
+        # alone, not the job's transaction (PostgreSQL aborts it until a rollback).
+        with transaction.atomic():
+            content = kinds.render(task, run)
     except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
         _render_failed(run, exc)
         return None
@@ -645,11 +770,14 @@ def _in_doubt_job(run: TaskRun, row: SendLog, now: datetime) -> Job | None:
 
 
 def _give_up_in_doubt(run: TaskRun, row: SendLog, now: datetime, code: str, message: str) -> None:
+    """End the run ``unknown`` and its key with it, and tell ops; only while the run is
+    still ours (call it in a transaction: both or neither)."""
+    if not run.close_attempt(TaskRun.Status.UNKNOWN, code=code, message=message):
+        return
     SendLog.objects.filter(pk=row.pk).exclude(status=SendLog.Status.SENT).update(
         status=SendLog.Status.UNKNOWN, run=run, updated_at=now
     )
-    if run.close_attempt(TaskRun.Status.UNKNOWN, code=code, message=message):
-        signals.after_commit(signals.run_unknown, TaskRun, run=run)
+    signals.after_commit(signals.run_unknown, TaskRun, run=run)
 
 
 def _render_failed(run: TaskRun, exc: Exception) -> None:
@@ -753,19 +881,33 @@ def _hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: fl
     ``unknown`` if an earlier attempt may have delivered it."""
     if not jobs:
         return
-    fresh = [job.ledger for job in jobs if job.fresh]
-    _known_pks(fresh)
     with transaction.atomic():
+        held = _held(jobs)
+        fresh = [job.ledger for job in held if job.fresh]
+        _known_pks(fresh)
         SendLog.objects.filter(
             pk__in=[row.pk for row in fresh], status=SendLog.Status.SENDING
         ).delete()
-        for job in jobs:
+        for job in held:
             if not job.fresh:
                 status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
                 SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
                     status=status, attempts=F("attempts") - 1
                 )
     deferred.extend((job, until) for job in jobs)
+
+
+def _held(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs whose run this worker still holds, their rows locked until the
+    transaction ends (where the database locks rows), so that no claim takes one over
+    while its ledger row is changed: a stale holder never touches the key of the run's
+    new holder, which may be sending it right now."""
+    tokens = {job.run.lease_token for job in jobs}
+    rows = TaskRun.objects.filter(pk__in=[job.run.pk for job in jobs], lease_token__in=tokens)
+    if connection.features.has_select_for_update:
+        rows = rows.select_for_update()
+    ours = set(rows.values_list("pk", flat=True))
+    return [job for job in jobs if job.run.pk in ours]
 
 
 # Sending --------------------------------------------------------------------------------
@@ -803,12 +945,16 @@ def _record_throttled(job: Job, error: ThrottledSendError) -> None:
     """The provider refused the message as too fast: the key may be sent again later,
     and the run waits without spending its attempt."""
     status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
-    SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
-        status=status,
-        reply_code=error.code[:64],
-        error_message=error.message,
-        updated_at=timezone.now(),
-    )
+    with transaction.atomic():
+        if not _held([job]):
+            logger.warning("run %s: taken over before its throttled reply was recorded", job.run.pk)
+            return
+        SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
+            status=status,
+            reply_code=error.code[:64],
+            error_message=error.message,
+            updated_at=timezone.now(),
+        )
 
 
 @contextmanager

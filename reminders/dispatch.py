@@ -141,6 +141,13 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
                 default=F("attempts"),
                 output_field=PositiveSmallIntegerField(),
             ),
+            # A run still ``queued`` under an expired lease: the job that held it ended
+            # before starting it (it failed, timed out, or went with its worker).
+            job_failures=Case(
+                When(status=TaskRun.Status.QUEUED, then=F("job_failures") + 1),
+                default=F("job_failures"),
+                output_field=PositiveSmallIntegerField(),
+            ),
             status=TaskRun.Status.QUEUED,
             lease_owner=owner,
             lease_token=token,
@@ -149,21 +156,33 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)
             .order_by("priority", "next_attempt_at")
-            .values_list("pk", "priority")
+            .values_list("pk", "priority", "job_failures")
         )
         _enqueue(token, claimed)
-    return Claim(token, [pk for pk, _ in claimed])
+    return Claim(token, [pk for pk, _, _ in claimed])
 
 
-def _enqueue(token: str, claimed: list[tuple[int, int]]) -> None:
-    """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue."""
+def _enqueue(token: str, claimed: list[tuple[int, int, int]]) -> None:
+    """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue.
+
+    A run whose last job ended before starting it goes in a job of its own: if it is
+    what broke that job (a builder that hangs until the job's timeout), it breaks no
+    other run's again, and its own count (``job_failures``) tells it apart.
+    """
     queues: dict[str, list[int]] = {}
-    for pk, rank in claimed:
-        queues.setdefault(queue_for(rank), []).append(pk)
-    for queue, pks in queues.items():
-        for chunk in _chunks(pks, conf.RUNS_PER_JOB):
-            name = f"deliver-{token[:8]}-{chunk[0]}"
-            cluster.enqueue(queue, DELIVER, token, chunk, task_name=name)
+    alone: list[tuple[str, int]] = []
+    for pk, rank, job_failures in claimed:
+        if job_failures:
+            alone.append((queue_for(rank), pk))
+        else:
+            queues.setdefault(queue_for(rank), []).append(pk)
+    chunks = [(queue, [pk]) for queue, pk in alone]
+    chunks += [
+        (queue, chunk) for queue, pks in queues.items() for chunk in _chunks(pks, conf.RUNS_PER_JOB)
+    ]
+    for queue, chunk in chunks:
+        name = f"deliver-{token[:8]}-{chunk[0]}"
+        cluster.enqueue(queue, DELIVER, token, chunk, task_name=name)
 
 
 # The queues of the engine's clusters.

@@ -1343,6 +1343,7 @@ class TaskRun(models.Model):
     job_failures = models.PositiveSmallIntegerField(
         _("lost jobs"),
         default=0,
+        db_default=0,
         help_text=_(
             "Jobs in a row that held this run and ended before starting it (failed, "
             "timed out or lost with their worker)."
@@ -1489,11 +1490,15 @@ class TaskRun(models.Model):
 
         Written only while the run still holds the lease token it was started with:
         a worker whose lease ran out and was taken over changes nothing (returns False).
+        The token is kept in memory until the transaction commits: one rolled back
+        leaves the run held, and closing it again must still name its lease.
         """
         held = self.lease_token
         self._set_closed(status, code, message, retry_at, now or timezone.now())
-        closing = {name: getattr(self, name) for name in self.CLOSING_FIELDS}
-        return bool(sql.update(TaskRun, [self.pk], closing, lease_token=held))
+        closing = self.closing_values
+        closed = bool(sql.update(TaskRun, [self.pk], closing, lease_token=held))
+        self._forget_lease_on_commit(held)
+        return closed
 
     @classmethod
     def close_attempts(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> int:
@@ -1506,8 +1511,10 @@ class TaskRun(models.Model):
             run._set_closed(status, "", "", None, now)
         closed = 0
         for (_started, token), group in groups.items():
-            closing = {name: getattr(group[0], name) for name in cls.CLOSING_FIELDS}
+            closing = group[0].closing_values
             closed += sql.update(cls, [run.pk for run in group], closing, lease_token=token)
+            for run in group:
+                run._forget_lease_on_commit(token)
         return closed
 
     def _set_closed(
@@ -1520,8 +1527,25 @@ class TaskRun(models.Model):
         self.duration = now - self.started_at if self.started_at else None
         self.next_attempt_at = retry_at
         self.lease_owner = ""
-        self.lease_token = ""
         self.lease_expires_at = None
+
+    @property
+    def closing_values(self) -> dict[str, Any]:
+        """The columns a closing UPDATE writes: the closed state, the lease released."""
+        return {
+            name: "" if name == "lease_token" else getattr(self, name)
+            for name in self.CLOSING_FIELDS
+        }
+
+    def _forget_lease_on_commit(self, held: str) -> None:
+        """Drop the lease token from memory once the closing UPDATE commits (at once
+        outside a transaction), unless the run was started again meanwhile."""
+
+        def forget() -> None:
+            if self.lease_token == held:
+                self.lease_token = ""
+
+        transaction.on_commit(forget)
 
     def mark_stuck(self, now: datetime) -> bool:
         """Record that this attempt was reported stuck, and tell ops once the transaction
