@@ -28,6 +28,22 @@ truth:
   worker's run gives the attempt back, and a death while a send was in hand is counted
   apart (``crashes``). A run whose message keeps killing its worker is given up as
   ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
+* One run never poisons its job. Each run's message is prepared (its builder called)
+  in a savepoint of its own, so a builder's database error fails that run alone
+  (PostgreSQL would abort the job's whole transaction). A run still ``queued`` when
+  its lease ran out was held by a job that ended before starting it (a builder that
+  hangs until django-q2's timeout kills the worker): the claim counts it
+  (``job_failures``) and sends it in a job of its own; a start clears the count, and
+  after ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed without being
+  prepared again, and ops told.
+* A message in doubt is sent again only if the provider's window is still open when
+  it leaves, after its rate-limit wait, not only when its job started.
+* A stale holder writes nothing the new holder owns: the ledger rows a job hands back
+  or marks throttled change only while its run is still held under its lease (the
+  run's row locked meanwhile), and a closed run keeps its lease token in memory until
+  the close commits. If the transaction that ends a job fails, the last batch's
+  record is tried again on its own: a delivered message left ``sending`` would be
+  taken for a crash, and where it cannot be sent again, end ``unknown``.
 * A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
   the run of a re-planned occurrence; one that did makes that run a ``skipped``
   duplicate. A task that fires at most once a day never sends twice on one local day,
