@@ -45,7 +45,7 @@ import re
 import ssl
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -101,12 +101,18 @@ def bare_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
+# Every value of a query string: ``?a=1&b=2`` keeps its names only.
+_QUERY_VALUE = re.compile(r"([?&][^=&?#\s'\"]+=)[^&#\s'\"]+")
+
+
 class RedactingFilter(logging.Filter):
-    """Masks credential query parameters in records: urllib3 logs every URL at DEBUG."""
+    """Masks every query value in urllib3's records: it logs each request line at
+    DEBUG, query and all, and a credential may sit under any name (``?u=...``), not only
+    under one that says so."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = SECRET_PARAMS.sub(r"\1" + REDACTED, message)
+        masked = _QUERY_VALUE.sub(r"\1" + REDACTED, SECRET_PARAMS.sub(r"\1" + REDACTED, message))
         if masked != message:
             record.msg, record.args = masked, ()
         return True
@@ -514,8 +520,16 @@ class HttpSender(BaseSender):
     def secrets(self) -> set[str]:
         """Everything configured that may be a credential: header values, the login
         body, body constants under credential names, the URLs' query values and
-        passwords, and the tokens and expanded environment values seen since."""
+        passwords, the value of every ``${NAME}`` any template names (as the environment
+        holds it now: what a request carries, and a gateway may echo), and the tokens
+        seen since."""
         found = set(self._secret_values) | set(super().secrets())
+        found.update(
+            _env_values(
+                self.headers, self.login_headers, self.body, self.login_body,
+                self.url, self.login_url,
+            )
+        )  # fmt: skip
         found.update(str(value) for value in self.headers.values())
         found.update(str(value) for value in self.login_headers.values())
         found.update(secret_leaves(self.login_body, secret=True))
@@ -649,6 +663,21 @@ class HttpSender(BaseSender):
             TransientSendError if code in self.transient_values else PermanentSendError
         )
         raise error_class(text, code=code[:64])
+
+
+def _env_values(*templates: Any) -> Iterator[str]:
+    """The values of the environment variables ``templates`` name as ``${NAME}``, in
+    their strings at any depth (keys included); unset ones have none."""
+    for template in templates:
+        if isinstance(template, Mapping):
+            yield from _env_values(*template.keys(), *template.values())
+        elif isinstance(template, list | tuple):
+            yield from _env_values(*template)
+        elif isinstance(template, str):
+            for name in _ENV_REFERENCE.findall(template):
+                value = os.environ.get(name)
+                if value:
+                    yield value
 
 
 def _url_secrets(url: str) -> list[str]:

@@ -26,6 +26,9 @@ from .stub_server import Canned, StubServer
 pytestmark = pytest.mark.django_db
 
 SECRET = "Pl4nted-S3cret-9f2c"
+# A secret the settings name only as ${H2_GATEWAY_ACCOUNT}: read from the environment.
+ENV_SECRET = "Env-Acc0unt-5e1d"
+ENV_KEY = "Env-K3y-0c4b"
 
 
 def closed_port() -> int:
@@ -47,12 +50,27 @@ def channels(stub: StubServer) -> dict[str, dict[str, Any]]:
             **gateway,
             "OPTIONS": {"url": f"{down}/send?apikey={SECRET}&user=u:{SECRET}"},
         },
+        # A server that answers, so that urllib3 logs the request line, query and all;
+        # the secret sits under a name that says nothing of it.
+        "url_live": {**gateway, "OPTIONS": {"url": f"{stub.url}/nowhere?appid=crm&u={SECRET}"}},
         "userinfo": {**gateway, "OPTIONS": {"url": f"http://user:{SECRET}@127.0.0.1:0/send"}},
         "body": {
             **gateway,
             "OPTIONS": {
                 "url": stub.url + "/echo",
                 "body": {"to": "{recipient}", "text": "{content}", "password": SECRET},
+                "success_field": "code",
+                "success_values": [0],
+                "error_field": "msg",
+            },
+        },
+        # ${ENV} values, expanded into a request the gateway echoes in its error.
+        "env": {
+            **gateway,
+            "OPTIONS": {
+                "url": stub.url + "/echo",
+                "headers": {"X-Key": "${H2_GATEWAY_KEY}"},
+                "body": {"to": "{recipient}", "text": "{content}", "from": "${H2_GATEWAY_ACCOUNT}"},
                 "success_field": "code",
                 "success_values": [0],
                 "error_field": "msg",
@@ -99,7 +117,9 @@ def login_failure(request: Any) -> Canned:
 
 
 @pytest.fixture
-def planted(settings, stub: StubServer) -> list[str]:
+def planted(settings, stub: StubServer, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("H2_GATEWAY_ACCOUNT", ENV_SECRET)
+    monkeypatch.setenv("H2_GATEWAY_KEY", ENV_KEY)
     stub.on("/echo", echo)
     stub.on("/login", login_failure)
     configured = channels(stub)
@@ -108,7 +128,7 @@ def planted(settings, stub: StubServer) -> list[str]:
 
 
 def test_a_secret_in_any_channel_field_never_reaches_rows_pages_or_logs(
-    planted, make_task, admin_client, caplog
+    planted, stub, make_task, admin_client, caplog
 ):
     caplog.set_level(logging.DEBUG)
     tasks = [make_task(channel=alias, recipient=f"user-{alias}") for alias in planted]
@@ -128,7 +148,11 @@ def test_a_secret_in_any_channel_field_never_reaches_rows_pages_or_logs(
     for run in runs:
         url = reverse("admin:reminders_taskrun_change", args=[run.pk])
         texts.append(admin_client.get(url).text)
-    leaks = [text for text in texts if SECRET in text]
+    # Each channel met its failure: the live URL was requested (and logged by urllib3),
+    # the echo gateway got the expanded ${ENV} value and said it back.
+    assert any("/nowhere?" in record.getMessage() for record in caplog.records)
+    assert any(ENV_SECRET.encode() in request.body for request in stub.calls("/echo"))
+    leaks = [text for text in texts if any(s in text for s in (SECRET, ENV_SECRET, ENV_KEY))]
     assert not leaks, leaks
     # The masking is visible where a secret was quoted.
     assert any("***" in text for text in texts)
