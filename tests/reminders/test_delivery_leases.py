@@ -160,32 +160,55 @@ def test_a_cancelled_task_s_claimed_run_is_cancelled_not_sent(make_task, outbox)
     assert outbox == []
 
 
+class CrmBug(Exception):
+    """What a CRM's own code may raise: nothing the engine knows of."""
+
+
+# What a builder may meet, beyond the ValueError of a template: any exception at all, or
+# a value that is not a message. Each fails its run only, saying what it was.
+BREAKAGES = {
+    "ValueError": ValueError("template variable 'customer' missing"),
+    "KeyError": KeyError("customer"),
+    "ZeroDivisionError": ZeroDivisionError("division by zero"),
+    "CrmBug": CrmBug("the CRM's database is read-only"),
+    "RecursionError": RecursionError("maximum recursion depth exceeded"),
+    "returned NoneType": None,
+}
+
+
 @pytest.fixture
 def breakable_kind():
-    """A CRM kind that renders when its tasks are scheduled; ``break_it()`` makes its
-    builder raise from then on (a deploy that changed it)."""
+    """A CRM kind that renders when its tasks are scheduled; ``break_it(how)`` makes its
+    builder raise ``how`` (or return it, if it is not an exception) from then on (a
+    deploy that changed it)."""
 
     def render(task, run):
         if broken:
-            raise ValueError("template variable 'customer' missing")
+            if isinstance(broken[0], BaseException):
+                raise broken[0]
+            return broken[0]
         return kinds.Content("text", {"content": "renewal"})
 
-    broken: list[bool] = []
+    broken: list[Any] = []
     kinds.register(kinds.Kind("renewal", "Renewal", render))
-    yield lambda: broken.append(True)
+    yield broken.append
     kinds._registry.pop("renewal", None)
 
 
+@pytest.mark.parametrize("said", sorted(BREAKAGES))
 def test_a_render_error_fails_its_run_only_and_tells_ops(
-    make_task, outbox, received, breakable_kind
+    make_task, outbox, received, breakable_kind, said
 ):
     bad = make_task("renewal")
     good = [make_task() for _ in range(3)]
-    breakable_kind()
+    breakable_kind(BREAKAGES[said])
     assert tick() == 3
     run = bad.runs.get()
     assert (run.status, run.error_code) == ("failed", "render")
-    assert "template variable 'customer' missing" in run.error_message
+    assert run.error_message.startswith("BuilderFailed: Builder ")
+    assert said in run.error_message
+    if isinstance(BREAKAGES[said], BaseException):
+        assert str(BREAKAGES[said]) in run.error_message
     assert ("task_error", bad.pk, "completed") in received  # a one-shot, planned
     assert ("run_failed", run.pk, "failed") in received
     assert {task.runs.get().status for task in good} == {"sent"}

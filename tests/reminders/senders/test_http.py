@@ -138,14 +138,27 @@ def test_send__success_values_compare_as_text(make_http: Make, stub: StubServer)
     assert (result.code, result.message_id) == ("0", "5")
 
 
-@pytest.mark.parametrize("status", [500, 503, 408])
-def test_send__server_errors_are_passing(make_http: Make, stub: StubServer, status: int) -> None:
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_send__a_server_error_is_in_doubt(make_http: Make, stub: StubServer, status: int) -> None:
+    # The request reached a server that failed while handling it: it may have passed
+    # the message on first.
     stub.on(SEND, Canned(raw=b"oops", status=status))
+
+    with pytest.raises(InDoubtSendError) as caught:
+        make_http().send(message())
+
+    assert (caught.value.code, caught.value.category) == (f"http-{status}", "in_doubt")
+
+
+def test_send__408_is_passing_and_certain(make_http: Make, stub: StubServer) -> None:
+    # The server gave up waiting for our request: it never took it.
+    stub.on(SEND, Canned(raw=b"request timeout", status=408))
 
     with pytest.raises(TransientSendError) as caught:
         make_http().send(message())
 
-    assert caught.value.code == f"http-{status}"
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert (caught.value.code, caught.value.category) == ("http-408", "passing")
 
 
 def test_send__429_pauses_for_retry_after(make_http: Make, stub: StubServer) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import pytest
 
 from reminders.exceptions import (
     ConfigurationSendError,
+    InDoubtSendError,
     PayloadSendError,
     ThrottledSendError,
     TransientSendError,
@@ -144,14 +146,32 @@ def test_send__frequency_limit_is_throttled_for_a_minute(
     assert caught.value.pause_seconds >= 60
 
 
-def test_send__network_failure_is_passing_without_the_key(
+def test_send__a_connection_dropped_after_the_post_is_in_doubt_without_the_key(
     robot: WeComRobotSender, stub: StubServer
 ) -> None:
+    # The robot may have posted it; it has no duplicate check, so it is never re-sent.
     stub.on(WEBHOOK, Canned(drop=True))
+
+    with pytest.raises(InDoubtSendError) as caught:
+        robot.send(Message("ops", "text", {"content": "hi"}, "a"))
+
+    assert (caught.value.code, caught.value.category) == ("network", "in_doubt")
+    assert len(stub.calls(WEBHOOK)) == 1
+    assert robot.resends(Message("ops", "text", {"content": "hi"}, "a")) is False
+    assert KEY not in str(caught.value)
+
+
+def test_send__a_refused_connection_is_passing_and_certain(stub: StubServer) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    robot = WeComRobotSender("ops", key=KEY, api_base=closed, timeout=1.0)
 
     with pytest.raises(TransientSendError) as caught:
         robot.send(Message("ops", "text", {"content": "hi"}, "a"))
 
+    assert not isinstance(caught.value, InDoubtSendError)
+    assert (caught.value.code, caught.value.category) == ("connect", "passing")
     assert KEY not in str(caught.value)
 
 
