@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import calendar as month_grid
 import csv
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -156,7 +157,8 @@ WORKING_WEEKEND_MARK = "+"
 def year_text(calendar: str, year: int) -> str:
     """``year`` of ``calendar`` month by month, as a person checks it against the
     notice: each day with ``*`` if rested, ``+`` if a weekend day worked; under each
-    month the days that differ from Monday to Friday, with their source."""
+    month the days that differ from Monday to Friday and the days ops entered, with
+    their source."""
     decisions = {
         day: calendars.decide(calendar, day)
         for day in (date(year, 1, 1) + timedelta(days=n) for n in range(366))
@@ -171,7 +173,7 @@ def year_text(calendar: str, year: int) -> str:
         },
         "",
     ]
-    heads = " ".join(f"{name:>3}" for name in _weekday_names())
+    heads = " ".join(_padded(name) + " " for name in _weekday_names()).rstrip()
     for month in range(1, 13):
         lines += [f"{year}-{month:02d}", heads]
         for week in month_grid.Calendar().monthdayscalendar(year, month):
@@ -188,11 +190,11 @@ def year_text(calendar: str, year: int) -> str:
                     mark = WORKING_WEEKEND_MARK
                 cells.append(f"{number:>2}{mark}")
             lines.append(" ".join(cells).rstrip())
+        entered = calendars.entries(calendar).days
         for day, decision in decisions.items():
             if day.month != month or decision is None:
                 continue
-            weekday = day.weekday() < 5
-            if decision.working != weekday:
+            if decision.working != (day.weekday() < 5) or day in entered:
                 kind = _("working") if decision.working else _("rest")
                 lines.append(f"  {day.isoformat()} {kind}: {decision.said()}")
         lines.append("")
@@ -217,6 +219,12 @@ def _coverage_line(calendar: str, year: int) -> str:
         "Calendar %(calendar)r, %(year)d: not covered. Its days follow the fallback rule "
         "%(rule)r until the year's notice is imported."
     ) % {**values, "rule": chosen.uncovered}
+
+
+def _padded(name: str) -> str:
+    """``name`` right-aligned in two columns of a terminal (a CJK character takes two)."""
+    width = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in name)
+    return " " * max(0, 2 - width) + name
 
 
 def _weekday_names() -> list[str]:

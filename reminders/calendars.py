@@ -53,6 +53,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -152,10 +153,16 @@ class ChineseCalendar(Calendar):
         return range(min(known).year, max(known).year + 1)
 
     def source(self) -> str:
-        try:
-            return f"chinesecalendar {version('chinesecalendar')}"
-        except PackageNotFoundError:  # pragma: no cover - installed without metadata
-            return "chinesecalendar"
+        return _chinesecalendar_release()
+
+
+@cache
+def _chinesecalendar_release() -> str:
+    """The package and its version, read once (every run records it)."""
+    try:
+        return f"chinesecalendar {version('chinesecalendar')}"
+    except PackageNotFoundError:  # pragma: no cover - installed without metadata
+        return "chinesecalendar"
 
 
 @dataclass(frozen=True)
@@ -255,13 +262,19 @@ def covers(calendar: str, year: int) -> bool:
     return get(calendar).covers(year) or year in entries(calendar).years
 
 
+# ``covered_until`` looks this many years ahead at most (a backend may cover them all).
+COVERAGE_HORIZON = 100
+
+
 def covered_until(calendar: str, today: date | None = None) -> date:
     """The last day of the run of covered years from ``today``'s (default: the current
-    local date); the eve of its year when ``today``'s own year is not covered."""
+    local date), at most ``COVERAGE_HORIZON`` years on; the eve of its year when
+    ``today``'s own year is not covered."""
     from django.utils import timezone
 
-    year = (today or timezone.localdate()).year
-    while covers(calendar, year):
+    first = (today or timezone.localdate()).year
+    year = first
+    while year < first + COVERAGE_HORIZON and covers(calendar, year):
         year += 1
     return date(year - 1, 12, 31)
 
