@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from ops import metrics
@@ -252,6 +251,12 @@ def test_access__x_forwarded_for_is_not_believed(client, settings):
 
 def test_only_get_and_head(client, settings):
     settings.OPS_METRICS_ALLOWED_NETWORKS = ["127.0.0.1/32"]
-    assert client.post("/metrics").status_code == 405
-    assert client.head("/metrics").status_code == 200
-    assert timezone.now()  # the clock is the real one here
+    for method in (client.post, client.put, client.delete, client.options):
+        refused = method("/metrics")
+        assert refused.status_code == 405, method
+        assert {m.strip() for m in refused["Allow"].split(",")} == {"GET", "HEAD"}
+    got, head = client.get("/metrics"), client.head("/metrics")
+    assert got.status_code == head.status_code == 200
+    # The same answer, headers and all, as a scraper probing with HEAD expects.
+    assert head["Content-Type"] == got["Content-Type"]
+    assert got["Content-Type"].startswith("text/plain; version=")

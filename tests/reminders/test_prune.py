@@ -363,14 +363,19 @@ def test_an_age_inside_what_the_engine_still_reads_is_refused(now):
         retention.prune(timedelta(days=3))
 
 
-def test_the_floor_follows_the_kinds_make_up_horizon(settings):
+def test_the_floor_follows_the_kinds_make_up_horizon(settings, now):
     settings.REMINDERS_KINDS = {"daily_report": {"compensate_max_age_seconds": 30 * 86400}}
+    task = daily_task()
+    add_run(task, now - 31 * DAY)
+    kept = add_run(task, now - 29 * DAY)
     with pytest.raises(CommandError, match="daily_report"):
         prune("--older-than", "4w")
-    prune("--older-than", "30d")
+    assert TaskRun.objects.count() == 2
+    assert "Deleted 1 run" in prune("--older-than", "30d")
+    assert list(TaskRun.objects.all()) == [kept]
 
 
-def test_the_floor_follows_the_longest_duplicate_window(settings):
+def test_the_floor_follows_the_longest_duplicate_window(settings, now):
     settings.REMINDERS_CHANNELS = {
         **settings.REMINDERS_CHANNELS,
         "gateway": {
@@ -378,9 +383,14 @@ def test_the_floor_follows_the_longest_duplicate_window(settings):
             "OPTIONS": {"url": "http://127.0.0.1:9", "duplicate_check_seconds": 10 * 86400},
         },
     }
+    task = daily_task()
+    add_run(task, now - 11 * DAY)
+    kept = add_run(task, now - 9 * DAY)
     with pytest.raises(CommandError, match="duplicate window of channel 'gateway'"):
         prune("--older-than", "9d")
-    prune("--older-than", "10d")
+    assert TaskRun.objects.count() == 2
+    assert "Deleted 1 run" in prune("--older-than", "10d")
+    assert list(TaskRun.objects.all()) == [kept]
 
 
 def test_a_default_inside_the_floor_names_the_setting(settings):

@@ -82,9 +82,19 @@ def test_validate_cron__rejects_a_schedule_that_never_fires(expression):
         timing.validate_cron(expression)
 
 
-@pytest.mark.parametrize("expression", ["0 9 29 2 *", "0 9 30 2 1", "@yearly"])
-def test_validate_cron__accepts_a_rare_schedule_that_fires(expression):
-    timing.validate_cron(expression)  # Feb 29 may be 8 years away; "30 2 1" is any Monday
+@pytest.mark.parametrize(
+    ("expression", "after", "fires"),
+    [
+        # Feb 29 may be 8 years away (2100 is no leap year).
+        ("0 9 29 2 *", datetime(2096, 3, 1, tzinfo=UTC), datetime(2104, 2, 29, 9, tzinfo=UTC)),
+        # Day 30 or a Monday, in February: any Monday of it.
+        ("0 9 30 2 1", datetime(2026, 3, 1, tzinfo=UTC), datetime(2027, 2, 1, 9, tzinfo=UTC)),
+        ("@yearly", datetime(2026, 3, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_validate_cron__accepts_a_rare_schedule_that_fires(expression, after, fires):
+    assert timing.validate_cron(expression) is None  # accepted: no InvalidSchedule
+    assert timing.next_occurrence(expression, "UTC", after) == fires
 
 
 def test_zone__rejects_unknown_name():
