@@ -86,8 +86,9 @@ def task_error(
 
 @receiver(signals.calendar_uncovered, dispatch_uid="ops.calendar_uncovered")
 def calendar_uncovered(
-    sender: Any, task: ScheduledTask, calendar: str, year: int, **kwargs: Any
+    sender: Any, task: ScheduledTask, calendar: str, year: int, rule: str = "", **kwargs: Any
 ) -> None:
+    decided = f": the fallback rule {rule!r} decided the day" if rule else ""
     AlertEvent.objects.record(
         AlertType.CALENDAR_UNCOVERED,
         occurred_at=timezone.now(),
@@ -95,7 +96,7 @@ def calendar_uncovered(
         channel=task.channel,
         scope=f"{calendar} {year}",
         code="calendar_uncovered",
-        message=f"Calendar {calendar!r} does not cover {year}.",
-        data={"calendar": calendar, "year": year},
+        message=f"Calendar {calendar!r} does not cover {year}{decided}.",
+        data={"calendar": calendar, "year": year, "rule": rule},
         task_id=task.pk,
     )

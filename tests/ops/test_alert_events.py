@@ -140,6 +140,8 @@ def test_a_year_the_calendar_does_not_cover_is_one_alert_per_calendar_and_year(
     in_hooks(lambda: dispatch.materialize(now=monday + timedelta(minutes=1)))
     assert set(TaskRun.objects.values_list("error_code", flat=True)) == {"calendar_uncovered"}
     assert AlertEvent.objects.filter(type="calendar_uncovered").count() == 3
+    event = AlertEvent.objects.filter(type="calendar_uncovered").first()
+    assert "the fallback rule 'skip' decided the day" in event.message
     [alert] = clock.step().opened
     assert (alert.scope, alert.event_count) == (f"cn {year}", 3)
     assert (

@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 
 from reminders import calendars, timing
 from reminders.calendar_days import CalendarDay, CalendarYear
-from reminders.checks import check_settings
+from reminders.checks import check_calendars, check_settings
 from reminders.models import ScheduledTask
 from tests.support.jobs import tick
 
@@ -143,6 +143,14 @@ def test_fallback_rule__anything_but_weekdays_or_skip_is_refused(settings):
         calendars.get("cn")
     errors = [m for m in check_settings() if m.id == "reminders.E010"]
     assert errors and "UNCOVERED" in errors[0].msg
+
+
+def test_check__a_year_ops_entered_in_full_is_not_warned_of():
+    [warning] = check_calendars(databases=["default"], today=date(2027, 6, 1))
+    assert warning.id == "reminders.W005"
+    assert "'weekdays'" in warning.msg and "reminders_calendar import" in warning.hint
+    CalendarYear.objects.create(calendar="cn", year=2027, note=NOTICE)
+    assert check_calendars(databases=["default"], today=date(2027, 6, 1)) == []
 
 
 # The import and the printout ------------------------------------------------------
