@@ -149,11 +149,17 @@ class ChineseCalendar(Calendar):
         return bool(chinese_calendar.is_workday(day))
 
     def years(self) -> range:
-        known = [*chinese_constants.holidays, *chinese_constants.workdays]
-        return range(min(known).year, max(known).year + 1)
+        return _chinese_years()
 
     def source(self) -> str:
         return _chinesecalendar_release()
+
+
+@cache
+def _chinese_years() -> range:
+    """The years the package's data spans, read once (it is asked for every run)."""
+    known = [*chinese_constants.holidays, *chinese_constants.workdays]
+    return range(min(known).year, max(known).year + 1)
 
 
 @cache
