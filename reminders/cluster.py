@@ -30,11 +30,13 @@ Neither cluster ever takes the other's jobs:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from typing import Any
 
 from django import db
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django_q.brokers import Broker
 from django_q.brokers.orm import ORM
@@ -42,8 +44,11 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
+from . import outage
 from .conf import CLUSTER_KEYS
 from .conf import settings as conf
+
+logger = logging.getLogger(__name__)
 
 HIGH_QUEUE_SUFFIX = "-high"
 
@@ -62,7 +67,12 @@ class EngineBroker(ORM):
     the queue in hand one job per worker (``run_as``), a host holds at most three jobs
     a worker (running, queued, in the pusher's hand) and leaves the rest of a burst to
     the other hosts' workers, instead of working through it alone while they idle.
+
+    A database that went away is polled again every ``AWAY_POLL_SECONDS``
+    (``reminders.outage``), not after django-q2's 10 s.
     """
+
+    away = False  # the last read of the queue failed
 
     def get_connection(self, list_key: str | None = None) -> Any:
         alias = conf.CLUSTER["orm"]
@@ -72,6 +82,32 @@ class EngineBroker(ORM):
         return OrmQ.objects.using(alias)
 
     def dequeue(self) -> list[tuple[int, str]] | None:
+        try:
+            taken = self._take()
+        except DatabaseError:
+            self._lost()
+            return None
+        if self.away:
+            self.away = False
+            logger.info("the database answers again: taking jobs from %s", self.list_key)
+        if taken:
+            return taken
+        time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        return None
+
+    def _lost(self) -> None:
+        """The database failed a read of the queue: django-q2's pusher would sleep 10 s and
+        die, for the sentinel to start another; polling again shortly instead takes the
+        first jobs within ``AWAY_POLL_SECONDS`` of the database's return (high priority
+        runs are due then)."""
+        if not self.away:
+            logger.warning("could not read %s: the database is away", self.list_key, exc_info=True)
+        self.away = True
+        with contextlib.suppress(DatabaseError):
+            db.connections[conf.CLUSTER["orm"]].close()
+        time.sleep(outage.AWAY_POLL_SECONDS)
+
+    def _take(self) -> list[tuple[int, str]]:
         queue = self.get_connection()
         alias = conf.CLUSTER["orm"]
         features = db.connections[alias].features
@@ -84,10 +120,7 @@ class EngineBroker(ORM):
             taken = list(due.values_list("pk", "payload")[: min(Conf.BULK, Conf.WORKERS)])
             if taken:
                 queue.filter(pk__in=[pk for pk, _ in taken]).update(lock=self.timeout(None))
-        if taken:
-            return taken
-        time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
-        return None
+        return taken
 
     def info(self) -> str:
         return f"ORM {conf.CLUSTER['orm']}"

@@ -21,6 +21,8 @@ Run any number of these, on any number of hosts, against one database. Each one:
   (``REMINDERS_CLUSTER``, never the host project's ``Q_CLUSTER``: see
   ``reminders.cluster``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers
   reading only the high priority queue, which bulk work therefore never occupies;
+* when the database failed a tick and answers again, hands back what it claimed and no
+  worker started, at once rather than after their lease (``reminders.outage``);
 * on SIGTERM or SIGINT ends its sleep at once, stops claiming, hands back what no
   worker started, lets the workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``),
   and exits.
@@ -97,6 +99,9 @@ class ReminderWorker:
         self._sleeper: wake.Sleeper | None = None  # while ``run`` runs
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
+        # The database failed a tick or a read since the last good one: what this
+        # process claimed and no worker started is given back once it answers again.
+        self._lost_database = False
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -203,6 +208,7 @@ class ReminderWorker:
             due = dispatch.next_due(only_high=self._pressed)
         except DatabaseError:
             logger.exception("could not read when work is next due; sleeping a tick")
+            self._lost_database = True
             connections.close_all()
             return self.tick_seconds
         if due is None:
@@ -213,11 +219,28 @@ class ReminderWorker:
     def _tick_safely(self) -> bool:
         close_old_connections()
         try:
+            if self._lost_database:
+                self._give_back_unstarted()
             return self.tick()
         except DatabaseError:
             logger.exception("scheduler tick failed; trying again next tick")
+            self._lost_database = True
             connections.close_all()
             return False
+
+    def _give_back_unstarted(self) -> None:
+        """The database answers again after it failed us: hand back what this process
+        claimed and no worker started, as a graceful stop does, rather than leave it to
+        the lease. Their jobs failed meanwhile, or wait behind a pusher that could not
+        read them; a job that does start later finds its runs gone and does nothing,
+        and the tick that follows claims them again at once."""
+        released = dispatch.release(self.owner)
+        self._lost_database = False
+        if released:
+            logger.info(
+                "the database answers again: handed back %d claimed runs no worker had started",
+                released,
+            )
 
     # The cluster children ----------------------------------------------------------------
 

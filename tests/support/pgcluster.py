@@ -67,9 +67,11 @@ class Cluster:
         )
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
 
-    def stop(self) -> None:
-        """A fast shutdown: every session is ended at once, as a restart does."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+    def stop(self, mode: str = "fast") -> None:
+        """A fast shutdown: every session is ended at once, as a restart does.
+        ``immediate``: the server is killed outright, as a crash or a failover does, and
+        recovers from its log when started again."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 
     def create_database(self, name: str) -> str:
         with psycopg.connect(self.url(), autocommit=True) as conn:
