@@ -644,9 +644,9 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
     kills its worker). ``failed``, and ops told, unless its own key is in doubt
     (``unknown``) or was sent."""
     message = (
-        f"Stopped after {run.job_failures} jobs in a row ended before starting it "
-        "(failed, timed out or lost with their worker): preparing its message, its "
-        "builder above all, may be what breaks them."
+        f"Stopped after the jobs that held it ended before starting it, "
+        f"{run.job_failures} in a row (failed, timed out or lost with their worker): "
+        "preparing its message, its builder above all, may be what breaks them."
     )
     if row is not None and row.run_id == run.pk:
         if row.status == SendLog.Status.SENT:

@@ -1623,6 +1623,7 @@ class TaskRun(models.Model):
                 .update(
                     status=self.Status.RETRYING,
                     attempts=0,
+                    job_failures=0,
                     next_attempt_at=now,
                     finished_at=None,
                     handled_at=None,

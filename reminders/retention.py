@@ -1,5 +1,5 @@
-"""Retention: the finished runs and ledger rows ``reminders_prune`` deletes, and why
-everything else stays.
+"""Retention: the finished runs, ledger rows and completed one-shot tasks
+``reminders_prune`` deletes, and why everything else stays.
 
 History grows by a run per occurrence and a ledger row per message. ``prune`` deletes
 what is older than a cut-off (``now - older_than``) and no longer read by anything that
@@ -19,10 +19,18 @@ Invariants, each with the reader it protects:
 * Old means everything about a run is old: its occurrence, due time and creation, and
   its finishing time where it has one, are all before the cut-off. A run recorded
   finished from the start (``skipped``) has none: its creation says when.
-* A one-shot task keeps the run of its time (``run_at``) as long as the task exists.
-  Planning it again (scheduled again after a cancel, resumed from an error) plans that
-  same occurrence, and that run (one per task and occurrence) is what stops it from
-  being planned, and sent, a second time.
+* A one-shot task keeps the runs of every time it had (``run_at``, now or before it
+  was moved) as long as the task exists, but cancelled runs and runs made on request.
+  Planning a time again (scheduled again after a cancel, moved back, resumed from an
+  error) plans that same occurrence, and its run (one per task and occurrence) is what
+  stops it from being sent a second time; a cancelled one would be put back in line
+  anyway, and a run made on request is never planned again.
+* A completed one-shot task goes whole, with its runs, once it is old (its time, its
+  creation and its last change before the cut-off) and every run of it would go by the
+  rules above but that one (no run unfinished, none ``unknown`` unhandled, none
+  recent). Its ledger rows stay by their own rule (a row outlives its task). Of a
+  keyed one, its key and time stay (``PrunedOneShot``): scheduling them again by the
+  key completes the new task at once rather than sending it again.
 * A task that still has an unfinished run from before the cut-off (or up to a local
   day after it) keeps every run: delivery reads the runs of that run's local day to
   send at most one message a day.
@@ -67,7 +75,7 @@ from django.utils.translation import ngettext
 from . import kinds
 from .conf import settings as conf
 from .exceptions import RemindersError, RetentionTooShort
-from .models import ScheduledTask, SendLog, TaskRun
+from .models import PrunedOneShot, ScheduledTask, SendLog, TaskRun
 from .senders import get_sender
 
 logger = logging.getLogger(__name__)
@@ -176,23 +184,41 @@ def default_age() -> timedelta:
     return timedelta(days=conf.RETENTION_DAYS)
 
 
-def prunable_runs(cutoff: datetime) -> models.QuerySet[TaskRun]:
-    """The runs a prune at ``cutoff`` deletes (see the module docstring)."""
+def _done_with(cutoff: datetime) -> Q:
+    """Runs settled and old at ``cutoff`` (see the module docstring)."""
     settled = Q(status__in=SETTLED) | Q(status=TaskRun.Status.UNKNOWN, handled_at__lt=cutoff)
     old = Q(occurrence__lt=cutoff, due_at__lt=cutoff, created_at__lt=cutoff) & (
         Q(finished_at__isnull=True) | Q(finished_at__lt=cutoff)
     )
-    one_shot_time = ScheduledTask.objects.filter(
-        pk=OuterRef("task_id"), run_at=OuterRef("occurrence")
-    )
+    return settled & old
+
+
+def prunable_runs(cutoff: datetime) -> models.QuerySet[TaskRun]:
+    """The runs a prune at ``cutoff`` deletes (see the module docstring)."""
+    of_one_shot = ScheduledTask.objects.filter(pk=OuterRef("task_id"), cron="")
+    planned_again = Exists(of_one_shot) & Q(is_manual=False) & ~Q(status=TaskRun.Status.CANCELLED)
     unfinished_then = TaskRun.objects.filter(
         task_id=OuterRef("task_id"),
         status__in=TaskRun.UNFINISHED,
         occurrence__lt=cutoff + SAME_DAY,
     )
-    return TaskRun.objects.filter(settled, old).filter(
-        ~Exists(one_shot_time), ~Exists(unfinished_then)
+    return (
+        TaskRun.objects.filter(_done_with(cutoff))
+        .exclude(planned_again)
+        .filter(~Exists(unfinished_then))
     )
+
+
+def prunable_tasks(cutoff: datetime) -> models.QuerySet[ScheduledTask]:
+    """The completed one-shot tasks a prune at ``cutoff`` deletes, with their runs."""
+    kept_run = TaskRun.objects.filter(task_id=OuterRef("pk")).exclude(_done_with(cutoff))
+    return ScheduledTask.objects.filter(
+        status=ScheduledTask.Status.COMPLETED,
+        cron="",
+        run_at__lt=cutoff,
+        created_at__lt=cutoff,
+        updated_at__lt=cutoff,
+    ).filter(~Exists(kept_run))
 
 
 def prunable_ledger(cutoff: datetime) -> models.QuerySet[SendLog]:
@@ -215,24 +241,35 @@ class Pruned:
     dry_run: bool = False
     runs: int = 0
     ledger: int = 0
+    tasks: int = 0
 
     def __str__(self) -> str:
         runs = ngettext("%(count)d run", "%(count)d runs", self.runs) % {"count": self.runs}
         ledger = ngettext("%(count)d ledger row", "%(count)d ledger rows", self.ledger) % {
             "count": self.ledger
         }
+        tasks = ngettext(
+            "%(count)d completed one-shot task", "%(count)d completed one-shot tasks", self.tasks
+        ) % {"count": self.tasks}
         what = {
             "runs": runs,
             "ledger": ledger,
+            "tasks": tasks,
             "age": describe(self.older_than),
             "cutoff": self.cutoff.isoformat(),
         }
         if self.dry_run:
             return (
-                _("Would delete %(runs)s, %(ledger)s (older than %(age)s: before %(cutoff)s).")
+                _(
+                    "Would delete %(runs)s, %(ledger)s, %(tasks)s (older than %(age)s: "
+                    "before %(cutoff)s)."
+                )
                 % what
             )
-        return _("Deleted %(runs)s, %(ledger)s (older than %(age)s: before %(cutoff)s).") % what
+        return (
+            _("Deleted %(runs)s, %(ledger)s, %(tasks)s (older than %(age)s: before %(cutoff)s).")
+            % what
+        )
 
 
 def prune(
@@ -243,8 +280,9 @@ def prune(
     now: datetime | None = None,
     progress: Progress | None = None,
 ) -> Pruned:
-    """Delete the runs, then the ledger rows, older than ``older_than`` that nothing
-    reads any more, ``batch_size`` rows a transaction; with ``dry_run``, count them.
+    """Delete the runs, then the completed one-shot tasks (with their runs), then the
+    ledger rows, older than ``older_than`` that nothing reads any more, ``batch_size``
+    rows a transaction; with ``dry_run``, count them.
 
     Raises ``RetentionTooShort`` for an age under ``minimum_age()``.
     """
@@ -269,6 +307,11 @@ def prune(
         done = len(page) if dry_run else _delete_runs(page, cutoff)
         result.runs += done
         _tell(progress, _("runs"), done, result.runs)
+    for page in _pages(prunable_tasks(cutoff), size, "key", "run_at"):
+        done, runs = _count_tasks(page) if dry_run else _delete_tasks(page, cutoff)
+        result.tasks += done
+        result.runs += runs
+        _tell(progress, _("completed one-shot tasks"), done, result.tasks)
     for rows in _pages(prunable_ledger(ledger_cutoff), size, "key", "task_id"):
         done = _count_free(rows, cutoff) if dry_run else _delete_ledger(rows, ledger_cutoff)
         result.ledger += done
@@ -333,6 +376,37 @@ def _delete_runs(page: Sequence[tuple[Any, ...]], cutoff: datetime) -> int:
     return len(still)
 
 
+def _count_tasks(page: Sequence[tuple[Any, ...]]) -> tuple[int, int]:
+    """What deleting the tasks of ``page`` deletes: tasks, and runs with them."""
+    return len(page), TaskRun.objects.filter(task_id__in=[row[0] for row in page]).count()
+
+
+def _delete_tasks(page: Sequence[tuple[Any, ...]], cutoff: datetime) -> tuple[int, int]:
+    """Delete the tasks of ``page`` that are still to go, with their runs, in one
+    transaction: locked first (the lock the API's upsert and the planner take), every
+    condition read again, the key and time of the keyed ones kept. Returns how many
+    tasks and runs went."""
+    with transaction.atomic():
+        tasks = ScheduledTask.objects.filter(pk__in=[row[0] for row in page])
+        if connection.features.has_select_for_update_skip_locked:
+            tasks = tasks.select_for_update(skip_locked=True)
+        elif connection.features.has_select_for_update:
+            tasks = tasks.select_for_update()
+        locked = list(tasks.values_list("pk", flat=True))
+        still = list(
+            prunable_tasks(cutoff).filter(pk__in=locked).values_list("pk", "key", "run_at")
+        )
+        if not still:
+            return 0, 0
+        PrunedOneShot.objects.bulk_create(
+            [PrunedOneShot(key=key, run_at=at) for _, key, at in still if key and at],
+            ignore_conflicts=True,
+        )
+        # Their runs go with them; their ledger rows stay, without a task or a run.
+        _, deleted = ScheduledTask.objects.filter(pk__in=[pk for pk, _, _ in still]).delete()
+    return len(still), deleted.get(TaskRun._meta.label, 0)
+
+
 def _carried(rows: Sequence[tuple[Any, ...]], gone: models.QuerySet[TaskRun] | None) -> set[str]:
     """The keys of ``rows`` that a run carries, leaving out the runs of ``gone`` (those
     a dry run takes as deleted). A key's runs are its task's (a key starts with its
@@ -354,7 +428,10 @@ def _carried(rows: Sequence[tuple[Any, ...]], gone: models.QuerySet[TaskRun] | N
 
 
 def _count_free(rows: Sequence[tuple[Any, ...]], cutoff: datetime) -> int:
-    carried = _carried(rows, gone=prunable_runs(cutoff))
+    gone = TaskRun.objects.filter(
+        Q(pk__in=prunable_runs(cutoff).values("pk")) | Q(task__in=prunable_tasks(cutoff))
+    )
+    carried = _carried(rows, gone=gone)
     return sum(key not in carried for _, key, _ in rows)
 
 

@@ -41,8 +41,8 @@ def hang() -> None:
 @pytest.fixture
 def crm_kind() -> Iterator[Callable[[str, Callable[[], None]], None]]:
     """A CRM kind, ``crm_lookup``, whose builder renders until ``breaks(recipient, how)``
-    makes it do ``how`` for that recipient's tasks; ``calls`` counts renders by
-    recipient."""
+    makes it do ``how`` for that recipient's tasks (and for no other recipient's any
+    more); ``calls`` counts renders by recipient."""
     broken: dict[str, Callable[[], None]] = {}
     calls: dict[str, int] = {}
 
@@ -53,6 +53,7 @@ def crm_kind() -> Iterator[Callable[[str, Callable[[], None]], None]]:
         return kinds.Content("text", {"content": f"Customer of {task.recipient}"})
 
     def breaks(recipient: str, how: Callable[[], None]) -> None:
+        broken.clear()
         broken[recipient] = how
         calls.clear()
 
@@ -122,7 +123,7 @@ def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
     assert tick_at(now + 3 * lease) == 0
     run.refresh_from_db()
     assert (run.status, run.error_code, run.job_failures) == ("failed", "job_failures", 3)
-    assert "3 jobs" in run.error_message
+    assert "3 in a row" in run.error_message
     assert crm_kind.calls["bad"] == 3  # type: ignore[attr-defined]
     assert ("run_failed", run.pk, "failed") in received
     assert ("task_error", bad.pk, "completed") in received
@@ -154,3 +155,24 @@ def test_max_job_failures_must_be_a_whole_number_of_at_least_one(settings, value
     settings.REMINDERS_MAX_JOB_FAILURES = value
     errors = [e for e in check_settings() if "REMINDERS_MAX_JOB_FAILURES" in e.msg]
     assert [e.id for e in errors] == ["reminders.E004"]
+
+
+def test_a_run_given_up_for_its_lost_jobs_is_sent_when_ops_retry_it(
+    make_task, crm_kind, outbox, settings
+):
+    settings.REMINDERS_MAX_JOB_FAILURES = 1
+    now = timezone.now()
+    task = make_task("crm_lookup", recipient="bad", at=now)
+    crm_kind("bad", hang)
+    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    tick_at(now)
+    tick_at(now + lease)
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("failed", "job_failures")
+    # The CRM's builder is mended, and ops retry the run: a fresh count, and it goes.
+    crm_kind("nobody", hang)
+    assert run.retry_now(now + 2 * lease)
+    assert tick_at(now + 2 * lease) == 1
+    run.refresh_from_db()
+    assert (run.status, run.job_failures) == ("sent", 0)
+    assert [m.recipient for m in outbox] == ["bad"]

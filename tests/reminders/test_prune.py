@@ -223,19 +223,25 @@ def test_a_ledger_row_written_recently_stays_however_old_its_reservation(now):
     assert not exists(old)
 
 
-def test_a_one_shot_task_keeps_the_run_of_its_time(now):
+def test_a_one_shot_task_keeps_the_runs_of_every_time_it_had(now):
     at = (now - OLD).replace(microsecond=0)
     task = api.schedule("follow_up", "zhangsan", at=at, tz="UTC", key="once:1")
     own = add_run(task, at)
     own_row = add_ledger(own)
-    # A run of a time it no longer has (it was moved) is history like any other.
+    # A time it no longer has (it was moved): moved back, it is planned again, and this
+    # run is what says it went.
     moved_from = add_run(task, at - DAY)
+    # Cancelled before it went, or made on request: planning never meets them again.
+    cancelled = add_run(task, at - 2 * DAY, TaskRun.Status.CANCELLED)
+    manual = add_run(task, at - 3 * DAY, is_manual=True)
 
     prune("--older-than", "90d")
 
     assert exists(own)
     assert exists(own_row)
-    assert not exists(moved_from)
+    assert exists(moved_from)
+    assert not exists(cancelled)
+    assert not exists(manual)
 
 
 def test_a_task_with_an_unfinished_run_that_old_keeps_its_runs(now):
@@ -399,6 +405,93 @@ def test_a_default_inside_the_floor_names_the_setting(settings):
         prune()
 
 
+# Completed one-shot tasks ---------------------------------------------------------------
+
+
+def one_shot(at: datetime, status: str = TaskRun.Status.SENT, key: str | None = None):
+    """A one-shot task at ``at`` that completed, its run ended ``status`` a minute
+    after, its ledger row written then; all of it as old as ``at``."""
+    task = api.schedule("follow_up", "zhangsan", at=at, tz="UTC", key=key)
+    run = add_run(task, at, status)
+    ScheduledTask.objects.filter(pk=task.pk).update(
+        status=ScheduledTask.Status.COMPLETED, next_run=None, created_at=at, updated_at=at
+    )
+    row = add_ledger(run) if status in (TaskRun.Status.SENT, TaskRun.Status.UNKNOWN) else None
+    return task, run, row
+
+
+def test_completed_one_shot_tasks_that_old_go_with_their_runs_and_ledger_rows(now):
+    old, old_run, old_row = one_shot(now - OLD, key="fu:old")
+    unkeyed, _, _ = one_shot(now - OLD - DAY)
+    recent, recent_run, _ = one_shot(now - RECENT, key="fu:recent")
+    cron = daily_task()
+    ScheduledTask.objects.filter(pk=cron.pk).update(
+        status=ScheduledTask.Status.COMPLETED, created_at=now - OLD, updated_at=now - OLD
+    )
+
+    out = prune("--older-than", "90d")
+
+    assert "Deleted 2 runs, 2 ledger rows, 2 completed one-shot tasks" in out
+    assert not ScheduledTask.objects.filter(pk__in=[old.pk, unkeyed.pk]).exists()
+    assert not exists(old_run)
+    assert not exists(old_row)
+    assert ScheduledTask.objects.filter(pk__in=[recent.pk, cron.pk]).count() == 2
+    assert exists(recent_run)
+
+
+@pytest.mark.parametrize(
+    "status", [TaskRun.Status.RETRYING, TaskRun.Status.RUNNING, TaskRun.Status.UNKNOWN]
+)
+def test_a_completed_one_shot_whose_run_is_not_done_with_stays(now, status):
+    task, run, _ = one_shot(now - OLD, status)
+
+    prune("--older-than", "90d")
+
+    assert ScheduledTask.objects.filter(pk=task.pk).exists()
+    assert exists(run)
+
+
+def test_a_completed_one_shot_edited_lately_stays(now):
+    task, _, _ = one_shot(now - OLD)
+    ScheduledTask.objects.filter(pk=task.pk).update(updated_at=now - RECENT)
+
+    prune("--older-than", "90d")
+
+    assert ScheduledTask.objects.filter(pk=task.pk).exists()
+
+
+def test_a_dry_run_counts_the_tasks_it_would_delete(now):
+    one_shot(now - OLD, key="fu:1")
+
+    assert "Would delete 1 run, 1 ledger row, 1 completed one-shot task" in prune(
+        "--older-than", "90d", "--dry-run"
+    )
+    assert ScheduledTask.objects.count() == 1
+
+
+@pytest.mark.usefixtures("reports_every_day")
+def test_a_pruned_one_shot_scheduled_again_by_its_key_is_not_sent_again(now, outbox):
+    # A report kind has no deadline: scheduled again, the same time would still be sent.
+    at = (now - OLD).replace(microsecond=0)
+    schedule = {"tz": "UTC", "key": "once:1"}
+    api.schedule("daily_report", "zhangsan", at=at, **schedule)
+    assert tick(now=now) == 1
+    TaskRun.objects.update(created_at=at, finished_at=at + timedelta(minutes=1))
+    SendLog.objects.update(created_at=at, updated_at=at, sent_at=at)
+    ScheduledTask.objects.update(created_at=at, updated_at=at)
+    assert "1 completed one-shot task" in prune("--older-than", "90d")
+    assert not ScheduledTask.objects.exists()
+
+    again = api.schedule("daily_report", "zhangsan", at=at, **schedule)
+    assert (again.status, again.next_run) == ("completed", None)
+    assert tick(now=now) == 0
+    assert len(outbox) == 1
+    # Another time under the key is a message of its own.
+    api.schedule("daily_report", "zhangsan", at=now - timedelta(minutes=1), **schedule)
+    assert tick(now=now + timedelta(minutes=30)) == 1
+    assert len(outbox) == 2
+
+
 # What the engine does next --------------------------------------------------------------
 
 
@@ -444,6 +537,24 @@ def test_a_one_shot_sent_long_ago_is_not_sent_again_when_scheduled_again(pruned,
     assert tick(now=now) == 0
     assert len(outbox) == 1
     assert TaskRun.objects.get().status == TaskRun.Status.SENT
+
+
+@pytest.mark.usefixtures("reports_every_day")
+@pytest.mark.parametrize("pruned", [False, True], ids=["kept", "pruned"])
+def test_a_one_shot_moved_away_and_back_is_not_sent_again(pruned, now, outbox):
+    at = (now - OLD).replace(microsecond=0)
+    schedule = {"tz": "UTC", "key": "once:1"}
+    api.schedule("daily_report", "zhangsan", at=at, **schedule)
+    assert tick(now=now) == 1
+    TaskRun.objects.update(created_at=at, finished_at=at + timedelta(minutes=1))
+    SendLog.objects.update(created_at=at, updated_at=at, sent_at=at)
+    api.schedule("daily_report", "zhangsan", at=now + DAY, **schedule)  # moved away
+    if pruned:
+        assert "Deleted 0 runs, 0 ledger rows" in prune("--older-than", "90d")
+
+    api.schedule("daily_report", "zhangsan", at=at, **schedule)  # and back
+    assert tick(now=now) == 0
+    assert len(outbox) == 1
 
 
 @pytest.mark.usefixtures("reports_every_day")

@@ -1,5 +1,6 @@
 """``reminders_prune [--older-than 90d] [--batch-size N] [--dry-run]``: delete finished
-runs and ledger rows older than an age, a batch per short transaction; meant for cron.
+runs, ledger rows and completed one-shot tasks older than an age, a batch per short
+transaction; meant for cron.
 
 What goes and what stays is ``reminders.retention``'s; this command only reads the
 options, says what was done, and turns misuse into a ``CommandError``.
@@ -40,10 +41,11 @@ def _batch_size(value: str) -> int:
 
 class Command(TranslatedCommand):
     help = gettext_noop(
-        "Delete finished runs and send-ledger rows older than an age, in small batches. "
-        "Kept whatever their age: unfinished runs, runs in doubt nobody has handled, the "
-        "run of a one-shot task's time, and any ledger row a kept run carries, still "
-        "'sending', or inside a channel's duplicate window."
+        "Delete finished runs, send-ledger rows and completed one-shot tasks older than an "
+        "age, in small batches. Kept whatever their age: unfinished runs, runs in doubt "
+        "nobody has handled, the runs of every time a one-shot task had, and any ledger "
+        "row a kept run carries, still 'sending', or inside a channel's duplicate window; "
+        "of a keyed one-shot task deleted, its key and time."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
