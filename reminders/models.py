@@ -499,6 +499,21 @@ class ScheduledTask(models.Model):
             if task.status != cls.Status.PAUSED:
                 task.status = cls.Status.ACTIVE
                 task._clear_error()
+        cls._complete_pruned(tasks)
+
+    @classmethod
+    def _complete_pruned(cls, tasks: Sequence[ScheduledTask]) -> None:
+        """A keyed one-shot planned for the time of one retention deleted once it had
+        completed (``PrunedOneShot``) is completed, with nothing planned: it went."""
+        keyed = [task for task in tasks if task.key and task.run_at is not None]
+        for start in range(0, len(keyed), REPLAN_CHUNK):
+            chunk = {task.key: task for task in keyed[start : start + REPLAN_CHUNK]}
+            done = set(
+                PrunedOneShot.objects.filter(key__in=list(chunk)).values_list("key", "run_at")
+            )
+            for key, task in chunk.items():
+                if (key, task.run_at) in done:
+                    task.status, task.next_run = cls.Status.COMPLETED, None
 
     def due_soon(self, now: datetime | None = None) -> bool:
         """Whether this task, as saved, is active and falls due within a tick
@@ -1723,6 +1738,27 @@ class SendLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status}]"
+
+
+class PrunedOneShot(models.Model):
+    """A keyed one-shot task that retention deleted once it had completed: its key and
+    time, all that is kept of it. Scheduling that key for that time again completes the
+    new task at once instead of sending it a second time (``ScheduledTask.replan_all``);
+    another time under the key is a message of its own."""
+
+    key = models.CharField(_("key"), max_length=200)
+    run_at = models.DateTimeField(_("one-shot time"))
+    pruned_at = models.DateTimeField(_("pruned"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("pruned one-shot task")
+        verbose_name_plural = _("pruned one-shot tasks")
+        constraints = [
+            models.UniqueConstraint(fields=["key", "run_at"], name="reminders_pruned_one_shot_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} @ {self.run_at.isoformat()}"
 
 
 class ProviderToken(models.Model):
