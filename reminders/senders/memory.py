@@ -13,16 +13,23 @@ accepted but not delivered, whatever its idempotency key. It goes to
 delivery's message id, as the WeCom sandbox answers. A message of a type with no field
 for the stamp is never suppressed: the WeCom app channel sends those without the check
 (``WeComSender.deduplicates``), so a re-send of one is a second delivery there too.
+
+With the option ``oversize="split"`` it sends a text over WeCom's 2,048 bytes as the
+WeCom app channel does, in parts (``reminders.senders.parts``), and judges each part on
+its own, as WeCom does: a part identical to one delivered before is dropped even where
+the rest of the message is new. ``outbox`` and ``suppressed`` then hold the parts.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..stamps import STAMPED_FIELDS
 from .base import BaseSender, Message, SendResult
+from .parts import CONTENT_LIMIT, size, split_content
 
 
 class MemorySender(BaseSender):
@@ -34,9 +41,17 @@ class MemorySender(BaseSender):
     _deliveries: ClassVar[dict[tuple[str, str, str], tuple[float, str]]] = {}
     _ids = itertools.count(1)
 
-    def __init__(self, alias: str, *, duplicate_check: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        alias: str,
+        *,
+        duplicate_check: bool = False,
+        oversize: str | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(alias, **options)
         self.supports_duplicate_check = duplicate_check  # type: ignore[misc]
+        self.split = oversize == "split"
 
     @classmethod
     def clear(cls) -> None:
@@ -52,6 +67,16 @@ class MemorySender(BaseSender):
         if isinstance(outcome, float | int):
             time.sleep(outcome)
             outcome = None
+        parts = self._parts(message)
+        if len(parts) == 1:
+            return self._deliver(message, outcome)
+        msgids = [self._deliver(part, None).message_id for part in parts]
+        return outcome or SendResult(
+            message_id=msgids[0], detail={"parts": len(msgids), "msgids": msgids}
+        )
+
+    def _deliver(self, message: Message, outcome: SendResult | None) -> SendResult:
+        """One message to the provider: dropped as a duplicate, or delivered."""
         first = self._earlier_delivery(message)
         if first is not None:
             self.suppressed.append(message)
@@ -60,6 +85,22 @@ class MemorySender(BaseSender):
         self.outbox.append(message)
         self._deliveries[self._dedup_key(message)] = (time.time(), result.message_id)
         return result
+
+    def _parts(self, message: Message) -> list[Message]:
+        """The messages the provider gets: with ``oversize="split"`` a text over WeCom's
+        limit is its parts (``parts.split_content``), each judged on its own."""
+        content = message.body.get("content")
+        if (
+            not self.split
+            or message.msgtype not in ("text", "markdown")
+            or not isinstance(content, str)
+            or size(content) <= CONTENT_LIMIT
+        ):
+            return [message]
+        return [
+            replace(message, body={**message.body, "content": part})
+            for part in split_content(content)
+        ]
 
     def deduplicates(self, message: Message) -> bool:
         """As the WeCom app channel: only a type that carries the stamp is checked."""

@@ -48,6 +48,8 @@ from ..exceptions import (
 from ..stamps import STAMPED_FIELDS
 from .base import BaseSender, Limit, Message, Rate, SendResult
 from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
+from .parts import CONTENT_LIMIT, MAX_PARTS, split_content
+from .parts import size as _size
 from .tokens import SharedToken, token_name
 
 logger = logging.getLogger(__name__)
@@ -69,7 +71,6 @@ RECIPIENT_CODES = frozenset({81013, 82001, 40003, 40031, 40032, 60011, 50002})
 PAYLOAD_CODES = frozenset({40008, 40035, 40058, 44004, 45002, 40033, 47001})
 
 # -- what WeCom accepts ------------------------------------------------------------------
-CONTENT_LIMIT = 2048  # bytes of text or markdown content
 FIELD_LIMITS: dict[str, dict[str, int]] = {
     "textcard": {"title": 128, "description": 512, "url": 2048}
 }
@@ -90,11 +91,6 @@ APP_MSGTYPES = frozenset(
     }
 )
 MAX_DUPLICATE_CHECK_SECONDS = 4 * 3600
-MAX_PARTS = 10
-PART_MARKER_BYTES = 16  # room for "(10/10) " with margin
-# The longest last line repeated on every part (a stamp is about 40 bytes, 50 with a
-# UTC offset): what is left for the text of each part stays over 1,700 bytes.
-TAIL_LIMIT = 256
 
 
 def classify(errcode: int, errmsg: str, what: str) -> SendError:
@@ -116,62 +112,6 @@ def classify(errcode: int, errmsg: str, what: str) -> SendError:
         logger.warning("%s: unknown WeCom errcode %s, delivery in doubt", what, errcode)
         return InDoubtSendError(text, code=code)
     return TransientSendError(text, code=code)
-
-
-def split_content(content: str, limit: int = CONTENT_LIMIT) -> list[str]:
-    """``content`` cut into numbered parts of at most ``limit`` UTF-8 bytes each.
-
-    Every part is ``"(k/n) "``, a piece of the text, then the content's last line (its
-    tail, ``_tail``): ``kinds.render`` makes that line the stamp of the occurrence and
-    the task, so every part names its occurrence. That is what keeps WeCom's duplicate
-    check from dropping a part: two occurrences (or two tasks) with the same long text
-    to one member would otherwise send byte-identical first parts, and the second would
-    be dropped while its ledger row says ``sent``. Parts of one message differ by their
-    ``(k/n)``, parts of two by their stamps; the same content always gives the same
-    parts, so a re-send is byte-identical and WeCom drops what it already delivered.
-
-    Cuts fall between lines where possible and never inside a character; the pieces,
-    without markers and tails, join back to the content before its tail (a piece cut
-    inside a line gets a line break before the tail).
-    """
-    head, tail = _tail(content)
-    budget = limit - PART_MARKER_BYTES - (_size(tail) + 1 if tail else 0)
-    chunks: list[str] = []
-    current = ""
-    for line in head.splitlines(keepends=True):
-        while _size(line) > budget:
-            if current:
-                chunks.append(current)
-                current = ""
-            piece = line.encode()[:budget].decode(errors="ignore")
-            chunks.append(piece)
-            line = line[len(piece) :]
-        if current and _size(current) + _size(line) > budget:
-            chunks.append(current)
-            current = ""
-        current += line
-    if current:
-        chunks.append(current)
-    if tail:
-        chunks = [chunk if chunk.endswith("\n") else f"{chunk}\n" for chunk in chunks]
-    return [f"({index}/{len(chunks)}) {chunk}{tail}" for index, chunk in enumerate(chunks, 1)]
-
-
-def _tail(content: str) -> tuple[str, str]:
-    """``content`` as its text and the last line repeated on every part: the stamp
-    ``kinds.render`` appends. A content of one line, or one whose last line is blank or
-    longer than ``TAIL_LIMIT``, has no tail (nothing else is a stamp)."""
-    lines = content.splitlines(keepends=True)
-    if len(lines) < 2:
-        return content, ""
-    last = lines[-1]
-    if not last.strip() or _size(last) > TAIL_LIMIT:
-        return content, ""
-    return "".join(lines[:-1]), last
-
-
-def _size(text: str) -> int:
-    return len(text.encode())
 
 
 class WeComSender(BaseSender):

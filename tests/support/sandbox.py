@@ -35,7 +35,7 @@ import pytest
 from ops.sandbox import LedgerEntry, SandboxClient, WeComSandbox
 from ops.sandbox.ledger import DELIVERED
 from reminders.models import SendLog
-from reminders.senders.wecom import CONTENT_LIMIT, split_content
+from reminders.senders.parts import CONTENT_LIMIT, split_content
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -130,3 +130,36 @@ def test_duplicate_check__a_type_without_a_field_for_the_stamp_is_never_suppress
     assert MemorySender.suppressed == []
     assert sender.deduplicates(MemorySender.outbox[0]) is False
     assert sender.deduplicates(text("lisi", "Call ACME", "k3")) is True
+
+
+def test_split__each_part_is_judged_on_its_own_as_wecom_judges_it():
+    # Two texts whose first parts are the same bytes (no stamp on their last lines):
+    # WeCom drops the second's first part, and so does the memory channel that splits.
+    sender = MemorySender("dedup", duplicate_check=True, oversize="split")
+    same_start = "x" * 3000 + "\n"
+    first = sender.send(text("lisi", same_start + "y" * 300, "k1"))
+    second = sender.send(text("lisi", same_start + "z" * 300, "k2"))
+
+    assert [m.body["content"][:6] for m in MemorySender.outbox] == ["(1/2) ", "(2/2) ", "(2/2) "]
+    [dropped] = MemorySender.suppressed
+    assert (dropped.idempotency_key, dropped.body["content"][:6]) == ("k2", "(1/2) ")
+    assert first.detail["parts"] == second.detail["parts"] == 2
+    assert second.detail["msgids"][0] == first.detail["msgids"][0]  # merged, as WeCom answers
+
+
+def test_split__stamped_parts_of_two_occurrences_all_arrive():
+    sender = MemorySender("dedup", duplicate_check=True, oversize="split")
+    content = "".join(f"{n:03d} 客户跟进记录\n" for n in range(300))
+    for day in ("03", "04"):
+        sender.send(text("lisi", f"{content}— 2026-12-{day} 09:00 · #42", f"42:{day}"))
+
+    assert len(MemorySender.outbox) > 4
+    assert MemorySender.suppressed == []
+
+
+def test_split__a_short_text_is_one_message_as_before():
+    sender = MemorySender("dedup", duplicate_check=True, oversize="split")
+    result = sender.send(text("lisi", "Call ACME", "k1"))
+
+    assert [m.body["content"] for m in MemorySender.outbox] == ["Call ACME"]
+    assert result.detail == {}
