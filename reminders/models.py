@@ -1174,36 +1174,18 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
             key=models.OuterRef("ledger_key"),
             status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
         )
-        doubtful = list(
-            pending.filter(models.Exists(own_row_in_doubt)).values_list("pk", flat=True)
+        # One read of the few that need more than a status: runs in doubt, make-ups.
+        special = list(
+            pending.annotate(in_doubt=models.Exists(own_row_in_doubt))
+            .filter(Q(in_doubt=True) | Q(is_compensation=True))
+            .values_list("pk", "in_doubt")
         )
+        doubtful = [pk for pk, in_doubt in special if in_doubt]
+        makeups = [pk for pk, in_doubt in special if not in_doubt]
         ended = 0
         if doubtful:
-            ended = (
-                TaskRun.objects.filter(pk__in=doubtful)
-                .pending()
-                .update(
-                    status=TaskRun.Status.UNKNOWN,
-                    error_code=CANCELLED_IN_DOUBT.code,
-                    error_message=CANCELLED_IN_DOUBT.message,
-                    next_attempt_at=None,
-                    lease_owner="",
-                    lease_token="",
-                    lease_expires_at=None,
-                    finished_at=now,
-                )
-            )
-            SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
-                status=SendLog.Status.UNKNOWN, updated_at=now
-            )
-            told = TaskRun.objects.filter(
-                pk__in=doubtful, status=TaskRun.Status.UNKNOWN, finished_at=now
-            ).select_related("task")
-            for run in told:
-                signals.after_commit(signals.run_unknown, TaskRun, run=run)
-        cancelling = pending.exclude(pk__in=doubtful)
-        makeups = list(cancelling.filter(is_compensation=True).values_list("pk", flat=True))
-        ended += cancelling.update(
+            ended = self._end_in_doubt(doubtful, now)
+        ended += pending.exclude(pk__in=doubtful).update(
             status=TaskRun.Status.CANCELLED,
             next_attempt_at=None,
             lease_token="",
@@ -1220,6 +1202,33 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
                     for task, key in cancelled
                 }
             )
+        return ended
+
+    @staticmethod
+    def _end_in_doubt(doubtful: list[int], now: datetime) -> int:
+        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told."""
+        ended = (
+            TaskRun.objects.filter(pk__in=doubtful)
+            .pending()
+            .update(
+                status=TaskRun.Status.UNKNOWN,
+                error_code=CANCELLED_IN_DOUBT.code,
+                error_message=CANCELLED_IN_DOUBT.message,
+                next_attempt_at=None,
+                lease_owner="",
+                lease_token="",
+                lease_expires_at=None,
+                finished_at=now,
+            )
+        )
+        SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
+            status=SendLog.Status.UNKNOWN, updated_at=now
+        )
+        told = TaskRun.objects.filter(
+            pk__in=doubtful, status=TaskRun.Status.UNKNOWN, finished_at=now
+        ).select_related("task")
+        for run in told:
+            signals.after_commit(signals.run_unknown, TaskRun, run=run)
         return ended
 
     def failed(self) -> RunQuerySet:

@@ -26,8 +26,9 @@ Invariants:
   ``max_query_params`` keys where the database limits them); checking reads no table;
   new tasks are written by a bulk INSERT and known ones by a bulk INSERT that updates
   them (``_update``), ``CHUNK`` rows a statement; the pending runs of re-planned tasks
-  are cancelled by one UPDATE per ``REPLAN_CHUNK``. All in one transaction, planned from
-  one ``now``.
+  are cancelled by one UPDATE per ``REPLAN_CHUNK``, after one read of those few that
+  need more (runs in doubt, make-ups: ``RunQuerySet.cancel_pending``). All in one
+  transaction, planned from one ``now``.
 """
 
 from __future__ import annotations
