@@ -53,8 +53,8 @@ Operators act through methods here too (the admin's actions call them, and only 
   retry would have come too late expires a run early), and keeps that deadline; a run
   whose deadline passed is refused, whatever its status, since the tick would only
   expire it again. A run that a make-up run covers is refused too (retry the make-up),
-  checked under the task's row lock, the one the planner holds while it plans make-ups,
-  so a retry and a make-up of one occurrence never both go.
+  checked under the task's row lock, the one the planner (and ``resume``) holds while
+  it plans make-ups, so a retry and a make-up of one occurrence never both go.
 * ``RunQuerySet.cancel_pending`` (a schedule change, a cancel) ends a run in doubt
   ``unknown``, not ``cancelled``, and ops are told: it may have been delivered, and
   only a run that says so can be retried. A make-up it cancels no longer covers its
@@ -875,6 +875,11 @@ class ScheduledTask(models.Model):
         skip = PASSED_WHILE_PAUSED if self.status == self.Status.PAUSED else PASSED_IN_ERROR
         try:
             with transaction.atomic():
+                # The planner's lock, which ``retry_now`` takes too: a retry of a run this
+                # makes up waits, then sees the make-up and is refused.
+                locked = ScheduledTask.objects.select_for_update()
+                if not locked.filter(pk=self.pk, status=self.status).exists():
+                    return False
                 self._catch_up(now, skip)
         except UnplannableTask as exc:
             self.mark_error(exc.code, exc.message, now)

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from reminders import dispatch, timing
-from reminders.models import MAKEUP_SUFFIX, TaskRun
+from reminders.models import MAKEUP_SUFFIX, ScheduledTask, TaskRun
 from tests.support.locks import Paused, Worker, require_row_locks, statement
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -91,6 +91,38 @@ def test_retry_now__racing_the_planners_make_up_only_one_of_them_is_left_to_send
     assert makeup.ledger_key == f"{yesterday.ledger_key}{MAKEUP_SUFFIX}"
     yesterday.refresh_from_db()
     # One message for yesterday: the make-up (the retry was refused: it covers the day).
+    assert retried is False
+    assert yesterday.status == TaskRun.Status.FAILED
+    assert makeup.status == TaskRun.Status.SCHEDULED
+
+
+@pytest.mark.usefixtures("reports_every_day")
+def test_retry_now__racing_a_resume_that_makes_the_day_up_only_one_of_them_is_left_to_send(
+    make_task,
+):
+    require_row_locks()
+    task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
+    nine = task.next_run
+    yesterday = task.new_run(nine - DAY)
+    yesterday.status, yesterday.next_attempt_at = TaskRun.Status.FAILED, None
+    yesterday.finished_at = nine - DAY + timedelta(minutes=1)
+    yesterday.save()
+    task.pause()
+
+    def resume() -> bool:
+        return ScheduledTask.objects.get(pk=task.pk).resume(nine + timedelta(minutes=1))
+
+    resuming = Paused(resume, after=statement("INSERT", "reminders_taskrun"))
+    resuming.hold()  # its make-up for yesterday, uncommitted
+    retry = Worker(lambda: TaskRun.objects.get(pk=yesterday.pk).retry_now())
+    retry.start()
+    retry.blocked_or_done()
+    resuming.resume()
+    assert resuming.outcome() is True
+    retried = retry.outcome()
+
+    yesterday.refresh_from_db()
+    makeup = task.runs.get(is_compensation=True)
     assert retried is False
     assert yesterday.status == TaskRun.Status.FAILED
     assert makeup.status == TaskRun.Status.SCHEDULED
