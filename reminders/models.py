@@ -1094,19 +1094,12 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         """The skipped runs that these make-ups cover say which occurrence's run they
         go with (one planned earlier may have said its make-up was cancelled)."""
         says: dict[tuple[int, str], str] = {}
+        # A make-up is due with the run it goes with (``new_makeup``).
+        owns = {(run.task_id, run.due_at): run for run in runs if not run.is_compensation}
         for makeup in runs:
             if not makeup.is_compensation:
                 continue
-            own = next(
-                (
-                    run
-                    for run in runs
-                    if run.task_id == makeup.task_id
-                    and not run.is_compensation
-                    and run.due_at == makeup.due_at
-                ),
-                None,
-            )
+            own = owns.get((makeup.task_id, makeup.due_at))
             if own is not None:
                 local = own.occurrence.astimezone(timing.zone(own.task.timezone))
                 when = MADE_UP_WITH.format(when=f"{local:%Y-%m-%d %H:%M}")
