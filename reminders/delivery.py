@@ -19,11 +19,11 @@ truth:
   mid-send), or an answer that leaves delivery open (a read timeout, a 5xx, an errcode
   we do not know: ``InDoubtSendError``), may have delivered the message. The body is
   sent again, byte for byte, only where the provider drops identical bodies
-  (``supports_duplicate_check``) and only inside that window counted from the key's
-  first send, or where the channel accepts a possible duplicate (``retry_in_doubt``);
-  otherwise the run and the row become ``unknown`` and ``run_unknown`` tells ops. A
-  failure that only proves nothing was delivered (refused connection, busy, a
-  recipient error) is ``failed``.
+  (``supports_duplicate_check``, asked message by message: ``BaseSender.deduplicates``)
+  and only inside that window counted from the key's first send, or where the channel
+  accepts a possible duplicate (``retry_in_doubt``); otherwise the run and the row
+  become ``unknown`` and ``run_unknown`` tells ops. A failure that only proves nothing
+  was delivered (refused connection, busy, a recipient error) is ``failed``.
 * A worker's death is not a provider failure: the claim that takes over a dead
   worker's run gives the attempt back, and a death while a send was in hand is counted
   apart (``crashes``). A run whose message keeps killing its worker is given up as
@@ -73,7 +73,7 @@ import os
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -84,7 +84,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from . import kinds, ratelimit, signals, sql, timing
+from . import kinds, outage, ratelimit, signals, sql, timing
 from .conf import settings as conf
 from .exceptions import (
     BuilderFailed,
@@ -123,6 +123,15 @@ class Job:
     in_doubt: bool = False
     sender: BaseSender | None = None  # None if the channel is not configured
     prepared: bool = False  # the sender is ready to send at once
+    # What its send came to, once the sender answered: the truth to write even when
+    # the database was away at the time (``_settle``).
+    outcome: SendResult | SendError | None = None
+    # The token the run was started with: ``run.lease_token`` is cleared in memory as
+    # an attempt is closed, before the database has it.
+    lease: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        self.lease = self.run.lease_token
 
     @property
     def channel(self) -> str:
@@ -202,7 +211,12 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     time: one transaction per batch, plus one to start and one to end.
     """
     budget = Budget.begin()
-    jobs = start(token, run_ids, now)
+    try:
+        jobs = start(token, run_ids, now)
+    except BaseException as exc:
+        if _given_back_when_back(exc, budget, token, run_ids):
+            return 0
+        raise
     if not jobs:
         return 0
     sent = 0
@@ -223,7 +237,9 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
             done = _send_reserved(ready, deferred)
             sent += len(done)
             unrecorded += done
-    except BaseException:
+    except BaseException as exc:
+        if _settled_when_back(exc, budget, jobs, deferred):
+            return sent
         # What was sent is recorded even so, if the database still answers; else its
         # keys stay ``sending``: in doubt, as after a crash.
         if unrecorded:
@@ -234,7 +250,9 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
         raise
     try:
         _finish(jobs, unrecorded, deferred)
-    except DatabaseError:
+    except DatabaseError as exc:
+        if _settled_when_back(exc, budget, jobs, deferred):
+            return sent
         logger.warning(
             "could not end the job in one transaction; ending it in parts", exc_info=True
         )
@@ -359,7 +377,7 @@ def _next_batch(pending: list[Job]) -> tuple[list[Job], list[Job]]:
     room = math.inf
     for job in pending:
         sender = _ready_sender(job)
-        shareable = job.prepared and sender is not None and sender.supports_duplicate_check
+        shareable = job.prepared and sender is not None and sender.deduplicates(job.message)
         if batch and not shareable:
             break
         batch.append(job)
@@ -426,7 +444,7 @@ def _send_reserved(
         if job.in_doubt and not _resend_is_safe(job.ledger, timezone.now()):
             _window_passed(job)
             continue
-        outcome = _call(job)
+        outcome = job.outcome = _call(job)
         if isinstance(outcome, SendResult):
             done.append((job, outcome))
         elif isinstance(outcome, ThrottledSendError):
@@ -511,6 +529,108 @@ def _wait(runs: Sequence[TaskRun], until: datetime, code: str, message: str) -> 
         lease_token="",
         lease_expires_at=None,
     )
+
+
+# When the database was away ------------------------------------------------------------
+
+AWAY_CODE = "database_away"
+
+
+def _given_back_when_back(
+    exc: BaseException, budget: Budget, token: str, run_ids: Sequence[int]
+) -> bool:
+    """A job that lost the database before it started its runs sent nothing: once the
+    database answers again it gives back those still ``queued`` under the claim's
+    token, for the next claim to take at once rather than after their lease. False when
+    ``exc`` is not the database going away, or it did not answer in the job's time."""
+
+    def give_back() -> None:
+        given = TaskRun.objects.filter(pk__in=run_ids, lease_token=token).give_back()
+        logger.info("the database answers again: gave back %d runs never started", given)
+
+    return _when_back(exc, budget, give_back)
+
+
+def _settled_when_back(
+    exc: BaseException, budget: Budget, jobs: Sequence[Job], deferred: list[tuple[Job, float]]
+) -> bool:
+    """A job that lost the database mid-way still knows what it did: once the database
+    answers again it writes it (``_settle``), for its runs to go on at once rather than
+    after their lease. False when ``exc`` is not the database going away, or it did not
+    answer in the job's time (the runs then wait for their lease, as after a crash)."""
+    return _when_back(exc, budget, lambda: _settle(jobs, deferred))
+
+
+def _when_back(exc: BaseException, budget: Budget, write: Callable[[], None]) -> bool:
+    """Wait for the database to answer again, while the job's runs are surely still its
+    own (its lease) and django-q2 lets it run (its time), then ``write``; True once it
+    is written."""
+    if not outage.is_away(exc):
+        return False
+    logger.warning("the database went away mid-job (%s); waiting for it to answer", exc)
+    deadline = min(budget.ends, budget.lease_until) - budget.margin
+    while outage.wait_until_answers(deadline):
+        try:
+            write()
+        except DatabaseError as again:
+            if not outage.is_away(again):
+                logger.exception("could not write what the job did once the database answered")
+                return False
+            time.sleep(outage.AWAY_POLL_SECONDS)
+            continue
+        return True
+    logger.error("the database did not answer in the job's time; its runs wait for their lease")
+    return False
+
+
+def _settle(jobs: Sequence[Job], deferred: Sequence[tuple[Job, float]]) -> None:
+    """Write in one transaction what the job did with the runs it still holds (``_held``:
+    a run recorded already, or taken over, is left alone): ``sent`` what the provider
+    took, a failure as its outcome decides, and every other run back in line without
+    spending its attempt, its key's reservation undone. A send that left always has its
+    ``outcome``, so those others were never sent."""
+    later = {job.run.pk: at for job, at in deferred}
+    now = time.time()
+    for job in jobs:  # a close the database failed cleared it in memory only
+        job.run.lease_token = job.lease
+    with transaction.atomic():
+        held = _held(jobs)
+        sent: list[tuple[Job, SendResult]] = []
+        unsent: list[Job] = []
+        for job in held:
+            if isinstance(job.outcome, SendResult):
+                sent.append((job, job.outcome))
+            elif isinstance(job.outcome, SendError) and not isinstance(
+                job.outcome, ThrottledSendError
+            ):
+                _record_failure(job, job.outcome)
+            else:
+                unsent.append(job)
+        _write_sent(sent)
+        _unreserve(unsent)
+        items = [(job, later.get(job.run.pk, now)) for job in unsent]
+        _defer(items, AWAY_CODE, "The database went away before it was sent.")
+        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
+            last_run_at=timezone.now()
+        )
+    logger.info(
+        "the database answers again: recorded %d sent, gave back %d not sent",
+        len(sent),
+        len(unsent),
+    )
+
+
+def _unreserve(jobs: Sequence[Job]) -> None:
+    """Undo the jobs' key reservations, those that reached the database: a fresh key is
+    dropped, a known one is ``failed`` again (``unknown`` if an earlier attempt may have
+    delivered it). Only rows this very run reserved (``sending`` in its name)."""
+    for job in jobs:
+        row = SendLog.objects.filter(key=job.ledger.key, run=job.run, status=SendLog.Status.SENDING)
+        if job.fresh:
+            row.delete()
+        else:
+            status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
+            row.update(status=status, attempts=F("attempts") - 1)
 
 
 # Starting -------------------------------------------------------------------------------
@@ -817,7 +937,7 @@ def _resend_is_safe(row: SendLog, now: datetime) -> bool:
         sender = get_sender(row.channel)
     except RemindersError:
         return False
-    if not sender.resends_in_doubt:
+    if not sender.resends(Message.from_rendered(row.recipient, row.body, row.key)):
         return False
     window = timedelta(seconds=sender.duplicate_check_seconds)
     return sender.retry_in_doubt or now - row.created_at < window
@@ -1074,7 +1194,7 @@ def _failure_outcome(job: Job, error: SendError, now: datetime) -> Outcome:
     run = job.run
     delays = _retry_delays(run.task)
     doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
-    resend_safe = job.sender is not None and job.sender.resends_in_doubt
+    resend_safe = job.sender is not None and job.sender.resends(job.message)
     attempts_left = run.attempts <= len(delays)
     will_retry = error.retryable and attempts_left and (resend_safe or not doubt)
     retry_at = now + timedelta(seconds=delays[run.attempts - 1]) if will_retry else None

@@ -1301,7 +1301,13 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
 
     def release(self, owner: str) -> int:
         """Hand back runs this owner claimed but no worker started yet."""
-        return self.filter(status=TaskRun.Status.QUEUED, lease_owner=owner).update(
+        return self.filter(lease_owner=owner).give_back()
+
+    def give_back(self) -> int:
+        """Put these runs, where claimed and not started (``queued``), back in line as
+        they were before the claim; returns how many. Narrow the selection to the
+        holder's (its owner, or its claim's token) first."""
+        return self.filter(status=TaskRun.Status.QUEUED).update(
             status=models.Case(
                 models.When(attempts=0, then=models.Value(TaskRun.Status.SCHEDULED)),
                 default=models.Value(TaskRun.Status.RETRYING),

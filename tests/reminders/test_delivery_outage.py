@@ -1,0 +1,123 @@
+"""A job that loses the database writes what it did as soon as the database answers
+again: runs it never started go back to their claim's line, what it sent is recorded
+``sent``, what it never sent goes back in line with its key's reservation undone. Only
+a database away for longer than the job may wait leaves its runs to their lease."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import OperationalError, connection
+
+from reminders import dispatch, outage
+from reminders.delivery import deliver
+from reminders.exceptions import TransientSendError
+from reminders.models import SendLog, TaskRun
+from reminders.senders import Message, SendResult
+from reminders.senders.memory import MemorySender
+from tests.support.away import database_away
+from tests.support.jobs import tick
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def quick_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outage, "AWAY_POLL_SECONDS", 0.01)
+
+
+def table(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def claim(count: int) -> dispatch.Claim:
+    """Plan the due tasks and claim their runs, as a scheduler's tick does."""
+    dispatch.materialize()
+    claimed = dispatch.claim("scheduler", 10)
+    assert len(claimed.run_ids) == count
+    return claimed
+
+
+def runs() -> list[tuple[str, str, int]]:
+    return sorted(TaskRun.objects.values_list("status", "lease_token", "attempts"))
+
+
+def test_a_job_that_loses_the_database_before_starting_gives_its_runs_back_when_it_answers(
+    make_task, outbox
+):
+    make_task()
+    make_task()
+    claimed = claim(2)
+    with database_away(f"UPDATE {table('reminders_taskrun')}") as away:
+        assert deliver(claimed.token, claimed.run_ids) == 0
+    assert away.refused, "the database never went away"
+    assert runs() == [("scheduled", "", 0), ("scheduled", "", 0)]
+    assert outbox == []
+    assert tick() == 2  # the next claim takes them at once
+    assert len(outbox) == 2
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        # At the second key's reservation, which would also have recorded the first send.
+        ("INSERT INTO", "reminders_sendlog"),
+        # At the record of the first send itself, its run closed in memory already.
+        ("UPDATE", "reminders_taskrun"),
+    ],
+)
+def test_a_job_that_loses_the_database_after_a_send_records_it_and_gives_back_the_rest(
+    make_task, outbox, where
+):
+    for _ in range(3):
+        make_task(channel="memory")  # one message a batch: its record joins the next one's
+    claimed = claim(3)
+    verb, name = where
+    with database_away(f"{verb} {table(name)}", skip=1) as away:
+        assert deliver(claimed.token, claimed.run_ids) == 1
+    assert away.refused
+    assert len(outbox) == 1
+    assert runs() == [("scheduled", "", 0), ("scheduled", "", 0), ("sent", "", 1)]
+    assert list(SendLog.objects.values_list("status", "run__status")) == [("sent", "sent")]
+    assert tick() == 2
+    assert sorted(message.idempotency_key for message in outbox) == sorted(
+        SendLog.objects.values_list("key", flat=True)
+    )
+    assert set(SendLog.objects.values_list("status", flat=True)) == {"sent"}
+
+
+def test_a_job_that_loses_the_database_recording_a_failure_records_it_when_it_answers(
+    make_task, outbox, monkeypatch
+):
+    make_task(channel="memory")
+    make_task(channel="memory")
+
+    def busy(self: MemorySender, message: Message) -> SendResult:
+        raise TransientSendError("system busy", code="-1")
+
+    monkeypatch.setattr(MemorySender, "send", busy)
+    claimed = claim(2)
+    # The first send fails; the database goes away as its failure is recorded.
+    with database_away(f"UPDATE {table('reminders_taskrun')}", skip=1) as away:
+        assert deliver(claimed.token, claimed.run_ids) == 0
+    assert away.refused
+    assert runs() == [("retrying", "", 1), ("scheduled", "", 0)]
+    assert list(SendLog.objects.values_list("status", "reply_code")) == [("failed", "-1")]
+
+
+def test_a_database_away_longer_than_the_job_may_wait_leaves_the_runs_to_their_lease(
+    make_task, outbox, settings
+):
+    settings.REMINDERS_LEASE_SECONDS = 1  # the job waits for the database 0.6 s at most
+    make_task()
+    claimed = claim(1)
+    began = time.monotonic()
+    with (
+        database_away(f"UPDATE {table('reminders_taskrun')}", probes=-1),
+        pytest.raises(OperationalError),
+    ):
+        deliver(claimed.token, claimed.run_ids)
+    assert time.monotonic() - began < 2
+    assert runs() == [("queued", claimed.token, 0)]
+    assert outbox == []
