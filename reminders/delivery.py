@@ -38,6 +38,12 @@ truth:
   prepared again, and ops told.
 * A message in doubt is sent again only if the provider's window is still open when
   it leaves, after its rate-limit wait, not only when its job started.
+* A job that loses the database (a restart, a failover) does not leave its runs to
+  their lease: as soon as the database answers again (``reminders.outage``), while its
+  runs are surely still its own, it gives back those it never started, records what
+  it sent and the failures it met, and puts every run it did not send back in line,
+  its key's reservation undone (a send that left always has its ``outcome``). Only if
+  the database stays away longer than that do its runs wait for their lease.
 * A stale holder writes nothing the new holder owns: the ledger rows a job hands back
   or marks throttled change only while its run is still held under its lease (the
   run's row locked meanwhile), and a closed run keeps its lease token in memory until
@@ -126,12 +132,6 @@ class Job:
     # What its send came to, once the sender answered: the truth to write even when
     # the database was away at the time (``_settle``).
     outcome: SendResult | SendError | None = None
-    # The token the run was started with: ``run.lease_token`` is cleared in memory as
-    # an attempt is closed, before the database has it.
-    lease: str = field(init=False, default="")
-
-    def __post_init__(self) -> None:
-        self.lease = self.run.lease_token
 
     @property
     def channel(self) -> str:
@@ -591,8 +591,6 @@ def _settle(jobs: Sequence[Job], deferred: Sequence[tuple[Job, float]]) -> None:
     ``outcome``, so those others were never sent."""
     later = {job.run.pk: at for job, at in deferred}
     now = time.time()
-    for job in jobs:  # a close the database failed cleared it in memory only
-        job.run.lease_token = job.lease
     with transaction.atomic():
         held = _held(jobs)
         sent: list[tuple[Job, SendResult]] = []
