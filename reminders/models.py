@@ -385,8 +385,10 @@ class ScheduledTask(models.Model):
     objects = TaskQuerySet.as_manager()
 
     class Meta:
-        verbose_name = _("scheduled task")
-        verbose_name_plural = _("scheduled tasks")
+        # Not "scheduled task(s)": django-q2's own admin names its schedules so, and a
+        # CRM running django-q2 of its own shows both (reminders.django_q_owner).
+        verbose_name = _("scheduled message")
+        verbose_name_plural = _("scheduled messages")
         constraints = [
             models.CheckConstraint(
                 name="reminders_task_cron_xor_run_at",
@@ -1470,6 +1472,15 @@ class TaskRun(models.Model):
             models.Index(fields=["run_date", "status"], name="reminders_run_day_idx"),
             # The dashboard's days, hours and 14-day charts: runs by due time.
             models.Index(fields=["due_at"], name="reminders_run_due_idx"),
+            # A task's waiting runs, without its history: the task list's "next run"
+            # (``TaskQuerySet.with_next_send``) for every task, each one probe however
+            # long its history. The status follows the task for databases that drop
+            # the condition.
+            models.Index(
+                fields=["task", "status", "next_attempt_at"],
+                name="reminders_run_task_waiting_idx",
+                condition=Q(status__in=["scheduled", "retrying"]),
+            ),
             # Expiring waiting runs past their deadline. The status leads for databases
             # that drop the condition: finished runs keep their deadlines.
             models.Index(

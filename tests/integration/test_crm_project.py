@@ -65,6 +65,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # The driver each server needs, as the package's extras name it.
 EXTRAS = {"sqlite": "redis", "postgresql": "redis,postgres", "mysql": "redis,mysql"}
 COMMAND_TIMEOUT = 180
+# Whether django-q2's admin is registered, and the cluster django-q2 would run.
+DJANGO_Q_STATE = (
+    "from django.contrib import admin; from django_q.conf import Conf; "
+    "from django_q.models import Schedule; "
+    "print(admin.site.is_registered(Schedule), Conf.CLUSTER_NAME)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -253,6 +259,9 @@ def test_beside_the_crm_s_own_django_q2__each_cluster_runs_its_own_jobs(crm):
     checked = crm.manage("check", "--deploy")
     assert "reminders." not in checked, checked
     assert "reminders_demo" not in crm.manage("help", "--commands")
+    # The CRM's own django-q2 keeps its admin, and its settings.
+    state = crm.manage("shell", "-c", DJANGO_Q_STATE).split()[-2:]
+    assert state == ["True", crm.env["CRM_QUEUE"]], state
     assert "no issues" in crm.manage("check", "--deploy", "--tag", "reminders_worker")
 
     qcluster = crm.start("qcluster", "qcluster")
@@ -298,6 +307,15 @@ def test_a_crm_that_adds_the_apps_and_nothing_else_runs_on_the_defaults(crm):
     channel, as they come."""
     checked = crm.manage("check", "--deploy", "--tag", "reminders_worker", settings="apps_only")
     assert "no issues" in checked, checked
+    # django-q2 is the engine's alone: its settings are the engine's cluster, so it warns
+    # about nothing, and its admin (where a schedule would never run) is hidden.
+    done = run(
+        [crm.python, "manage.py", "shell", "-c", DJANGO_Q_STATE],
+        cwd=crm.directory,
+        env=crm.env_for("apps_only"),
+    )
+    assert "Retry and timeout" not in done.stderr, done.stderr
+    assert done.stdout.split()[-2:] == ["False", "reminders"], done.stdout
     engine = crm.start("run_reminders_defaults", "run_reminders", settings="apps_only")
     try:
         crm.manage("crm_follow_up", "lisi", "--no-job", settings="apps_only")

@@ -16,9 +16,11 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "crm",
-    "django_q",
+    # As the README lists them: reminders first, so that with no Q_CLUSTER django-q2
+    # reads the engine's cluster settings.
     "reminders",
     "ops",
+    "django_q",
 ]
 
 MIDDLEWARE = [
