@@ -567,7 +567,7 @@ def _when_back(exc: BaseException, budget: Budget, write: Callable[[], None]) ->
     is written."""
     if not outage.is_away(exc):
         return False
-    logger.warning("the database went away mid-job (%s); waiting for it to answer", exc)
+    logger.warning("the database failed the job (%s); it writes what it did once it answers", exc)
     deadline = min(budget.ends, budget.lease_until) - budget.margin
     while outage.wait_until_answers(deadline):
         try:

@@ -14,6 +14,7 @@ despite the backlog.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +166,7 @@ def test_postgresql_killed_mid_burst__every_message_arrives_within_30s_of_its_re
         for host in hosts:
             stop(host)
         entries = delivered(box)
+        logs = "".join(host.stderr(tail=10**8) for host in hosts)
 
     times = {member: e.at for e in entries for member in e.delivered_to}
     bulk_last = max(at for member, at in times.items() if member != HIGH_RECIPIENT)
@@ -177,7 +179,8 @@ def test_postgresql_killed_mid_burst__every_message_arrives_within_30s_of_its_re
     high_late = times[HIGH_RECIPIENT] - float(due_at)
     print(
         f"outage {outage} s: {at_return} delivered before the return, the last "
-        f"{bulk_last - back:.1f} s after it; the high run {high_late:.2f} s after its time"
+        f"{bulk_last - back:.1f} s after it; the high run {high_late:.2f} s after its time; "
+        f"given back when it answered: {given_back(logs)}"
     )
     assert bulk_last - back <= RECOVERY_SECONDS
     assert high_late <= HIGH_ON_TIME
@@ -189,6 +192,21 @@ def test_postgresql_killed_mid_burst__every_message_arrives_within_30s_of_its_re
         url, "SELECT recipient, provider_message_id FROM reminders_sendlog"
     ):
         assert recipient in msgids.get(msgid, ()), (recipient, msgid)
+
+
+GIVEN_BACK = {
+    "unstarted claims": r"handed back (\d+) claimed runs no worker had started",
+    "runs of jobs never started": r"gave back (\d+) runs never started",
+    "sent, recorded late": r"recorded (\d+) sent, gave back \d+ not sent",
+    "runs of jobs cut mid-way": r"recorded \d+ sent, gave back (\d+) not sent",
+}
+
+
+def given_back(logs: str) -> dict[str, int]:
+    """What the processes say they wrote once the database answered again."""
+    return {
+        what: sum(int(n) for n in re.findall(pattern, logs)) for what, pattern in GIVEN_BACK.items()
+    }
 
 
 def deliveries_of(entries: list[LedgerEntry]) -> Counter[str]:
