@@ -6,6 +6,9 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+
+from reminders import kinds
 
 from .models import Alert, AlertDelivery
 
@@ -31,7 +34,7 @@ class DeliveryInline(admin.TabularInline):
 
 @admin.register(Alert)
 class AlertAdmin(ReadOnly):
-    list_display = ("created_at", "title", "event_count", "type", "kind", "channel")
+    list_display = ("created_at", "title", "event_count", "type", "kind_label", "channel")
     list_filter = ("type", "channel")
     search_fields = ("title", "group_key")
     date_hierarchy = "created_at"
@@ -51,6 +54,10 @@ class AlertAdmin(ReadOnly):
         "body",
     )
     fields = readonly_fields
+
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_label(self, alert: Alert) -> str:
+        return kinds.label(alert.kind) if alert.kind else "-"
 
 
 @admin.register(AlertDelivery)

@@ -16,6 +16,8 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from reminders import kinds
+
 from .conf import settings as conf
 from .models import Alert, AlertEvent, AlertType
 
@@ -136,7 +138,8 @@ def render(alert: Alert, events: QuerySet[AlertEvent]) -> tuple[str, str]:
     """The alert's title and body, from its events."""
     with translation.override(conf.ALERT_LANGUAGE):
         values = {
-            "kind": alert.kind or "-",
+            # The kind's label, in the alert's language, as the admin names it.
+            "kind": kinds.label(alert.kind) if alert.kind else "-",
             "channel": alert.channel or "-",
             "scope": alert.scope or "-",
         }

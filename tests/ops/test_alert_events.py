@@ -54,7 +54,7 @@ def test_a_final_failure_reaches_the_admins_by_mail(make_task, admins, clock, ma
     assert result.sent == 1
     [mail] = mailoutbox
     assert mail.to == ["ops@example.com"]
-    assert "1 run of follow_up failed on channel memory" in mail.subject
+    assert "1 run of Follow-up reminder failed on channel memory" in mail.subject
     assert f"run {run.pk}" in mail.body and "81013" in mail.body
     delivery = AlertDelivery.objects.get()
     assert (delivery.channel, delivery.target, delivery.status, delivery.attempts) == (

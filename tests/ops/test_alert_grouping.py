@@ -42,7 +42,7 @@ def test_500_failures_in_a_minute_are_one_alert_and_one_digest(admins, clock, ma
     digest = clock.step(10).opened  # 600 s after the first alert
     assert [(a.seq, a.event_count) for a in digest] == [(2, 499)]
     assert len(mailoutbox) == 2
-    assert "499 runs of follow_up failed on channel memory" in mailoutbox[1].subject
+    assert "499 runs of Follow-up reminder failed on channel memory" in mailoutbox[1].subject
     assert "81013: 499" in mailoutbox[1].body
     assert "… and 494 more." in mailoutbox[1].body  # 5 shown, the rest counted
     assert AlertEvent.objects.pending().count() == 0

@@ -28,7 +28,7 @@ def test_an_alert_is_in_chinese_by_the_language_code(
 
     [alert] = clock.step().opened
 
-    assert alert.title == "[reminders] follow_up 在渠道 memory 上有 1 条运行记录发送失败"
+    assert alert.title == "[reminders] 跟进提醒 在渠道 memory 上有 1 条运行记录发送失败"
     assert alert.body.startswith("重试次数已用完，或重试也无济于事。")
     assert "按错误代码：81013: 1" in alert.body
     assert "最早的事件：" in alert.body
@@ -43,7 +43,7 @@ def test_ops_alert_language_wins_over_the_language_code(make_task, admins, clock
 
     [alert] = clock.step().opened
 
-    assert alert.title == "[reminders] 1 run of follow_up failed on channel memory"
+    assert alert.title == "[reminders] 1 run of Follow-up reminder failed on channel memory"
     assert "First events:" in alert.body
 
 
@@ -92,3 +92,13 @@ def test_the_settings_checks_speak_the_active_language(settings):
         "ops.W002": "OPS_ALERT_CHANNELS['app']：渠道 'memory' 不是群机器人："
         "OPTIONS 需要指定 'recipient'。",
     }
+
+
+def test_the_alert_list_names_the_kind_by_its_label(make_task, admins, clock, admin_client):
+    fail_one(make_task)
+    [alert] = clock.step().opened
+
+    html = admin_client.get("/admin/ops/alert/").content.decode()
+
+    assert alert.kind == "follow_up"
+    assert '<td class="field-kind_label">Follow-up reminder</td>' in html
