@@ -45,6 +45,18 @@ def test_the_first_good_tick_after_the_database_failed_one_hands_back_unstarted_
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_failed_read_of_when_work_is_due_also_hands_back_at_the_next_good_tick(make_task):
+    make_task()
+    worker = ReminderWorker(tick=30, with_cluster=False)
+    worker.tick()
+    token = TaskRun.objects.get().lease_token
+    with database_away():
+        assert worker._sleep_seconds() == 30  # a tick's sleep, and tried again
+    worker._tick_safely()
+    assert TaskRun.objects.get().lease_token not in ("", token)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_good_tick_hands_nothing_back(make_task):
     make_task()
     worker = ReminderWorker(with_cluster=False)
