@@ -211,10 +211,11 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     time: one transaction per batch, plus one to start and one to end.
     """
     budget = Budget.begin()
+    execution = uuid.uuid4().hex
     try:
-        jobs = start(token, run_ids, now)
+        jobs = start(token, run_ids, now, execution=execution)
     except BaseException as exc:
-        if _given_back_when_back(exc, budget, token, run_ids):
+        if _given_back_when_back(exc, budget, token, execution, run_ids):
             return 0
         raise
     if not jobs:
@@ -537,16 +538,24 @@ AWAY_CODE = "database_away"
 
 
 def _given_back_when_back(
-    exc: BaseException, budget: Budget, token: str, run_ids: Sequence[int]
+    exc: BaseException, budget: Budget, token: str, execution: str, run_ids: Sequence[int]
 ) -> bool:
     """A job that lost the database before it started its runs sent nothing: once the
     database answers again it gives back those still ``queued`` under the claim's
-    token, for the next claim to take at once rather than after their lease. False when
-    ``exc`` is not the database going away, or it did not answer in the job's time."""
+    token, and those its start took (``execution``) if that start committed though its
+    answer was lost, for the next claim to take at once rather than after their lease.
+    False when ``exc`` is not the database going away, or it did not answer in the
+    job's time."""
 
     def give_back() -> None:
-        given = TaskRun.objects.filter(pk__in=run_ids, lease_token=token).give_back()
-        logger.info("the database answers again: gave back %d runs never started", given)
+        runs = TaskRun.objects.filter(pk__in=run_ids)
+        with transaction.atomic():
+            given = runs.filter(lease_token=token).give_back()
+            started = list(runs.filter(lease_token=execution).only("pk", "lease_token"))
+            _wait(started, timezone.now(), AWAY_CODE, "The database went away as it started.")
+        logger.info(
+            "the database answers again: gave back %d runs never started", given + len(started)
+        )
 
     return _when_back(exc, budget, give_back)
 
@@ -634,11 +643,14 @@ def _unreserve(jobs: Sequence[Job]) -> None:
 # Starting -------------------------------------------------------------------------------
 
 
-def start(token: str, run_ids: Sequence[int], now: datetime | None = None) -> list[Job]:
+def start(
+    token: str, run_ids: Sequence[int], now: datetime | None = None, *, execution: str = ""
+) -> list[Job]:
     """Take the claimed runs that are still ours and decide, from the ledger and the
-    task's other runs, which may be sent; finish or put back the others."""
+    task's other runs, which may be sent; finish or put back the others. ``execution``:
+    the lease token the started runs take (default: a new one)."""
     now = now or timezone.now()
-    execution = uuid.uuid4().hex
+    execution = execution or uuid.uuid4().hex
     with transaction.atomic():
         TaskRun.objects.filter(
             pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED

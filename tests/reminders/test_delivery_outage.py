@@ -6,11 +6,12 @@ a database away for longer than the job may wait leaves its runs to their lease.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
 
-from reminders import dispatch, outage
+from reminders import delivery, dispatch, outage
 from reminders.delivery import deliver
 from reminders.exceptions import TransientSendError
 from reminders.models import SendLog, TaskRun
@@ -56,6 +57,24 @@ def test_a_job_that_loses_the_database_before_starting_gives_its_runs_back_when_
     assert outbox == []
     assert tick() == 2  # the next claim takes them at once
     assert len(outbox) == 2
+
+
+def test_a_start_that_committed_but_whose_answer_was_lost_gives_its_runs_back_too(
+    make_task, outbox, monkeypatch
+):
+    make_task()
+    make_task()
+    claimed = claim(2)
+    really_start = delivery.start
+
+    def start_then_lost(*args: Any, **kwargs: Any) -> list[delivery.Job]:
+        really_start(*args, **kwargs)  # committed: the runs are started
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(delivery, "start", start_then_lost)
+    assert deliver(claimed.token, claimed.run_ids) == 0
+    assert runs() == [("scheduled", "", 0), ("scheduled", "", 0)]
+    assert outbox == []
 
 
 @pytest.mark.parametrize(
