@@ -116,7 +116,11 @@ def save_task(demo: DemoTask, tz: str) -> str:
         payload=demo.payload,
         key=demo.key,
     )
-    next_run = task.next_run.astimezone(timing.zone(tz)) if task.next_run else None
+    # When its next message goes (its earliest waiting run), as the task list says:
+    # ``next_run`` is where planning resumes, an hour on for the every-minute task.
+    annotated = ScheduledTask.objects.with_next_send().get(pk=task.pk)
+    next_send = getattr(annotated, "next_send_at", task.next_run)
+    next_run = next_send.astimezone(timing.zone(tz)) if next_send else None
     line = (
         _("updated %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
         if existed

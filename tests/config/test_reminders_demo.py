@@ -17,7 +17,7 @@ from django.test import TestCase
 from django.utils import timezone
 
 from config.demo import demo_tasks
-from reminders import dispatch
+from reminders import dispatch, timing
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import run_queued
 from tests.support.sandbox import assert_ledger_matches, running_sandbox, wecom_settings
@@ -272,3 +272,17 @@ def test_demo__a_sandbox_holding_another_app_is_not_this_channel_s(settings):
         with pytest.raises(CommandError, match="REMINDERS_DEFAULT_CHANNEL"):
             demo()
     assert not ScheduledTask.objects.exists()
+
+
+def test_demo__says_when_the_next_message_goes_not_where_planning_resumes(settings):
+    demo()
+    dispatch.materialize()  # the every-minute task's next hour is planned
+    task = ScheduledTask.objects.get(key="demo:every_minute")
+    first = task.runs.filter(status__in=TaskRun.WAITING).order_by("next_attempt_at").first()
+    assert first is not None and first.next_attempt_at < task.next_run
+
+    [line] = [line for line in demo().splitlines() if "demo:every_minute" in line]
+
+    zone = timing.zone(settings.TIME_ZONE)
+    shown = first.next_attempt_at.astimezone(zone).isoformat(timespec="seconds")
+    assert line.endswith(f"next run {shown}"), line
