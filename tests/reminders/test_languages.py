@@ -33,7 +33,7 @@ def test_admin__changelists_of_tasks_and_runs_are_in_chinese_by_the_language_cod
     assert tasks.headers["Content-Language"] == "zh-hans"
     task_page = tasks.content.decode()
     for words in (
-        "定时任务",
+        "定时消息",
         "接收人",
         "渠道",
         "状态",
@@ -91,7 +91,7 @@ def test_models__choices_and_names_are_translated():
 
     with translation.override("zh-hans"):
         assert str(TaskRun.Status.FAILED.label) == "失败"
-        assert str(ScheduledTask._meta.verbose_name_plural) == "定时任务"
+        assert str(ScheduledTask._meta.verbose_name_plural) == "定时消息"
     with translation.override("en"):
         assert str(TaskRun.Status.FAILED.label) == "Failed"
 
