@@ -30,11 +30,13 @@ truth:
   ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
 * One run never poisons its job. Each run's message is prepared (its builder called)
   in a savepoint of its own, so a builder's database error fails that run alone
-  (PostgreSQL would abort the job's whole transaction). A run still ``queued`` when
-  its lease ran out was held by a job that ended before starting it (a builder that
-  hangs until django-q2's timeout kills the worker): the claim counts it
-  (``job_failures``) and sends it in a job of its own; a start clears the count, and
-  after ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed without being
+  (PostgreSQL would abort the job's whole transaction). A job counts the runs it takes
+  (``job_failures``) in a commit of its own before it prepares any, and its start
+  clears the count: a run still counted when its lease runs out was taken by a job
+  that ended before starting it (a builder that hangs until django-q2's timeout kills
+  the worker), and the next claim sends it in a job of its own. A run that only waited
+  in the queue past its lease (a backlog) was never taken, and is not counted. After
+  ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed without being
   prepared again, and ops told.
 * A message in doubt is sent again only if the provider's window is still open when
   it leaves, after its rate-limit wait, not only when its job started.
@@ -212,10 +214,14 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     """
     budget = Budget.begin()
     execution = uuid.uuid4().hex
+    taken = False
     try:
+        with transaction.atomic():  # its own commit, before any builder runs
+            TaskRun.objects.filter(pk__in=run_ids, lease_token=token).take_for_job()
+        taken = True
         jobs = start(token, run_ids, now, execution=execution)
     except BaseException as exc:
-        if _given_back_when_back(exc, budget, token, execution, run_ids):
+        if _given_back_when_back(exc, budget, token, execution, run_ids, taken=taken):
             return 0
         raise
     if not jobs:
@@ -538,19 +544,26 @@ AWAY_CODE = "database_away"
 
 
 def _given_back_when_back(
-    exc: BaseException, budget: Budget, token: str, execution: str, run_ids: Sequence[int]
+    exc: BaseException,
+    budget: Budget,
+    token: str,
+    execution: str,
+    run_ids: Sequence[int],
+    *,
+    taken: bool,
 ) -> bool:
     """A job that lost the database before it started its runs sent nothing: once the
     database answers again it gives back those still ``queued`` under the claim's
-    token, and those its start took (``execution``) if that start committed though its
-    answer was lost, for the next claim to take at once rather than after their lease.
-    False when ``exc`` is not the database going away, or it did not answer in the
-    job's time."""
+    token (undoing its count of them if it had ``taken`` them: the database failed
+    the job, not they), and those its start took (``execution``) if that start
+    committed though its answer was lost, for the next claim to take at once rather
+    than after their lease. False when ``exc`` is not the database going away, or it
+    did not answer in the job's time."""
 
     def give_back() -> None:
         runs = TaskRun.objects.filter(pk__in=run_ids)
         with transaction.atomic():
-            given = runs.filter(lease_token=token).give_back()
+            given = runs.filter(lease_token=token).give_back(taken=taken)
             started = list(runs.filter(lease_token=execution).only("pk", "lease_token"))
             _wait(started, timezone.now(), AWAY_CODE, "The database went away as it started.")
         logger.info(
@@ -660,11 +673,12 @@ def start(
             lease_owner=worker_id(),
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
             attempts=F("attempts") + 1,
-            # Started: no job lost it since, unless it is to be given up now.
+            # Started: no job lost it since, unless it is to be given up now. Its count
+            # holds this job's taking it too: the jobs that lost it are one fewer.
             job_failures=Case(
                 When(
-                    job_failures__gte=conf.MAX_JOB_FAILURES,
-                    then=F("job_failures"),
+                    job_failures__gt=conf.MAX_JOB_FAILURES,
+                    then=F("job_failures") - 1,
                 ),
                 default=Value(0),
                 output_field=PositiveSmallIntegerField(),

@@ -141,13 +141,6 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
                 default=F("attempts"),
                 output_field=PositiveSmallIntegerField(),
             ),
-            # A run still ``queued`` under an expired lease: the job that held it ended
-            # before starting it (it failed, timed out, or went with its worker).
-            job_failures=Case(
-                When(status=TaskRun.Status.QUEUED, then=F("job_failures") + 1),
-                default=F("job_failures"),
-                output_field=PositiveSmallIntegerField(),
-            ),
             status=TaskRun.Status.QUEUED,
             lease_owner=owner,
             lease_token=token,
@@ -165,9 +158,10 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
 def _enqueue(token: str, claimed: list[tuple[int, int, int]]) -> None:
     """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue.
 
-    A run whose last job ended before starting it goes in a job of its own: if it is
-    what broke that job (a builder that hangs until the job's timeout), it breaks no
-    other run's again, and its own count (``job_failures``) tells it apart.
+    A run whose last job took it and ended before starting it (its count,
+    ``job_failures``, kept by ``take_for_job``) goes in a job of its own: if it is what
+    broke that job (a builder that hangs until the job's timeout), it breaks no other
+    run's again. A run that only waited in the queue past its lease is not counted.
     """
     queues: dict[str, list[int]] = {}
     alone: list[tuple[str, int]] = []

@@ -1305,11 +1305,26 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         """Hand back runs this owner claimed but no worker started yet."""
         return self.filter(lease_owner=owner).give_back()
 
-    def give_back(self) -> int:
+    def take_for_job(self) -> int:
+        """A job takes these claimed runs (``queued``) before it prepares any: counted in
+        ``job_failures`` in a commit of its own, so that if the job ends before starting
+        them (a builder that hangs until django-q2 kills the worker) the next claim knows
+        and sends each alone. Starting a run clears its count. A run that only waited in
+        the queue past its lease was never taken: not counted. Narrow the selection to
+        the claim's token first; returns how many."""
+        return self.filter(status=TaskRun.Status.QUEUED).update(
+            job_failures=models.F("job_failures") + 1
+        )
+
+    def give_back(self, *, taken: bool = False) -> int:
         """Put these runs, where claimed and not started (``queued``), back in line as
         they were before the claim; returns how many. Narrow the selection to the
-        holder's (its owner, or its claim's token) first."""
+        holder's (its owner, or its claim's token) first. ``taken``: the job giving them
+        back took them (``take_for_job``), and its count is undone: it did not fail
+        them, the database did."""
+        counted = {"job_failures": models.F("job_failures") - 1} if taken else {}
         return self.filter(status=TaskRun.Status.QUEUED).update(
+            **counted,
             status=models.Case(
                 models.When(attempts=0, then=models.Value(TaskRun.Status.SCHEDULED)),
                 default=models.Value(TaskRun.Status.RETRYING),

@@ -204,12 +204,13 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     claim = dispatch.claim("test", 100)
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger) and the closing UPDATE of
-    # the tasks; per message: the channel's pause (SELECT: an unlimited channel is never
+    # Per job: its count of the runs it takes (UPDATE, committed before any builder
+    # runs). Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger) and the closing
+    # UPDATE of the tasks; per message: the channel's pause (SELECT: an unlimited channel is never
     # locked), the ledger row INSERTed ('sending'), then it and the run UPDATEd ('sent').
-    per_batch, per_message = 4, 4
+    per_job, per_batch, per_message = 1, 4, 4
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
-    assert len(statements) == per_batch + per_message * 20, "\n".join(
+    assert len(statements) == per_job + per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
     )
 
@@ -222,10 +223,11 @@ def test_deliver__a_deduplicating_channel_sends_a_claim_as_one_batch(make_task, 
     MemorySender.script[:] = [SendResult(f"m-{n}") for n in range(20)]
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # start (3), the channel's pause, one INSERT of the keys, one UPDATE of them and one
-    # of the runs when sent, the tasks' closing UPDATE: the same for 1 message or 20.
+    # The take (1), start (3), the channel's pause, one INSERT of the keys, one UPDATE of
+    # them and one of the runs when sent, the tasks' closing UPDATE: the same for 1
+    # message or 20.
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
-    assert len(statements) == 8, "\n".join(q["sql"][:120] for q in statements)
+    assert len(statements) == 9, "\n".join(q["sql"][:120] for q in statements)
     # Each key got the message id of its own reply.
     assert dict(SendLog.objects.values_list("key", "provider_message_id")) == {
         message.idempotency_key: f"m-{n}" for n, message in enumerate(outbox)
@@ -331,23 +333,25 @@ def test_deliver__one_transaction_per_message_where_each_is_its_own_batch(make_t
     claim = dispatch.claim("test", 100)
     with transactions() as counted:
         assert deliver(claim.token, claim.run_ids) == 20
-    # The start; for each message, its channel's pause read and its key reserved with
-    # the message before it recorded; the end: the last one recorded, the tasks stamped.
-    assert counted.count == 1 + 20 + 1, str(counted)
+    # The take (its own commit, before any builder runs); the start; for each message,
+    # its channel's pause read and its key reserved with the message before it
+    # recorded; the end: the last one recorded, the tasks stamped.
+    assert counted.count == 1 + 1 + 20 + 1, str(counted)
     assert set(SendLog.objects.values_list("status", flat=True)) == {"sent"}
     assert set(TaskRun.objects.values_list("status", flat=True)) == {"sent"}
 
 
 @pytest.mark.django_db(transaction=True)
-def test_deliver__a_deduplicating_channel_sends_a_claim_in_three_transactions(make_task, outbox):
+def test_deliver__a_deduplicating_channel_sends_a_claim_in_four_transactions(make_task, outbox):
     for _ in range(20):
         make_task(channel="memory_dedup")
     dispatch.materialize()
     claim = dispatch.claim("test", 100)
     with transactions() as counted:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Start; the pause read and the keys reserved; the record and the tasks stamped.
-    assert counted.count == 3, str(counted)
+    # The take; the start; the pause read and the keys reserved; the record and the
+    # tasks stamped.
+    assert counted.count == 4, str(counted)
 
 
 def test_deliver__a_key_taken_while_the_message_before_it_was_sent__waits_and_that_one_is_recorded(

@@ -109,15 +109,16 @@ def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
     good = [make_task("crm_lookup", at=now) for _ in range(3)]
     crm_kind("bad", hang)
     lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
-    # The first job dies rendering the bad run, which it started first: nothing sent.
+    # The first job took all four and died rendering the bad run, which it prepared
+    # first: nothing sent, each run counted once.
     assert tick_at(now) == 0
-    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("queued", 0)}
-    # Claimed again after the lease: every run of the dead job is counted once and
-    # goes in a job of its own, so the others are sent.
+    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("queued", 1)}
+    # Claimed again after the lease: every run of the dead job goes in a job of its
+    # own, so the others are sent.
     assert tick_at(now + lease) == 3
     assert {task.runs.get().status for task in good} == {"sent"}
     run = bad.runs.get()
-    assert (run.status, run.job_failures) == ("queued", 1)
+    assert (run.status, run.job_failures) == ("queued", 2)
     assert tick_at(now + 2 * lease) == 0
     # The third job lost: the run is failed without being rendered again.
     assert tick_at(now + 3 * lease) == 0
@@ -137,15 +138,14 @@ def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
 
 def test_a_job_that_starts_its_runs_clears_their_count(make_task, crm_kind, outbox, settings):
     now = timezone.now()
-    task = make_task("crm_lookup", at=now)
-    dispatch.materialize(now=now)
-    dispatch.claim("lost", 10, now=now)
-    OrmQ.objects.all().delete()  # the job was lost with its worker
-    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
-    dispatch.claim("test", 10, now=now + lease)
+    task = make_task("crm_lookup", recipient="flaky", at=now)
+    crm_kind("flaky", hang)
+    assert tick_at(now) == 0  # the job took the run, and its worker was killed
     assert task.runs.get().job_failures == 1
-    assert run_jobs() == 1
-    assert task.runs.get().job_failures == 0
+    crm_kind("nobody", hang)
+    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert tick_at(now + lease) == 1
+    assert (task.runs.get().status, task.runs.get().job_failures) == ("sent", 0)
 
 
 @pytest.mark.parametrize("value", [0, -1, "many", 1.5])
@@ -176,3 +176,26 @@ def test_a_run_given_up_for_its_lost_jobs_is_sent_when_ops_retry_it(
     run.refresh_from_db()
     assert (run.status, run.job_failures) == ("sent", 0)
     assert [m.recipient for m in outbox] == ["bad"]
+
+
+def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_job(
+    make_task, crm_kind, outbox, settings
+):
+    """A backlog (a burst, a database back from an outage) can keep a job waiting in
+    django-q2's queue past its runs' lease: no job took them, so none failed them. Each
+    claim after the lease makes another job; only the last one's token still holds."""
+    settings.REMINDERS_MAX_JOB_FAILURES = 1
+    now = timezone.now()
+    task = make_task("crm_lookup", at=now)
+    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    dispatch.materialize(now=now)
+    for waited in range(4):
+        dispatch.claim("busy", 10, now=now + waited * lease)
+    run = task.runs.get()
+    assert (run.status, run.job_failures) == ("queued", 0)
+    assert OrmQ.objects.count() == 4
+    # The workers get to the queue at last: the three stale jobs find nothing of theirs.
+    assert run_jobs() == 1
+    run.refresh_from_db()
+    assert (run.status, run.job_failures) == ("sent", 0)
+    assert [m.recipient for m in outbox] == [task.recipient]
