@@ -6,7 +6,7 @@ process gets the request; the database is the one place that sees them all. Ever
 scrape therefore gives the same answer whichever process serves it.
 
 Bounded cost: about ten aggregate queries (and two per working-day calendar, for its
-ops entries, at most every ``calendars.ENTRIES_SECONDS``), each reading either runs that are not
+ops entries, at most every ``calendar_days.ENTRIES_SECONDS``), each reading either runs that are not
 finished (a backlog is bounded by the plan-ahead and the in-flight limits) through the
 engine's partial indexes, or runs and ledger rows of the recent window
 (``OPS_METRICS_WINDOW_SECONDS``, default an hour) through the ``run_date`` and ledger

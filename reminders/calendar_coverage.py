@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from . import calendars, kinds
@@ -37,26 +39,31 @@ class Coverage:
         return self.until.year + 1
 
 
-def in_use() -> list[str]:
-    """The configured calendars that kinds or live tasks name, sorted."""
-    from .models import ScheduledTask
-
+def named(live: QuerySet[Any] | None) -> set[str]:
+    """The calendar names the registered kinds' policies give, and those the ``live``
+    tasks name themselves; configured or not."""
     used: set[str | None] = set()
     for kind in kinds.names():
         try:
             used.add(kinds.policy(kind).calendar)
         except ImproperlyConfigured:
             continue
-    used.update(
-        ScheduledTask.objects.filter(
-            status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
+    if live is not None:
+        used.update(
+            live.exclude(calendar__isnull=True).values_list("calendar", flat=True).distinct()
         )
-        .exclude(calendar__isnull=True)
-        .values_list("calendar", flat=True)
-        .distinct()
+    return {name for name in used if name}
+
+
+def in_use() -> list[str]:
+    """The configured calendars that kinds or live (active or paused) tasks name, sorted."""
+    from .models import ScheduledTask
+
+    live = ScheduledTask.objects.filter(
+        status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)
     )
     known = set(calendars.names())
-    return sorted(name for name in used if name and name in known)
+    return sorted(name for name in named(live) if name in known)
 
 
 def coverage(name: str, today: date) -> Coverage:

@@ -15,13 +15,16 @@ published, whatever the calendar package knows (``reminders.calendars`` reads th
 Invariants, in the database: one row per calendar and date, and per calendar and year
 (unique constraints); a day's kind is ``rest`` or ``working`` and a year is a plausible
 one (check constraints). Rows are written through ``enter`` (the CSV import and the
-admin's range form) or the admin's own form: every write makes this process forget the
-days it read, and other processes read them again within
-``calendars.ENTRIES_SECONDS``. Editing them needs ``reminders.edit_calendarday``.
+admin's range form) or the admin's own form. ``entries`` reads a calendar's rows, all
+years at once (two queries), and keeps them in the process for ``ENTRIES_SECONDS``:
+planning never costs a query per run, and another process sees an edit within that
+time; every write makes this process forget what it read (``forget``), at once and
+again after the commit. Editing them needs ``reminders.edit_calendarday``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -32,8 +35,6 @@ from django.db.models import Q
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils.translation import gettext_lazy as _
-
-from . import calendars
 
 EDIT_PERMISSION = "reminders.edit_calendarday"
 FIRST_YEAR, LAST_YEAR = 1900, 2200
@@ -47,9 +48,9 @@ class DayKind(models.TextChoices):
 class DaySource(models.TextChoices):
     """What decided a run's day (``TaskRun.day_source``)."""
 
-    PACKAGE = calendars.PACKAGE, _("calendar package")
-    OPS = calendars.OPS, _("ops entry")
-    FALLBACK = calendars.FALLBACK, _("fallback rule")
+    PACKAGE = "package", _("calendar package")
+    OPS = "ops", _("ops entry")
+    FALLBACK = "fallback", _("fallback rule")
 
 
 class CalendarDay(models.Model):
@@ -180,9 +181,48 @@ def enter(
             CalendarYear.objects.update_or_create(
                 calendar=calendar, year=year, defaults={"note": year_note, "changed_by": by}
             )
-        transaction.on_commit(calendars.forget_entries)
-    calendars.forget_entries()
+        transaction.on_commit(forget)
+    forget()
     return Entered(len(new), len(changed), unchanged, years)
+
+
+# Ops entries are read again after this long (another process's edits).
+ENTRIES_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Ops entries of one calendar: date to (kind, note), and year entered in full to
+    its note; when they were read (``time.monotonic``)."""
+
+    days: dict[date, tuple[str, str]]
+    years: dict[int, str]
+    read_at: float
+
+
+_entries: dict[str, Entries] = {}
+
+
+def entries(calendar: str) -> Entries:
+    """The calendar's ops entries, read at most every ``ENTRIES_SECONDS``."""
+    known = _entries.get(calendar)
+    now = time.monotonic()
+    if known is None or now - known.read_at > ENTRIES_SECONDS:
+        days = {
+            day: (kind, note)
+            for day, kind, note in CalendarDay.objects.filter(calendar=calendar).values_list(
+                "day", "kind", "note"
+            )
+        }
+        years = dict(CalendarYear.objects.filter(calendar=calendar).values_list("year", "note"))
+        known = Entries(days, years, now)
+        _entries[calendar] = known
+    return known
+
+
+def forget() -> None:
+    """Read ops entries again on next use (they changed)."""
+    _entries.clear()
 
 
 @receiver(post_save, sender=CalendarDay, dispatch_uid="reminders.calendar_day_saved")
@@ -192,5 +232,5 @@ def enter(
 def _forget_on_change(**kwargs: Any) -> None:
     """This process reads the days again at once (after the commit too, so that a
     read inside the transaction does not keep what it saw)."""
-    calendars.forget_entries()
-    transaction.on_commit(calendars.forget_entries)
+    forget()
+    transaction.on_commit(forget)

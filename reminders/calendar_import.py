@@ -27,7 +27,7 @@ from pathlib import Path
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from . import calendars, importing
+from . import calendar_days, calendars, importing
 from .calendar_days import DayKind, Entered, Entry, enter
 from .importing import ImportFailed, RowError
 
@@ -190,7 +190,7 @@ def year_text(calendar: str, year: int) -> str:
                     mark = WORKING_WEEKEND_MARK
                 cells.append(f"{number:>2}{mark}")
             lines.append(" ".join(cells).rstrip())
-        entered = calendars.entries(calendar).days
+        entered = calendar_days.entries(calendar).days
         for day, decision in decisions.items():
             if day.month != month or decision is None:
                 continue
@@ -203,7 +203,7 @@ def year_text(calendar: str, year: int) -> str:
 
 def _coverage_line(calendar: str, year: int) -> str:
     chosen = calendars.get(calendar)
-    known = calendars.entries(calendar)
+    known = calendar_days.entries(calendar)
     values = {"calendar": calendar, "year": year}
     if chosen.covers(year):
         return _("Calendar %(calendar)r, %(year)d: covered by %(source)s.") % {

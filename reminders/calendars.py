@@ -39,16 +39,13 @@ Invariants:
 * The setting is read on use, each backend built once per process, and the registry reset
   on ``setting_changed``, so ``override_settings`` works. A rule other than ``weekdays``
   or ``skip`` is ``ImproperlyConfigured`` (system check ``reminders.E010``).
-* Ops entries are read per calendar, all years at once (two queries), and kept in the
-  process for ``ENTRIES_SECONDS``: planning never costs a query per run, and another
-  process sees an edit within that time. A write in this process (the admin, the import)
-  forgets them at once (``forget_entries``). Runs already planned keep what was decided
-  when they were planned.
+* Ops entries are read per calendar, all years at once, and kept in the process for a
+  while (``calendar_days.entries``): planning never costs a query per run. Runs already
+  planned keep what was decided when they were planned.
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,6 +62,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from . import calendar_days
+from .calendar_days import DaySource, entries
 from .exceptions import RemindersError
 from .i18n import early_gettext as _
 
@@ -83,7 +82,6 @@ __all__ = [
     "covered_until",
     "day_off",
     "decide",
-    "forget_entries",
     "get",
     "names",
 ]
@@ -91,15 +89,13 @@ __all__ = [
 HOLIDAY = "holiday"
 UNCOVERED = "calendar_uncovered"
 # What decided a date (``Decision.source``).
-PACKAGE = "package"
-OPS = "ops"
-FALLBACK = "fallback"
+PACKAGE = DaySource.PACKAGE.value
+OPS = DaySource.OPS.value
+FALLBACK = DaySource.FALLBACK.value
 # The rules for a year nobody covers (``UNCOVERED`` beside ``BACKEND``).
 WEEKDAYS = "weekdays"
 SKIP = "skip"
 UNCOVERED_RULES = (WEEKDAYS, SKIP)
-# Ops entries are read again after this long (another process's edits).
-ENTRIES_SECONDS = 30.0
 
 DEFAULT_CALENDARS: dict[str, Any] = {
     "cn": {"BACKEND": "reminders.calendars.ChineseCalendar"},
@@ -285,43 +281,6 @@ def covered_until(calendar: str, today: date | None = None) -> date:
     return date(year - 1, 12, 31)
 
 
-@dataclass(frozen=True)
-class Entries:
-    """Ops entries of one calendar: date to (kind, note), and year entered in full to
-    its note; when they were read (``time.monotonic``)."""
-
-    days: dict[date, tuple[str, str]]
-    years: dict[int, str]
-    read_at: float
-
-
-_entries: dict[str, Entries] = {}
-
-
-def entries(calendar: str) -> Entries:
-    """The calendar's ops entries, read at most every ``ENTRIES_SECONDS``."""
-    known = _entries.get(calendar)
-    now = time.monotonic()
-    if known is None or now - known.read_at > ENTRIES_SECONDS:
-        from .calendar_days import CalendarDay, CalendarYear
-
-        days = {
-            day: (kind, note)
-            for day, kind, note in CalendarDay.objects.filter(calendar=calendar).values_list(
-                "day", "kind", "note"
-            )
-        }
-        years = dict(CalendarYear.objects.filter(calendar=calendar).values_list("year", "note"))
-        known = Entries(days, years, now)
-        _entries[calendar] = known
-    return known
-
-
-def forget_entries() -> None:
-    """Read ops entries again on next use (they changed)."""
-    _entries.clear()
-
-
 _calendars: dict[str, Calendar] = {}
 
 
@@ -384,7 +343,7 @@ def _build(name: str) -> Calendar:
 
 def reset() -> None:
     _calendars.clear()
-    forget_entries()
+    calendar_days.forget()
 
 
 @receiver(setting_changed)

@@ -19,7 +19,6 @@ worker's settings never block, say, the host's ``makemigrations``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from datetime import date
 from typing import Any
@@ -33,7 +32,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext, ngettext
 
-from . import builders, calendars, kinds
+from . import builders, calendar_coverage, calendars, kinds
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
 from .policies import PolicyError
@@ -419,7 +418,11 @@ def check_calendars(
         live = _live_tasks(databases)
     except DatabaseError:
         live = None  # the database's own checks and errors say what is wrong with it
-    for name in sorted(_calendars_in_use(live)):
+    try:
+        names = calendar_coverage.named(live)
+    except DatabaseError:  # the database's own checks and errors say what is wrong with it
+        names = calendar_coverage.named(None)
+    for name in sorted(names):
         try:
             missing = [year for year in years if not calendars.covers(name, year)]
         except ImproperlyConfigured:
@@ -429,23 +432,6 @@ def check_calendars(
         if missing:
             messages.append(_uncovered_warning(name, missing))
     return messages
-
-
-def _calendars_in_use(live: QuerySet[Any] | None) -> set[str]:
-    """Calendars the registered kinds name, and those ``live`` tasks name themselves."""
-    used: set[str | None] = set()
-    for kind in kinds.names():
-        try:
-            used.add(kinds.policy(kind).calendar)
-        except ImproperlyConfigured:
-            continue
-    # The database's own checks and errors say what is wrong with it.
-    if live is not None:
-        with contextlib.suppress(DatabaseError):
-            used.update(
-                live.exclude(calendar__isnull=True).values_list("calendar", flat=True).distinct()
-            )
-    return {name for name in used if name}
 
 
 def _checked_alias(databases: Sequence[str] | None) -> str | None:

@@ -26,11 +26,11 @@ def _clean_outbox() -> Iterator[None]:
 def _calendar_entries_read_afresh() -> Iterator[None]:
     """Ops calendar entries are kept per process for a while; a test's rolled-back
     rows must not outlive it."""
-    from reminders import calendars
+    from reminders import calendar_days
 
-    calendars.forget_entries()
+    calendar_days.forget()
     yield
-    calendars.forget_entries()
+    calendar_days.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from reminders.models import Priority, ScheduledTask
+from tests.support.pgcluster import Cluster, binaries, throwaway_cluster
 from tests.support.processes import (
     ReminderProcess,
     alive,
@@ -21,6 +23,16 @@ from tests.support.processes import (
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[Cluster]:
+    """A PostgreSQL server of the test module's own, which its tests may stop and start
+    (the suite's shared server must never be)."""
+    if binaries() is None and os.environ.get("CI") != "true":
+        pytest.skip("PostgreSQL's server binaries are not installed")
+    with throwaway_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

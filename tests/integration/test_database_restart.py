@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import psycopg
 import pytest
 from django.db import connection
 
-from tests.support.pgcluster import Cluster, binaries, throwaway_cluster
-from tests.support.processes import REPO, records, wait_exit, wait_until
+from tests.support.pgcluster import manage_on, rows
+from tests.support.processes import records, wait_exit, wait_until
 
 pytestmark = [
     pytest.mark.processes,
@@ -55,33 +51,6 @@ ScheduledTask.objects.bulk_create(tasks, batch_size=500)
 """
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Cluster]:
-    if binaries() is None and os.environ.get("CI") != "true":
-        pytest.skip("PostgreSQL's server binaries are not installed")
-    with throwaway_cluster() as cluster:
-        yield cluster
-
-
-def manage(url: str, *args: str) -> None:
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def rows(url: str, sql: str) -> list[tuple]:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        return conn.execute(sql).fetchall()
-
-
 RUNS = "SELECT status, count(*) FROM reminders_taskrun GROUP BY status"
 LEDGER = "SELECT status, count(*) FROM reminders_sendlog GROUP BY status"
 RUNS_BY_CHANNEL = (
@@ -95,14 +64,14 @@ def statuses(url: str, query: str) -> Counter[str]:
 
 
 def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothing_is_duplicated(
-    server, spawn, record_file
+    own_postgres, spawn, record_file
 ):
     """One burst on two channels, one that drops a repeated body (as WeCom does) and one
     that does not: the same outage tests how each settles its doubts."""
-    url = server.create_database("reminders")
-    manage(url, "migrate", "-v0")
+    url = own_postgres.create_database("reminders")
+    manage_on(url, "migrate", "-v0")
     for channel in CHANNELS:
-        manage(url, "shell", "-c", MAKE_TASKS.format(count=COUNT // 2, channel=channel))
+        manage_on(url, "shell", "-c", MAKE_TASKS.format(count=COUNT // 2, channel=channel))
     knobs = {
         "DATABASE_URL": url,
         "REMINDERS_LEASE_SECONDS": str(LEASE_SECONDS),
@@ -116,14 +85,14 @@ def test_postgresql_stopped_for_10s_mid_burst__every_process_recovers_and_nothin
         what="a quarter of the burst delivered",
         processes=hosts,
     )
-    server.stop()
+    own_postgres.stop()
     # Nothing can be written from here until the server is back: a heartbeat stamped
     # after this moment was written after the restart. (Stamped after ``start()``
     # returned, it missed ticks made at once on the restart, then none came before a
     # fast burst ended: heartbeats are written once per HEARTBEAT_SECONDS.)
     stopped = datetime.now(UTC)
     time.sleep(OUTAGE_SECONDS)
-    server.start()
+    own_postgres.start()
     at_restart = len(records(record_file))
     assert at_restart < COUNT, "the burst was over before the outage"
 

@@ -16,19 +16,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 
-import psycopg
 import pytest
 from django.db import connection
 
 from ops.sandbox import LedgerEntry
-from tests.support.pgcluster import Cluster, binaries, throwaway_cluster
-from tests.support.processes import REPO, ReminderProcess, wait_exit, wait_until
+from tests.support.pgcluster import manage_on, rows
+from tests.support.processes import ReminderProcess, wait_exit, wait_until
 from tests.support.sandbox import SandboxProcess, sandbox_process, wecom_settings
 
 pytestmark = [
@@ -70,33 +66,6 @@ api.schedule("follow_up", "{HIGH_RECIPIENT}", at=timezone.now() + timedelta(seco
 """
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[Cluster]:
-    if binaries() is None and os.environ.get("CI") != "true":
-        pytest.skip("PostgreSQL's server binaries are not installed")
-    with throwaway_cluster() as cluster:
-        yield cluster
-
-
-def manage(url: str, *args: str, **knobs: str) -> None:
-    env = {**os.environ, **knobs, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def rows(url: str, sql: str, params: tuple = ()) -> list[tuple]:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def delivered(box: SandboxProcess) -> list[LedgerEntry]:
     return [e for e in box.client.ledger() if e.endpoint == SEND and e.delivered]
 
@@ -117,11 +86,11 @@ def statuses(url: str, table: str) -> Counter[str]:
 
 @pytest.mark.parametrize("outage", [5, 30])
 def test_postgresql_killed_mid_burst__every_message_arrives_within_30s_of_its_return(
-    server, spawn, outage
+    own_postgres, spawn, outage
 ):
-    url = server.create_database(f"outage_{outage}")
-    manage(url, "migrate", "-v0")
-    manage(url, "shell", "-c", MAKE_TASKS)
+    url = own_postgres.create_database(f"outage_{outage}")
+    manage_on(url, "migrate", "-v0")
+    manage_on(url, "shell", "-c", MAKE_TASKS)
     with sandbox_process("--verbosity", "0") as box:
         knobs = {
             "DATABASE_URL": url,
@@ -135,13 +104,13 @@ def test_postgresql_killed_mid_burst__every_message_arrives_within_30s_of_its_re
             what=f"{BEFORE_OUTAGE} messages delivered",
             processes=hosts,
         )
-        server.stop("immediate")
+        own_postgres.stop("immediate")
         time.sleep(outage)
-        server.start()
+        own_postgres.start()
         back = time.time()
         at_return = len(delivered(box))
         assert at_return < COUNT, "the burst was over before the outage"
-        manage(url, "shell", "-c", MAKE_HIGH, **knobs)
+        manage_on(url, "shell", "-c", MAKE_HIGH, **knobs)
 
         def everyone_has_theirs() -> bool:
             return len(deliveries(box)) == COUNT + 1

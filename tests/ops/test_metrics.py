@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ops import metrics
 from ops.models import Alert, AlertDelivery, AlertEvent
-from reminders import calendars
+from reminders import calendar_days
 from reminders.models import RateBucket, ScheduledTask, SchedulerHeartbeat, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -188,7 +188,7 @@ def test_an_empty_database_scrapes(db):
 
 def test_a_scrape_costs_the_same_queries_whatever_the_runs(world, make_task):
     def queries() -> int:
-        calendars.forget_entries()  # the worst case: the calendar's ops entries read too
+        calendar_days.forget()  # the worst case: the calendar's ops entries read too
         with CaptureQueriesContext(connection) as captured:
             metrics.render(world)
         return len(captured)

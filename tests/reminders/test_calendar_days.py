@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from reminders import calendars, timing
+from reminders import calendar_days, calendars, timing
 from reminders.calendar_days import CalendarDay, CalendarYear
 from reminders.checks import check_calendars, check_settings
 from reminders.models import ScheduledTask
@@ -121,7 +121,7 @@ def test_ops_edits__are_seen_by_the_next_plan_without_a_restart():
 
 def test_ops_entries__one_query_per_calendar_however_many_days(django_assert_max_num_queries):
     enter(date(2027, 2, 8), "rest")
-    calendars.forget_entries()
+    calendar_days.forget()
     with django_assert_max_num_queries(2):
         for n in range(400):
             calendars.decide("cn", date(2027, 1, 1) + timedelta(days=n))

@@ -6,9 +6,7 @@ its own jobs its admin stays, beside ours named apart."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 from django.contrib import admin
@@ -20,7 +18,7 @@ from django_q.models import OrmQ, Schedule
 
 from reminders import django_q_owner
 from reminders.models import ScheduledTask
-from tests.support.processes import REPO
+from tests.support import processes
 
 WARNING = "Retry and timeout are misconfigured"
 ENGINE = {"name": "reminders", "orm": "default", "timeout": 240, "retry": 360}
@@ -88,17 +86,8 @@ def test_our_tasks_are_not_named_like_django_q2_s_schedules(language):
 
 
 def manage(*args: str, settings: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings, "PYTHONWARNINGS": "default"}
-    env.pop("Q_CLUSTER_NAME", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    env = {"DJANGO_SETTINGS_MODULE": settings, "PYTHONWARNINGS": "default"}
+    return processes.manage(*args, env=env, drop=["Q_CLUSTER_NAME"])
 
 
 def test_a_project_without_q_cluster_gets_no_warning_about_a_cluster_nobody_runs():

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.support.processes import manage
+
 
 def binaries() -> Path | None:
     """The directory of ``initdb`` and ``pg_ctl``, the newest installed; None if none."""
@@ -97,3 +99,17 @@ def throwaway_cluster() -> Iterator[Cluster]:
         with contextlib.suppress(Exception):
             cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def rows(url: str, sql: str, params: tuple = ()) -> list[tuple]:
+    """What ``sql`` returns on the database at ``url``, on a connection of its own."""
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def manage_on(url: str, *args: str, **knobs: str) -> None:
+    """``manage.py ARGS`` on the database at ``url`` under the test settings, ``knobs``
+    in its environment; it must succeed."""
+    env = {**knobs, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    result = manage(*args, env=env)
+    assert result.returncode == 0, result.stderr

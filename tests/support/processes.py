@@ -49,6 +49,28 @@ KNOBS = (
 )
 
 
+def manage(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    drop: Iterable[str] = (),
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py ARGS`` in a process of its own, from the repository, with ``env`` over
+    this process's environment and the variables named in ``drop`` left out; its output
+    captured, its exit code for the test to check."""
+    dropped = set(drop)
+    base = {name: value for name, value in os.environ.items() if name not in dropped}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def database_url(settings_dict: Mapping[str, Any]) -> str:
     """A ``DATABASE_URL`` for the database Django is connected to (the test database)."""
     engine = settings_dict["ENGINE"]
