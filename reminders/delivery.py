@@ -30,14 +30,15 @@ truth:
   ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
 * One run never poisons its job. Each run's message is prepared (its builder called)
   in a savepoint of its own, so a builder's database error fails that run alone
-  (PostgreSQL would abort the job's whole transaction). A job counts the runs it takes
-  (``job_failures``) in a commit of its own before it prepares any, and its start
-  clears the count: a run still counted when its lease runs out was taken by a job
-  that ended before starting it (a builder that hangs until django-q2's timeout kills
-  the worker), and the next claim sends it in a job of its own. A run that only waited
-  in the queue past its lease (a backlog) was never taken, and is not counted. After
-  ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed without being
-  prepared again, and ops told.
+  (PostgreSQL would abort the job's whole transaction). A job records that it took
+  its runs (``JobTake``, one row) in a commit of its own before it prepares any, and
+  deletes it as it starts them: runs still ``queued`` under such a row when their lease
+  runs out were taken by a job that ended before starting them (a builder that hangs
+  until django-q2's timeout kills the worker). The claim that takes them over counts
+  each (``job_failures``) and sends it in a job of its own; a start clears the count,
+  and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed without
+  being prepared again, and ops told. A run that only waited in a long queue past its
+  lease (a burst, a database back from an outage) was never taken: not counted.
 * A message in doubt is sent again only if the provider's window is still open when
   it leaves, after its rate-limit wait, not only when its job started.
 * A job that loses the database (a restart, a failover) does not leave its runs to
@@ -104,7 +105,7 @@ from .exceptions import (
     ThrottledSendError,
     UnknownKind,
 )
-from .models import EXPIRED_CODE, Priority, ScheduledTask, SendLog, TaskRun
+from .models import EXPIRED_CODE, JobTake, Priority, ScheduledTask, SendLog, TaskRun
 from .senders import BaseSender, Message, SendResult, get_sender
 from .senders.base import UNLIMITED, Limit, render_body
 
@@ -216,10 +217,9 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     execution = uuid.uuid4().hex
     taken = False
     try:
-        with transaction.atomic():  # its own commit, before any builder runs
-            TaskRun.objects.filter(pk__in=run_ids, lease_token=token).take_for_job()
+        JobTake.objects.take(execution, token, run_ids)
         taken = True
-        jobs = start(token, run_ids, now, execution=execution)
+        jobs = start(token, run_ids, now, execution=execution, taken=True)
     except BaseException as exc:
         if _given_back_when_back(exc, budget, token, execution, run_ids, taken=taken):
             return 0
@@ -554,16 +554,18 @@ def _given_back_when_back(
 ) -> bool:
     """A job that lost the database before it started its runs sent nothing: once the
     database answers again it gives back those still ``queued`` under the claim's
-    token (undoing its count of them if it had ``taken`` them: the database failed
-    the job, not they), and those its start took (``execution``) if that start
-    committed though its answer was lost, for the next claim to take at once rather
-    than after their lease. False when ``exc`` is not the database going away, or it
-    did not answer in the job's time."""
+    token, and those its start took (``execution``) if that start committed though its
+    answer was lost, for the next claim to take at once rather than after their lease;
+    its ``JobTake``, if ``taken``, goes too: the database failed the job, not its runs.
+    False when ``exc`` is not the database going away, or it did not answer in the
+    job's time."""
 
     def give_back() -> None:
         runs = TaskRun.objects.filter(pk__in=run_ids)
         with transaction.atomic():
-            given = runs.filter(lease_token=token).give_back(taken=taken)
+            if taken:
+                JobTake.objects.filter(job=execution).delete()
+            given = runs.filter(lease_token=token).give_back()
             started = list(runs.filter(lease_token=execution).only("pk", "lease_token"))
             _wait(started, timezone.now(), AWAY_CODE, "The database went away as it started.")
         logger.info(
@@ -657,14 +659,22 @@ def _unreserve(jobs: Sequence[Job]) -> None:
 
 
 def start(
-    token: str, run_ids: Sequence[int], now: datetime | None = None, *, execution: str = ""
+    token: str,
+    run_ids: Sequence[int],
+    now: datetime | None = None,
+    *,
+    execution: str = "",
+    taken: bool = False,
 ) -> list[Job]:
     """Take the claimed runs that are still ours and decide, from the ledger and the
     task's other runs, which may be sent; finish or put back the others. ``execution``:
-    the lease token the started runs take (default: a new one)."""
+    the lease token the started runs take (default: a new one); ``taken``: the job
+    recorded its ``JobTake`` under it, which the start deletes."""
     now = now or timezone.now()
     execution = execution or uuid.uuid4().hex
     with transaction.atomic():
+        if taken:
+            JobTake.objects.filter(job=execution).delete()
         TaskRun.objects.filter(
             pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED
         ).update(
@@ -673,12 +683,11 @@ def start(
             lease_owner=worker_id(),
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
             attempts=F("attempts") + 1,
-            # Started: no job lost it since, unless it is to be given up now. Its count
-            # holds this job's taking it too: the jobs that lost it are one fewer.
+            # Started: no job lost it since, unless it is to be given up now.
             job_failures=Case(
                 When(
-                    job_failures__gt=conf.MAX_JOB_FAILURES,
-                    then=F("job_failures") - 1,
+                    job_failures__gte=conf.MAX_JOB_FAILURES,
+                    then=F("job_failures"),
                 ),
                 default=Value(0),
                 output_field=PositiveSmallIntegerField(),

@@ -27,7 +27,7 @@ from django.utils import timezone
 from . import cluster
 from .conf import settings as conf
 from .exceptions import UnplannableTask
-from .models import Priority, ScheduledTask, TaskRun
+from .models import JobTake, Priority, ScheduledTask, TaskRun
 
 logger = logging.getLogger(__name__)
 
@@ -123,12 +123,20 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         runs = TaskRun.objects.claimable(now)
         if only_high:
             runs = runs.filter(priority=Priority.HIGH.rank)
-        candidates = runs.order_by("priority", "next_attempt_at").values_list("pk", flat=True)
+        candidates = runs.order_by("priority", "next_attempt_at").values_list(
+            "pk", "status", "lease_token"
+        )
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
-        ids = list(candidates[:limit])
-        if not ids:
+        rows = list(candidates[:limit])
+        if not rows:
             return Claim(token, [])
+        ids = [pk for pk, _, _ in rows]
+        # Runs still ``queued`` under an expired lease whose job took them (``JobTake``)
+        # and ended before starting them: it failed, timed out, or went with its worker.
+        # Those that only waited in the queue past their lease were never taken.
+        stale = {held for _, status, held in rows if status == TaskRun.Status.QUEUED}
+        lost = JobTake.objects.lost_runs(stale) if stale else set()
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
         TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now).update(
@@ -139,6 +147,11 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
             attempts=Case(
                 When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
                 default=F("attempts"),
+                output_field=PositiveSmallIntegerField(),
+            ),
+            job_failures=Case(
+                When(status=TaskRun.Status.QUEUED, pk__in=lost, then=F("job_failures") + 1),
+                default=F("job_failures"),
                 output_field=PositiveSmallIntegerField(),
             ),
             status=TaskRun.Status.QUEUED,
@@ -159,9 +172,8 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int]]) -> None:
     """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue.
 
     A run whose last job took it and ended before starting it (its count,
-    ``job_failures``, kept by ``take_for_job``) goes in a job of its own: if it is what
-    broke that job (a builder that hangs until the job's timeout), it breaks no other
-    run's again. A run that only waited in the queue past its lease is not counted.
+    ``job_failures``) goes in a job of its own: if it is what broke that job (a builder
+    that hangs until the job's timeout), it breaks no other run's again.
     """
     queues: dict[str, list[int]] = {}
     alone: list[tuple[str, int]] = []

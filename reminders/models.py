@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
 
@@ -1305,26 +1305,11 @@ class RunQuerySet(models.QuerySet["TaskRun"]):
         """Hand back runs this owner claimed but no worker started yet."""
         return self.filter(lease_owner=owner).give_back()
 
-    def take_for_job(self) -> int:
-        """A job takes these claimed runs (``queued``) before it prepares any: counted in
-        ``job_failures`` in a commit of its own, so that if the job ends before starting
-        them (a builder that hangs until django-q2 kills the worker) the next claim knows
-        and sends each alone. Starting a run clears its count. A run that only waited in
-        the queue past its lease was never taken: not counted. Narrow the selection to
-        the claim's token first; returns how many."""
-        return self.filter(status=TaskRun.Status.QUEUED).update(
-            job_failures=models.F("job_failures") + 1
-        )
-
-    def give_back(self, *, taken: bool = False) -> int:
+    def give_back(self) -> int:
         """Put these runs, where claimed and not started (``queued``), back in line as
         they were before the claim; returns how many. Narrow the selection to the
-        holder's (its owner, or its claim's token) first. ``taken``: the job giving them
-        back took them (``take_for_job``), and its count is undone: it did not fail
-        them, the database did."""
-        counted = {"job_failures": models.F("job_failures") - 1} if taken else {}
+        holder's (its owner, or its claim's token) first."""
         return self.filter(status=TaskRun.Status.QUEUED).update(
-            **counted,
             status=models.Case(
                 models.When(attempts=0, then=models.Value(TaskRun.Status.SCHEDULED)),
                 default=models.Value(TaskRun.Status.RETRYING),
@@ -1777,6 +1762,50 @@ class SendLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status}]"
+
+
+class JobTakeQuerySet(models.QuerySet["JobTake"]):
+    def take(self, job: str, token: str, run_ids: Sequence[int]) -> None:
+        """Job ``job`` (its execution's token) took the runs ``run_ids`` claimed under
+        ``token``: recorded in a commit of its own, before it prepares any of them."""
+        with transaction.atomic(using=self.db):
+            self.create(job=job, token=token, run_ids=list(run_ids))
+
+    def lost_runs(self, tokens: Iterable[str]) -> set[int]:
+        """The runs that jobs of the claims ``tokens`` took and never started; those
+        jobs' rows deleted (the caller's claim counts each run once)."""
+        takes = self.filter(token__in=list(tokens))
+        lost = {pk for run_ids in takes.values_list("run_ids", flat=True) for pk in run_ids}
+        if lost:
+            takes.delete()
+        return lost
+
+
+class JobTake(models.Model):
+    """A django-q2 job that took its claim's runs and has not started them yet.
+
+    Written in a commit of its own before the job prepares any run, deleted in the
+    transaction that starts them: one still here when the runs' lease ran out says the
+    job ended before starting them (a builder that hangs until django-q2 kills the
+    worker takes the start's transaction with it). The claim that takes the runs over
+    counts it in each one's ``job_failures`` and deletes it. Runs that only waited in
+    the queue past their lease have none, and are not counted. One row per job, not a
+    write per run: a message costs the rows it did before.
+    """
+
+    job = models.CharField(_("job"), max_length=32, primary_key=True)
+    token = models.CharField(_("claim token"), max_length=32, db_index=True)
+    run_ids = models.JSONField(_("runs"))
+    taken_at = models.DateTimeField(_("taken"), auto_now_add=True)
+
+    objects = JobTakeQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job taking runs")
+        verbose_name_plural = _("jobs taking runs")
+
+    def __str__(self) -> str:
+        return f"{self.job} ({len(self.run_ids)} runs of claim {self.token})"
 
 
 class PrunedOneShot(models.Model):

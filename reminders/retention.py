@@ -75,7 +75,7 @@ from django.utils.translation import ngettext
 from . import kinds
 from .conf import settings as conf
 from .exceptions import RemindersError, RetentionTooShort
-from .models import PrunedOneShot, ScheduledTask, SendLog, TaskRun
+from .models import JobTake, PrunedOneShot, ScheduledTask, SendLog, TaskRun
 from .senders import get_sender
 
 logger = logging.getLogger(__name__)
@@ -316,6 +316,10 @@ def prune(
         done = _count_free(rows, cutoff) if dry_run else _delete_ledger(rows, ledger_cutoff)
         result.ledger += done
         _tell(progress, _("ledger rows"), done, result.ledger)
+    if not dry_run:
+        # Bookkeeping, not history: a job that ended before starting its runs leaves its
+        # take for the claim that takes them over, unless they ended meanwhile.
+        JobTake.objects.filter(taken_at__lt=cutoff).delete()
     logger.info("%s", result)
     return result
 

@@ -204,11 +204,12 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     claim = dispatch.claim("test", 100)
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # Per job: its count of the runs it takes (UPDATE, committed before any builder
-    # runs). Per batch: start (UPDATE, SELECT runs+tasks, SELECT ledger) and the closing
-    # UPDATE of the tasks; per message: the channel's pause (SELECT: an unlimited channel is never
-    # locked), the ledger row INSERTed ('sending'), then it and the run UPDATEd ('sent').
-    per_job, per_batch, per_message = 1, 4, 4
+    # Per job: the record that it took its runs (INSERT, committed before any builder
+    # runs; DELETEd as it starts them). Per batch: start (UPDATE, SELECT runs+tasks,
+    # SELECT ledger) and the closing UPDATE of the tasks; per message: the channel's
+    # pause (SELECT: an unlimited channel is never locked), the ledger row INSERTed
+    # ('sending'), then it and the run UPDATEd ('sent').
+    per_job, per_batch, per_message = 2, 4, 4
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
     assert len(statements) == per_job + per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
@@ -223,11 +224,11 @@ def test_deliver__a_deduplicating_channel_sends_a_claim_as_one_batch(make_task, 
     MemorySender.script[:] = [SendResult(f"m-{n}") for n in range(20)]
     with CaptureQueriesContext(connection) as queries:
         assert deliver(claim.token, claim.run_ids) == 20
-    # The take (1), start (3), the channel's pause, one INSERT of the keys, one UPDATE of
-    # them and one of the runs when sent, the tasks' closing UPDATE: the same for 1
-    # message or 20.
+    # The take (INSERT, DELETE), start (3), the channel's pause, one INSERT of the keys,
+    # one UPDATE of them and one of the runs when sent, the tasks' closing UPDATE: the
+    # same for 1 message or 20.
     statements = [q for q in queries.captured_queries if not _is_transaction_control(q["sql"])]
-    assert len(statements) == 9, "\n".join(q["sql"][:120] for q in statements)
+    assert len(statements) == 10, "\n".join(q["sql"][:120] for q in statements)
     # Each key got the message id of its own reply.
     assert dict(SendLog.objects.values_list("key", "provider_message_id")) == {
         message.idempotency_key: f"m-{n}" for n, message in enumerate(outbox)

@@ -14,7 +14,7 @@ from django.db import OperationalError, connection
 from reminders import delivery, dispatch, outage
 from reminders.delivery import deliver
 from reminders.exceptions import TransientSendError
-from reminders.models import SendLog, TaskRun
+from reminders.models import JobTake, SendLog, TaskRun
 from reminders.senders import Message, SendResult
 from reminders.senders.memory import MemorySender
 from tests.support.away import database_away
@@ -54,6 +54,7 @@ def test_a_job_that_loses_the_database_before_starting_gives_its_runs_back_when_
         assert deliver(claimed.token, claimed.run_ids) == 0
     assert away.refused, "the database never went away"
     assert runs() == [("scheduled", "", 0), ("scheduled", "", 0)]
+    assert (TaskRun.objects.filter(job_failures__gt=0).count(), JobTake.objects.count()) == (0, 0)
     assert outbox == []
     assert tick() == 2  # the next claim takes them at once
     assert len(outbox) == 2
@@ -83,8 +84,8 @@ def test_a_start_that_committed_but_whose_answer_was_lost_gives_its_runs_back_to
         # At the second key's reservation, which would also have recorded the first send.
         ("INSERT INTO", "reminders_sendlog", 1),
         # At the record of the first send itself, its run closed in memory already (the
-        # job's take of its runs and their start pass).
-        ("UPDATE", "reminders_taskrun", 2),
+        # start's UPDATE passes).
+        ("UPDATE", "reminders_taskrun", 1),
     ],
 )
 def test_a_job_that_loses_the_database_after_a_send_records_it_and_gives_back_the_rest(
@@ -119,8 +120,8 @@ def test_a_job_that_loses_the_database_recording_a_failure_records_it_when_it_an
     monkeypatch.setattr(MemorySender, "send", busy)
     claimed = claim(2)
     # The first send fails; the database goes away as its failure is recorded (the
-    # job's take of its runs and their start pass).
-    with database_away(f"UPDATE {table('reminders_taskrun')}", skip=2) as away:
+    # start's UPDATE passes).
+    with database_away(f"UPDATE {table('reminders_taskrun')}", skip=1) as away:
         assert deliver(claimed.token, claimed.run_ids) == 0
     assert away.refused
     assert runs() == [("retrying", "", 1), ("scheduled", "", 0)]

@@ -18,7 +18,7 @@ from django_q.signing import SignedPackage
 
 from reminders import dispatch, kinds
 from reminders.delivery import deliver
-from reminders.models import ScheduledTask, TaskRun
+from reminders.models import JobTake, ScheduledTask, TaskRun
 
 pytestmark = pytest.mark.django_db
 
@@ -110,15 +110,16 @@ def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
     crm_kind("bad", hang)
     lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
     # The first job took all four and died rendering the bad run, which it prepared
-    # first: nothing sent, each run counted once.
+    # first: nothing sent.
     assert tick_at(now) == 0
-    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("queued", 1)}
-    # Claimed again after the lease: every run of the dead job goes in a job of its
-    # own, so the others are sent.
+    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("queued", 0)}
+    assert JobTake.objects.count() == 1
+    # Claimed again after the lease: every run the dead job took is counted once and
+    # goes in a job of its own, so the others are sent.
     assert tick_at(now + lease) == 3
     assert {task.runs.get().status for task in good} == {"sent"}
     run = bad.runs.get()
-    assert (run.status, run.job_failures) == ("queued", 2)
+    assert (run.status, run.job_failures) == ("queued", 1)
     assert tick_at(now + 2 * lease) == 0
     # The third job lost: the run is failed without being rendered again.
     assert tick_at(now + 3 * lease) == 0
@@ -141,11 +142,13 @@ def test_a_job_that_starts_its_runs_clears_their_count(make_task, crm_kind, outb
     task = make_task("crm_lookup", recipient="flaky", at=now)
     crm_kind("flaky", hang)
     assert tick_at(now) == 0  # the job took the run, and its worker was killed
-    assert task.runs.get().job_failures == 1
     crm_kind("nobody", hang)
     lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
-    assert tick_at(now + lease) == 1
+    dispatch.claim("test", 10, now=now + lease)
+    assert task.runs.get().job_failures == 1
+    assert run_jobs() == 1
     assert (task.runs.get().status, task.runs.get().job_failures) == ("sent", 0)
+    assert not JobTake.objects.exists()  # the claim deleted the dead job's, the start its own
 
 
 @pytest.mark.parametrize("value", [0, -1, "many", 1.5])
@@ -199,3 +202,4 @@ def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_j
     run.refresh_from_db()
     assert (run.status, run.job_failures) == ("sent", 0)
     assert [m.recipient for m in outbox] == [task.recipient]
+    assert not JobTake.objects.exists()  # each job deleted its own as it started

@@ -17,7 +17,7 @@ from django.utils import timezone, translation
 
 from reminders import api, retention
 from reminders.exceptions import RetentionTooShort
-from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.models import JobTake, ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
@@ -279,6 +279,18 @@ def history(now: datetime, count: int) -> None:
         run = add_run(task, now - OLD - day * DAY)
         add_ledger(run)
     add_ledger(add_run(task, now - RECENT))
+
+
+def test_a_job_s_take_left_behind_goes_once_old_and_a_recent_one_stays(now):
+    """A job that ended before starting its runs leaves its take for the claim that
+    takes them over; one whose runs ended otherwise is bookkeeping left behind."""
+    JobTake.objects.create(job="old", token="a", run_ids=[1])
+    JobTake.objects.create(job="new", token="b", run_ids=[2])
+    JobTake.objects.filter(job="old").update(taken_at=now - OLD)
+    prune("--older-than", "90d", "--dry-run")
+    assert set(JobTake.objects.values_list("job", flat=True)) == {"old", "new"}
+    prune("--older-than", "90d")
+    assert list(JobTake.objects.values_list("job", flat=True)) == ["new"]
 
 
 def test_dry_run_deletes_nothing_and_reports_what_a_prune_deletes(now):
