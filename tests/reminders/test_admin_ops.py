@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reminders import timing
-from reminders.admin_filters import FAILED_TODAY, local_days
+from reminders.admin.filters import FAILED_TODAY, local_days
 from reminders.models import ScheduledTask, TaskRun
 
 pytestmark = pytest.mark.django_db

@@ -32,12 +32,12 @@ FEWEST = {PO: 30, OPS_PO: 30, CONFIG_PO: 10}
 TRANSLATED = {
     PO: [
         "reminders/about.py",
-        "reminders/admin.py",
-        "reminders/admin_confirm.py",
-        "reminders/admin_display.py",
-        "reminders/admin_filters.py",
-        "reminders/admin_run_now.py",
-        "reminders/admin_calendar.py",
+        "reminders/admin/__init__.py",
+        "reminders/admin/confirm.py",
+        "reminders/admin/display.py",
+        "reminders/admin/filters.py",
+        "reminders/admin/run_now.py",
+        "reminders/admin/calendar.py",
         "reminders/calendar_days.py",
         "reminders/calendar_import.py",
         "reminders/management/commands/reminders_calendar.py",

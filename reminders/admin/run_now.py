@@ -23,10 +23,10 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_confirm
-from .admin_confirm import Plan
-from .exceptions import ActionRefused
-from .models import ScheduledTask
+from ..exceptions import ActionRefused
+from ..models import ScheduledTask
+from . import confirm
+from .confirm import Plan
 
 TASK_NOUN = (_("task"), _("tasks"))
 
@@ -75,7 +75,7 @@ class RunNowMixin(_Base):
         if task is None:
             raise Http404
         back = reverse("admin:reminders_scheduledtask_change", args=[task.pk])
-        if admin_confirm.confirmed(request):
+        if confirm.confirmed(request):
             self._run_now(request, ScheduledTask.objects.filter(pk=task.pk))
             return HttpResponseRedirect(back)
         return self._run_now_page(request, ScheduledTask.objects.filter(pk=task.pk), back=back)
@@ -84,7 +84,7 @@ class RunNowMixin(_Base):
     def run_now_tasks(
         self, request: HttpRequest, queryset: QuerySet[ScheduledTask]
     ) -> HttpResponse | None:
-        if admin_confirm.confirmed(request):
+        if confirm.confirmed(request):
             self._run_now(request, queryset)
             return None
         return self._run_now_page(request, queryset, action="run_now_tasks")
@@ -111,7 +111,7 @@ class RunNowMixin(_Base):
             "nothing more.",
             count,
         ) % {"count": count}
-        return admin_confirm.page(
+        return confirm.page(
             self,
             request,
             title=gettext("Run now"),
@@ -139,7 +139,7 @@ class RunNowMixin(_Base):
         done = ngettext(
             "%(count)d task has a run due now.", "%(count)d tasks have a run due now.", made
         ) % {"count": made}
-        admin_confirm.report(self, request, done, made, plan, TASK_NOUN)
+        confirm.report(self, request, done, made, plan, TASK_NOUN)
         if earlier:
             self.message_user(
                 request,

@@ -30,8 +30,8 @@ from django.utils.formats import date_format
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars
-from .calendar_days import EDIT_PERMISSION, CalendarDay, CalendarYear, DayKind, Entry, enter
+from .. import calendars
+from ..calendar_days import EDIT_PERMISSION, CalendarDay, CalendarYear, DayKind, Entry, enter
 
 # The longest range the form enters at once: a year.
 RANGE_DAYS = 366

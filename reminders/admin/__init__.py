@@ -17,14 +17,14 @@ Permissions are checked on the server, for every action and view, whatever the p
 showed: pausing and resuming need ``pause_scheduledtask``, running now
 ``run_now_scheduledtask``, cancelling and editing ``change_scheduledtask``; retrying a
 run ``retry_taskrun`` and marking it handled ``mark_handled_taskrun``. Run now, retry
-and mark handled show a confirmation page first (``reminders.admin_confirm``) saying
+and mark handled show a confirmation page first (``reminders.admin.confirm``) saying
 what will happen to how many, and what will be left and why.
 
 A task's change form shows its schedule in words (``reminders.cron_text``), its next
-occurrences as the scheduler will plan them and its last runs (``reminders.admin_display``),
+occurrences as the scheduler will plan them and its last runs (``reminders.admin.display``),
 as read-only fields: not an inline formset, so that saving a task never depends on its
-history. Run now is ``reminders.admin_run_now``; the run history's filters and "failed
-today" are ``reminders.admin_filters``.
+history. Run now is ``reminders.admin.run_now``; the run history's filters and "failed
+today" are ``reminders.admin.filters``.
 """
 
 from __future__ import annotations
@@ -50,24 +50,10 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from . import (
-    about,
-    admin_confirm,
-    admin_display,
-    calendars,
-    cron_text,
-    kinds,
-    scheduling,
-    timing,
-    validation,
-)
-from .admin_confirm import Plan
-from .admin_display import ERROR_CHARS
-from .admin_filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
-from .admin_run_now import RunNowMixin
-from .conf import settings as conf
-from .exceptions import UnknownKind, UnplannableTask
-from .models import (
+from .. import about, calendars, cron_text, kinds, scheduling, timing, validation
+from ..conf import settings as conf
+from ..exceptions import UnknownKind, UnplannableTask
+from ..models import (
     NOT_ENDED_UNSENT,
     FailedToday,
     Priority,
@@ -76,6 +62,11 @@ from .models import (
     SendLog,
     TaskRun,
 )
+from . import confirm, display
+from .confirm import Plan
+from .display import ERROR_CHARS
+from .filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
+from .run_now import RunNowMixin
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
@@ -366,11 +357,11 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
 
     @admin.display(description=_("next occurrences"))
     def upcoming(self, task: ScheduledTask) -> str:
-        return admin_display.upcoming(task, timezone.now()) if task.pk else "-"
+        return display.upcoming(task, timezone.now()) if task.pk else "-"
 
     @admin.display(description=_("last runs"))
     def recent_runs(self, task: ScheduledTask) -> str:
-        return admin_display.recent_runs(task, timezone.now()) if task.pk else "-"
+        return display.recent_runs(task, timezone.now()) if task.pk else "-"
 
     def get_fieldsets(self, request: HttpRequest, obj: ScheduledTask | None = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
@@ -601,7 +592,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         never past their deadline (``TaskRun.retry_refusal``)."""
         now = timezone.now()
         plan = self._plan(queryset, lambda run: run.retry_refusal(now))
-        if not admin_confirm.confirmed(request):
+        if not confirm.confirmed(request):
             count = len(plan.apply)
             will = ngettext(
                 "%(count)d run will be put back in line for an immediate attempt, with a "
@@ -612,7 +603,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
                 "unknown is taken as not received: its message is sent again.",
                 count,
             ) % {"count": count}
-            return admin_confirm.page(
+            return confirm.page(
                 self,
                 request,
                 title=gettext("Retry runs"),
@@ -633,7 +624,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
             "%(count)d runs put back in line for an immediate attempt.",
             done,
         ) % {"count": done}
-        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        confirm.report(self, request, message, done, plan, RUN_NOUN)
         return None
 
     @admin.action(permissions=["mark_handled"], description=_("Mark selected runs handled"))
@@ -642,7 +633,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
     ) -> HttpResponse | None:
         """Record who looked after runs that ended unsent, and when."""
         plan = self._plan(queryset, lambda run: run.handle_refusal())
-        if not admin_confirm.confirmed(request):
+        if not confirm.confirmed(request):
             count = len(plan.apply)
             will = ngettext(
                 "%(count)d run will be marked handled by you, now. It stays as it is "
@@ -651,7 +642,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
                 'otherwise, and drop out of "failed today".',
                 count,
             ) % {"count": count}
-            return admin_confirm.page(
+            return confirm.page(
                 self,
                 request,
                 title=gettext("Mark runs handled"),
@@ -672,7 +663,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         message = ngettext(
             "%(count)d run marked handled.", "%(count)d runs marked handled.", done
         ) % {"count": done}
-        admin_confirm.report(self, request, message, done, plan, RUN_NOUN)
+        confirm.report(self, request, message, done, plan, RUN_NOUN)
         return None
 
     @staticmethod
@@ -689,7 +680,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
 @admin.register(FailedToday)
 class FailedTodayAdmin(ReadOnlyAdmin):
     """The "Failed today" entry of the app list: a link to the runs' changelist filtered
-    to the failed runs due today that nobody has handled (``admin_filters``). Seen by
+    to the failed runs due today that nobody has handled (``reminders.admin.filters``). Seen by
     whoever may see runs; it has no rows or permissions of its own."""
 
     def get_urls(self) -> list[URLPattern]:
@@ -732,4 +723,4 @@ class SendLogAdmin(ReadOnlyAdmin):
     ordering = ("-created_at", "-pk")
 
 
-from . import admin_calendar  # noqa: E402, F401 (registers the calendar days' admin)
+from . import calendar  # noqa: E402, F401 (registers the calendar days' admin)
