@@ -32,7 +32,13 @@ FEWEST = {PO: 30, OPS_PO: 30, CONFIG_PO: 10}
 TRANSLATED = {
     PO: [
         "reminders/about.py",
+        # Every module of the admin package.
         "reminders/admin/__init__.py",
+        "reminders/admin/tasks.py",
+        "reminders/admin/task_form.py",
+        "reminders/admin/runs.py",
+        "reminders/admin/ledger.py",
+        "reminders/admin/read_only.py",
         "reminders/admin/confirm.py",
         "reminders/admin/display.py",
         "reminders/admin/filters.py",

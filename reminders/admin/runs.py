@@ -1,0 +1,230 @@
+"""The run history, read-only, and its actions: retry and mark handled; and the "Failed
+today" entry of the app list.
+
+Actions narrow the selection to the runs they apply to (those that ended unsent) and
+call the models' own state methods (``TaskRun.retry_now``, ``mark_handled``), whose
+refusals are the models' too. Each shows a confirmation page first
+(``reminders.admin.confirm``) saying what will happen to how many, and what will be
+left and why; a run that changed between the page and its POST is counted as left.
+Retrying needs ``retry_taskrun``, marking handled ``mark_handled_taskrun``, checked on
+the server whatever the page showed. The history's filters and "failed today" are
+``reminders.admin.filters``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+
+from ..models import NOT_ENDED_UNSENT, FailedToday, Refusal, TaskRun
+from . import confirm
+from .confirm import Plan
+from .display import ERROR_CHARS
+from .filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
+from .read_only import ReadOnlyAdmin
+
+RUN_NOUN = (_("run"), _("runs"))
+# A row that changed between the confirmation page and its POST.
+NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "task",
+        "occurrence",
+        "due_at",
+        "status",
+        "attempts",
+        "error_code",
+        "error",
+        "finished_at",
+        "lateness",
+        "is_compensation",
+        "handled",
+    )
+    list_filter = (
+        DueDayFilter,
+        "status",
+        ("task__kind", KindListFilter),
+        ("task__channel", admin.AllValuesFieldListFilter),
+        "is_compensation",
+        "is_manual",
+        HandledFilter,
+    )
+    list_select_related = ("task",)
+    search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
+    ordering = ("-due_at", "-pk")
+    actions = ("retry_runs", "mark_handled")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
+        # Annotated so that the lateness column sorts in the database.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                lateness_value=ExpressionWrapper(
+                    F("finished_at") - F("due_at"), output_field=DurationField()
+                )
+            )
+        )
+
+    @admin.display(description=_("lateness"), ordering="lateness_value")
+    def lateness(self, run: TaskRun) -> str:
+        late = run.lateness
+        if late is None:
+            return "-"
+        return str(timedelta(seconds=round(late.total_seconds())))
+
+    @admin.display(description=_("error"))
+    def error(self, run: TaskRun) -> str:
+        """The error message, cut to fit a row; the whole of it on hover and on the run's
+        page."""
+        if not run.error_message:
+            return "-"
+        short = Truncator(run.error_message).chars(ERROR_CHARS)
+        return format_html('<span title="{}">{}</span>', run.error_message, short)
+
+    @admin.display(description=_("handled"), ordering="handled_at")
+    def handled(self, run: TaskRun) -> str:
+        if run.handled_at is None:
+            return "-"
+        when = timezone.localtime(run.handled_at)
+        return f"{run.handled_by}, {when:%Y-%m-%d %H:%M}"
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        # A state change of its own, though the history cannot be edited in a form.
+        return request.user.has_perm("reminders.retry_taskrun")
+
+    def has_mark_handled_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("reminders.mark_handled_taskrun")
+
+    @admin.action(permissions=["retry"], description=_("Retry selected runs now"))
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[TaskRun]) -> HttpResponse | None:
+        """Failed, unknown and expired runs back in line for an immediate attempt, but
+        never past their deadline (``TaskRun.retry_refusal``)."""
+        now = timezone.now()
+        plan = self._plan(queryset, lambda run: run.retry_refusal(now))
+        if not confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and its deadline kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                "%(count)d runs will be put back in line for an immediate attempt, with a "
+                "fresh set of retries and their deadlines kept. A run whose outcome was "
+                "unknown is taken as not received: its message is sent again.",
+                count,
+            ) % {"count": count}
+            return confirm.page(
+                self,
+                request,
+                title=gettext("Retry runs"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="retry_runs",
+            )
+        done = 0
+        for run in plan.apply:
+            if run.retry_now(now):
+                done += 1
+            else:  # it changed since it was read: say why now
+                plan.leave([run], (run.retry_refusal(now) or NOT_CHANGED).message)
+        message = ngettext(
+            "%(count)d run put back in line for an immediate attempt.",
+            "%(count)d runs put back in line for an immediate attempt.",
+            done,
+        ) % {"count": done}
+        confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @admin.action(permissions=["mark_handled"], description=_("Mark selected runs handled"))
+    def mark_handled(
+        self, request: HttpRequest, queryset: QuerySet[TaskRun]
+    ) -> HttpResponse | None:
+        """Record who looked after runs that ended unsent, and when."""
+        plan = self._plan(queryset, lambda run: run.handle_refusal())
+        if not confirm.confirmed(request):
+            count = len(plan.apply)
+            will = ngettext(
+                "%(count)d run will be marked handled by you, now. It stays as it is "
+                'otherwise, and drops out of "failed today".',
+                "%(count)d runs will be marked handled by you, now. They stay as they are "
+                'otherwise, and drop out of "failed today".',
+                count,
+            ) % {"count": count}
+            return confirm.page(
+                self,
+                request,
+                title=gettext("Mark runs handled"),
+                will=will,
+                plan=plan,
+                noun=RUN_NOUN,
+                selected=queryset,
+                action="mark_handled",
+            )
+        by, now = request.user.get_username(), timezone.now()
+        selected = TaskRun.objects.filter(pk__in=[run.pk for run in plan.apply])
+        done = selected.mark_handled(by, now)
+        if done < len(plan.apply):  # some changed since they were read
+            marked = set(
+                selected.filter(handled_at=now, handled_by=by).values_list("pk", flat=True)
+            )
+            plan.leave([run for run in plan.apply if run.pk not in marked], NOT_CHANGED.message)
+        message = ngettext(
+            "%(count)d run marked handled.", "%(count)d runs marked handled.", done
+        ) % {"count": done}
+        confirm.report(self, request, message, done, plan, RUN_NOUN)
+        return None
+
+    @staticmethod
+    def _plan(
+        queryset: QuerySet[TaskRun], refusal: Callable[[TaskRun], Refusal | None]
+    ) -> Plan[TaskRun]:
+        """Runs that ended unsent sorted by ``refusal``; the others left as such."""
+        unsent = Q(status__in=TaskRun.UNSENT_ENDS)
+        plan = Plan.sort(queryset.filter(unsent).select_related("task"), refusal)
+        plan.leave(queryset.exclude(unsent), NOT_ENDED_UNSENT.message)
+        return plan
+
+
+@admin.register(FailedToday)
+class FailedTodayAdmin(ReadOnlyAdmin):
+    """The "Failed today" entry of the app list: a link to the runs' changelist filtered
+    to the failed runs due today that nobody has handled (``reminders.admin.filters``). Seen by
+    whoever may see runs; it has no rows or permissions of its own."""
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name="reminders_failedtoday_changelist",
+            )
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        runs = reverse("admin:reminders_taskrun_changelist", current_app=self.admin_site.name)
+        return HttpResponseRedirect(f"{runs}?{FAILED_TODAY}")
+
+    def has_view_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return request.user.has_perm("reminders.view_taskrun")
