@@ -13,7 +13,7 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: run test lint typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
+.PHONY: run test lint dist typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
 
 # Running needs the package alone; testing adds the tools and every database driver
 # (mysqlclient builds against MariaDB's client library, which bin/system-deps installs).
@@ -33,14 +33,24 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	bash bin/run-dev
 
-test: lint typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
+test: lint dist typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# The release a CRM pins: the sdist, and the wheel built from it, into an empty dist/
+# (no build/ or egg-info of an earlier build to leak from), then twine's check of their
+# metadata and bin/check-dist's of their contents against the checkout. The PostgreSQL
+# run's throwaway CRM (tests/integration/test_crm_project.py) installs this wheel.
+dist: $(STAMP)
+	rm -rf dist build reminders.egg-info
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) bin/check-dist dist
+
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy reminders ops config
+	$(VENV)/bin/mypy reminders ops config bin/check-dist
 
 migrations-check: $(STAMP)
 	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run
@@ -101,4 +111,4 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/memory.py
 
 clean:
-	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache dist build reminders.egg-info
