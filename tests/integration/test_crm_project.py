@@ -3,9 +3,11 @@
 ``tests/crm_project`` is a throwaway CRM: a custom user model, an app with a model, and
 (``settings_own_queue``) django-q2 for its own jobs on Redis under a queue name of its
 own; ``settings`` is the same CRM with the engine's apps added and nothing else. It is
-copied into a temporary directory and run in a virtualenv where this repository is
-``pip install``-ed as a package (not editable, so the package build is what runs), on
-a fresh database on the server under test, never on this repository's code.
+copied into a temporary directory and run in a virtualenv where the wheel ``make dist``
+built (``dist/reminders-<version>-*.whl``, the release a CRM pins) is ``pip install``-ed
+with its extras, as a CRM installs it, on a fresh database on the server under test,
+never on this repository's code. Run alone, with no such wheel (or one older than the
+checkout), the test builds one itself with ``python -m build --wheel``.
 
 What must hold: the CRM's own commands (``makemigrations``) run whatever its
 ``Q_CLUSTER``; ``check --deploy`` passes; a reminder scheduled through the API is sent
@@ -22,7 +24,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+import tomllib
 import uuid
 import venv
 from collections.abc import Iterator, Mapping
@@ -73,26 +77,45 @@ DJANGO_Q_STATE = (
 )
 
 
-@pytest.fixture(scope="session")
-def crm_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with this repository installed from a copy of its working tree (what
-    git would commit), as a CRM installs a package; its Python."""
-    root = tmp_path_factory.mktemp("crm-venv")
-    source = root / "source"
+def built_wheel(root: Path) -> Path:
+    """The wheel ``make dist`` built, ``dist/reminders-<version>-*.whl``, when it is newer
+    than every file it is built from; else one built now into ``root`` from a copy of the
+    working tree (what git would commit), as ``make dist`` builds it."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        version = tomllib.load(f)["project"]["version"]
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
         capture_output=True,
         check=True,
     ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
+    names = [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+    built = sorted((REPO / "dist").glob(f"reminders-{version}-*.whl"))
+    sources = [name for name in names if name.startswith(("reminders/", "ops/", "pyproject"))]
+    newest = max((REPO / name).stat().st_mtime for name in sources)
+    if len(built) == 1 and built[0].stat().st_mtime >= newest:
+        return built[0]
+    source = root / "source"
+    for name in names:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
+    run([sys.executable, "-m", "build", "--wheel", "--outdir", root / "dist", source], cwd=root)
+    [wheel] = (root / "dist").glob(f"reminders-{version}-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def crm_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv with the wheel ``make dist`` built ``pip install``-ed with the extras
+    the server under test needs (``pip install "<wheel>[redis,postgres]"`` on PostgreSQL),
+    as a CRM installs the release it pins; its Python. Without that wheel (the test run
+    alone) or with one older than the checkout, a wheel built now (``built_wheel``)."""
+    root = tmp_path_factory.mktemp("crm-venv")
+    wheel = built_wheel(root)
     venv.create(root / "venv", with_pip=True)
     python = root / "venv" / "bin" / "python"
     run(
-        [python, "-m", "pip", "install", "--quiet", f"{source}[{EXTRAS[connection.vendor]}]"],
+        [python, "-m", "pip", "install", "--quiet", f"{wheel}[{EXTRAS[connection.vendor]}]"],
         cwd=root,
     )
     return python
@@ -234,17 +257,24 @@ def pids(*processes: ReminderProcess) -> set[int]:
 
 
 def test_the_package_installs_with_its_migrations_and_only_its_apps(crm_python):
-    site = subprocess.run(
-        [str(crm_python), "-c", "import reminders, sys; print(reminders.__file__)"],
+    site, version = subprocess.run(
+        [
+            str(crm_python),
+            "-c",
+            "import reminders; print(reminders.__file__, reminders.__version__)",
+        ],
         cwd=crm_python.parent,
         capture_output=True,
         text=True,
         check=True,
-    ).stdout.strip()
+    ).stdout.split()
     package = Path(site).parent
     assert package.parent.name == "site-packages", package
+    with (REPO / "pyproject.toml").open("rb") as f:
+        assert version == tomllib.load(f)["project"]["version"]
     assert {p.name for p in (package / "migrations").glob("0*.py")} >= {"0001_initial.py"}
     assert (package / "py.typed").exists()
+    assert (package / "templates" / "reminders" / "calendar_banner.html").exists()
     # A CRM's own settings package is often called ``config``: ours must not shadow it.
     installed = {p.name for p in package.parent.iterdir()}
     assert {"reminders", "ops"} <= installed
