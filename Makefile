@@ -45,7 +45,9 @@ lint: $(STAMP)
 # run's throwaway CRM (tests/integration/test_crm_project.py) installs this wheel.
 dist: $(STAMP)
 	rm -rf dist build reminders.egg-info
-	$(PY) -m build --outdir dist .
+	@# setuptools says a great deal: its output is shown only if the build fails.
+	@$(PY) -m build --outdir dist . > $(VENV)/dist-build.log 2>&1 || { cat $(VENV)/dist-build.log; exit 1; }
+	@echo "built: $$(cd dist && echo *)"
 	$(VENV)/bin/twine check --strict dist/*
 	$(PY) bin/check-dist dist
 
