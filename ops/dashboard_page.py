@@ -27,9 +27,9 @@ from django.utils.translation import pgettext
 from reminders import kinds as kind_registry
 from reminders.models import Priority, TaskRun
 
-from . import stats_format as fmt
 from .conf import settings as conf
 from .stats import PENDING, PLAN_HORIZON, Counts, Stats, local_iso
+from .stats import format as fmt
 from .svg import Series, bar_chart, line_chart
 
 # Every status but cancelled: the runs a day's plan holds.

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from ops.stats_format import NOTHING
+from ops.stats.format import NOTHING
 from reminders.models import SchedulerHeartbeat, TaskRun
 
 from .stats_world import DAY, World, build, local

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import translation
 
-from ops import stats_text
-from ops.stats_format import NOTHING
+from ops.stats import text as stats_text
+from ops.stats.format import NOTHING
 
 from .stats_world import DAY, build
 

@@ -14,7 +14,8 @@ from django.core.management.base import CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from ops import stats, stats_text
+from ops import stats
+from ops.stats import text as stats_text
 from reminders.management.base import TranslatedCommand
 
 

@@ -1,6 +1,6 @@
 """``reminders_stats`` without ``--json``: the numbers of ``ops.stats`` as plain-text
 tables, for a terminal or a mail. The same figures as the dashboard, written the same
-way (``ops.stats_format``); charts are left to the page."""
+way (``ops.stats.format``); charts are left to the page."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from django.utils.translation import pgettext
 
 from reminders import kinds as kind_registry
 
-from . import stats_format as fmt
-from .stats import Counts, Stats
+from . import format as fmt
+from .counts import Counts
+from .summary import Stats
 
 Row = Sequence[object]
 
