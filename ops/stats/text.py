@@ -57,6 +57,14 @@ def _counts(counts: Counts) -> list[object]:
 
 
 def render(stats: Stats) -> str:
+    """The numbers as tables under a heading, one section after another."""
+    sections = [_kinds, _channels, _failures, _plan, _runners]
+    lines = [line for section in sections for line in section(stats)]
+    return "\n".join(lines) + "\n"
+
+
+def _kinds(stats: Stats) -> list[str]:
+    """The heading, and the day's runs by kind, with their percentiles, and all kinds."""
     lines = [
         _("Runs due on %(day)s (%(zone)s), as of %(now)s")
         % {
@@ -103,9 +111,12 @@ def render(stats: Stats) -> str:
             fmt.seconds(stats.lateness.p95),
         ]
     )
-    lines += table(head, rows)
-    lines += ["", _("Success rate: sent / (sent + failed + unknown + expired)"), ""]
-    lines += table(
+    return lines + table(head, rows)
+
+
+def _channels(stats: Stats) -> list[str]:
+    lines = ["", _("Success rate: sent / (sent + failed + unknown + expired)"), ""]
+    return lines + table(
         [_("channel"), _("day: sent/ended"), _("rate"), _("7 days: sent/ended"), _("rate")],
         [
             [
@@ -118,8 +129,11 @@ def render(stats: Stats) -> str:
             for channel in stats.channels
         ],
     )
-    lines += ["", _("Failed, unknown and expired runs by reason"), ""]
-    lines += table(
+
+
+def _failures(stats: Stats) -> list[str]:
+    lines = ["", _("Failed, unknown and expired runs by reason"), ""]
+    return lines + table(
         [_("status"), _("code"), _("runs"), _("example")],
         [
             [group.status, group.code or fmt.NOTHING, group.count, _short(group.example)]
@@ -127,8 +141,11 @@ def render(stats: Stats) -> str:
         ],
         align="llrl",
     )
-    lines += ["", _("The plan, now"), ""]
-    lines += table(
+
+
+def _plan(stats: Stats) -> list[str]:
+    lines = ["", _("The plan, now"), ""]
+    return lines + table(
         [
             _("priority"),
             _("next hour"),
@@ -151,7 +168,11 @@ def render(stats: Stats) -> str:
             for plan in stats.plan
         ],
     )
-    lines += ["", _("Schedulers"), ""]
+
+
+def _runners(stats: Stats) -> list[str]:
+    """The schedulers' heartbeats, and django-q2's queue."""
+    lines = ["", _("Schedulers"), ""]
     lines += table(
         [_("host"), _("pid"), _("last tick"), _("state")],
         [
@@ -177,7 +198,7 @@ def render(stats: Stats) -> str:
             "taken": workers.taken,
         },
     ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _short(text: str, limit: int = 60) -> str:
