@@ -109,8 +109,9 @@ def timed(label: str, work: Any, pg: Any) -> tuple[Timing, Any]:
 def one_round(dbs: Databases, template: str, n: int, number: int) -> list[Timing]:
     from django.db import connections
 
-    from reminders import api, timing
+    from reminders import api
     from reminders.models import ScheduledTask
+    from reminders.schedule import timing
 
     name = dbs.create(f"round{number}", template=template)
     try:

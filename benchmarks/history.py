@@ -470,7 +470,7 @@ class Size:
         )
 
     def claim(self) -> None:
-        from reminders import dispatch
+        from reminders.engine import dispatch
 
         got = dispatch.claim(OWNER, CLAIM_LIMIT)
         self._claimed = got.run_ids
@@ -492,7 +492,7 @@ class Size:
         )
 
     def materialize(self) -> None:
-        from reminders import dispatch
+        from reminders.engine import dispatch
 
         self.result.made.add(dispatch.materialize())
 

@@ -22,7 +22,7 @@ ROLES = [
     ("q pusher", "pusher (django_q/pusher.py"),
     ("q monitor", "monitor (django_q/monitor.py"),
     ("q sentinel", "(django_q/cluster.py"),
-    ("scheduler", "(reminders/worker.py"),
+    ("scheduler", "(reminders/engine/worker.py"),
 ]
 WATCHED = ("reminders/", "benchmarks/", "django_q/brokers/", "is_usable", "Cursor.execute (psycopg")
 # Frames every sample of a role has: they say nothing.

@@ -178,7 +178,7 @@ def run_mode(meter: Meter, channel: str, n: int) -> int:
     from django_q.utils import close_old_django_connections
 
     from benchmarks.fixtures import make_tasks
-    from reminders import cluster, dispatch
+    from reminders.engine import cluster, dispatch
     from reminders.models import TaskRun
 
     make_tasks(n, channel)
@@ -296,8 +296,8 @@ def main(argv: list[str]) -> int:
         django.setup()
         log(f"migrating {name}")
         call_command("migrate", verbosity=0)
-        from reminders import cluster
         from reminders.conf import settings as conf
+        from reminders.engine import cluster
 
         # This process now runs our cluster's steps, as a host with the default workers
         # would: a fetch takes at most one job per worker.

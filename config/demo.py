@@ -25,8 +25,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
-from reminders import api, timing
+from reminders import api
 from reminders.models import ScheduledTask
+from reminders.schedule import timing
 
 SALESPEOPLE = ("demo-zhangsan", "demo-lisi", "demo-wangwu")
 MANAGER = "demo-zhaoliu"

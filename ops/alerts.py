@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from reminders import calendar_coverage
+from reminders.calendars import coverage as calendar_coverage
 from reminders.models import SchedulerHeartbeat, TaskRun
 
 from . import alert_channels, alert_texts

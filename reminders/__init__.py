@@ -6,6 +6,8 @@ metadata (pyproject.toml's ``version`` as built; CHANGELOG.md says what each cha
 
 from importlib import metadata
 
+from .moved import MOVED, install
+
 # What a copy of the code no installer recorded reports: a version that sorts before
 # every release and says it is none.
 UNKNOWN_VERSION = "0+unknown"
@@ -21,3 +23,6 @@ def installed_version(distribution: str = "reminders") -> str:
 
 
 __version__ = installed_version()
+
+# Old module paths (``reminders.delivery``...) import as their new homes, with a warning.
+install(MOVED)

@@ -1,13 +1,13 @@
 """What CRM code calls: ``schedule`` messages, one or many, and ``cancel`` them.
 
-Every way in is one path, ``reminders.scheduling``: ``schedule`` is one item of it,
+Every way in is one path, ``reminders.intake.scheduling``: ``schedule`` is one item of it,
 ``schedule_many`` thousands, and the helpers (``schedule_birthday``,
-``schedule_inquiry_timeout``) build their items with ``reminders.occasions``. So each
+``schedule_inquiry_timeout``) build their items with ``reminders.intake.occasions``. So each
 refuses, creates and updates tasks by the same rules, and bad input raises a
 ``ValidationError`` naming the parameter at fault, with nothing saved.
 
 A task may be about a CRM object (``about``), found again by ``cancel_for(obj)``; a
-recipient may be a CRM user, who stands for their WeCom member id (``reminders.users``).
+recipient may be a CRM user, who stands for their WeCom member id (``reminders.intake.users``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Model
 
-from . import about as about_objects
-from . import occasions, scheduling
 from .exceptions import BulkValidationError
+from .intake import about as about_objects
+from .intake import occasions, scheduling
+from .intake.occasions import BIRTHDAY_TIME, birthday_item
 from .models import ScheduledTask
-from .occasions import BIRTHDAY_TIME, birthday_item
 
 __all__ = [
     "birthday_item",
@@ -52,12 +52,12 @@ def schedule(
 ) -> ScheduledTask:
     """Create a task, or with ``key`` create-or-update the task that has it.
 
-    ``recipient`` is a WeCom member id, or a user of the CRM (``reminders.users``).
+    ``recipient`` is a WeCom member id, or a user of the CRM (``reminders.intake.users``).
     Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. ``about``: the
     saved CRM object the task is about, for ``cancel_for``. Raises ``ValidationError``
     naming the parameter at fault; nothing is saved then. What is refused, and why, is
-    ``reminders.validation``'s to say. A task due now (or within a tick) wakes the
-    schedulers once the caller's transaction commits (``reminders.wake``).
+    ``reminders.intake.validation``'s to say. A task due now (or within a tick) wakes the
+    schedulers once the caller's transaction commits (``reminders.engine.wake``).
     """
     item = {
         "kind": kind,
@@ -106,7 +106,7 @@ def schedule_birthday(
 ) -> ScheduledTask:
     """A ``birthday`` greeting every year at ``at`` on the clock of ``tz``, on the day
     and month of ``born``; a 29 February birthday on 28 February in common years
-    (``reminders.occasions``). In ``schedule_many``, use ``birthday_item``."""
+    (``reminders.intake.occasions``). In ``schedule_many``, use ``birthday_item``."""
     item = birthday_item(recipient, born, at=at, tz=tz, key=key, about=about, payload=payload)
     return schedule(**item)
 

@@ -2,7 +2,7 @@ from django.apps import AppConfig, apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from .django_q_owner import adopt_django_q, hide_django_q_admin
+from .engine.django_q_owner import adopt_django_q, hide_django_q_admin
 
 # Before django-q2 reads its settings (its app comes after this one): a project with no
 # Q_CLUSTER of its own gets the engine's, not django-q2's defaults and their warning.
@@ -28,7 +28,7 @@ class RemindersConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the checks and the settings hook.
-        from . import checks, senders, users  # noqa: F401
+        from .intake import users  # noqa: F401
 
         # django-q2's admin, where it is the engine's machinery only (django_q_owner).
         hide_django_q_admin()

@@ -32,10 +32,12 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext, ngettext
 
-from . import builders, calendar_coverage, calendars, kinds
+from . import calendars, kinds
+from .calendars import coverage as calendar_coverage
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
-from .policies import PolicyError
+from .messages import builders
+from .schedule.policies import PolicyError
 from .senders import get_sender
 
 
@@ -330,7 +332,7 @@ def _check_host_cluster(cluster: dict[str, Any]) -> list[CheckMessage]:
     then its ``qcluster`` must run jobs as the engine's cluster does."""
     from django_q.conf import Conf
 
-    from .cluster import HIGH_QUEUE_SUFFIX
+    from .engine.cluster import HIGH_QUEUE_SUFFIX
 
     queues = {cluster["name"], f"{cluster['name']}{HIGH_QUEUE_SUFFIX}"}
     other_broker = Conf.BROKER_CLASS or Conf.IRON_MQ or isinstance(Conf.SQS, dict)

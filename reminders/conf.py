@@ -22,7 +22,7 @@ DEFAULT_CHANNELS: dict[str, dict[str, Any]] = {
 }
 
 # The engine's own django-q2 cluster (``REMINDERS_CLUSTER`` is read over these; see
-# ``reminders.cluster``). ``timeout`` and ``retry`` follow the lease unless set.
+# ``reminders.engine.cluster``). ``timeout`` and ``retry`` follow the lease unless set.
 CLUSTER_DEFAULTS: dict[str, Any] = {
     "name": "reminders",
     "orm": "default",
@@ -84,7 +84,7 @@ class Settings:
     @property
     def BUILDERS(self) -> dict[str, str]:
         """Message builders a CRM plugs in by kind, as dotted paths:
-        ``{"follow_up": "crm.reminders.build_follow_up"}`` (``reminders.builders``)."""
+        ``{"follow_up": "crm.reminders.build_follow_up"}`` (``reminders.messages.builders``)."""
         builders = self._get("BUILDERS", {})
         if not isinstance(builders, dict) or not all(
             isinstance(kind, str) and isinstance(path, str) for kind, path in builders.items()
@@ -231,7 +231,7 @@ class Settings:
     @property
     def RETENTION_DAYS(self) -> float:
         """What ``reminders_prune`` deletes unless ``--older-than`` says otherwise: finished
-        runs and ledger rows older than this many days (``reminders.retention``)."""
+        runs and ledger rows older than this many days (``reminders.engine.retention``)."""
         return _positive_number("REMINDERS_RETENTION_DAYS", self._get("RETENTION_DAYS", 90))
 
     @property
@@ -322,7 +322,7 @@ class Settings:
     @property
     def RECIPIENT_RESOLVER(self) -> str:
         """The dotted path of a callable, user -> WeCom member id; empty: the user's
-        ``USER_ID_FIELD`` (``reminders.users``)."""
+        ``USER_ID_FIELD`` (``reminders.intake.users``)."""
         return str(self._get("RECIPIENT_RESOLVER", "") or "")
 
     @property

@@ -1,8 +1,8 @@
 """Task kinds: what each sends and the policies it runs under.
 
 A CRM adds its own with :func:`register`. Each kind's builder writes a message from its
-task's payload, in the task's language (``reminders.builders``: a CRM may plug in its
-own for any kind; the five built in are worded in ``reminders.wording``);
+task's payload, in the task's language (``reminders.messages.builders``: a CRM may plug in its
+own for any kind; the five built in are worded in ``reminders.messages.wording``);
 ``payload["content"]`` overrides the built-in kinds' wording.
 
 Invariant: :func:`render`, which every caller goes through, stamps the message with its
@@ -28,27 +28,27 @@ from typing import TYPE_CHECKING
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from . import builders, wording
 from .conf import settings as conf
-from .content import Content
 from .exceptions import UnknownKind
-from .policies import Policy
-from .stamps import STAMPED_FIELDS as STAMPED_FIELDS
-from .stamps import makeup_line as makeup_line
-from .stamps import stamp as stamp
-from .stamps import stamped, tail
+from .messages import builders, wording
+from .messages.content import Content
+from .messages.stamps import STAMPED_FIELDS as STAMPED_FIELDS
+from .messages.stamps import makeup_line as makeup_line
+from .messages.stamps import stamp as stamp
+from .messages.stamps import stamped, tail
+from .schedule.policies import Policy
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
 
-    from .content import Built
+    from .messages.content import Built
     from .models import ScheduledTask, TaskRun
 
 
 @dataclass(frozen=True)
 class Kind:
     """A kind of task: its name, its label (the admin's), its default builder (what
-    ``render`` returns a message from: ``reminders.builders``) and its policy.
+    ``render`` returns a message from: ``reminders.messages.builders``) and its policy.
 
     ``content_override``: ``payload["content"]``, when set, is the message (as text)
     instead of what any builder of the kind writes. The five built-in kinds have it; a

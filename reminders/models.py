@@ -81,10 +81,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import calendars, kinds, recipients, signals, sql, timing, wake
-from .calendar_days import CalendarDay, CalendarYear, DaySource  # noqa: F401 (models of this app)
+from . import calendars, kinds, recipients, signals
+from .calendars.days import CalendarDay, CalendarYear, DaySource  # noqa: F401 (models of this app)
 from .conf import settings as conf
+from .engine import sql, wake
 from .exceptions import ActionRefused, UnknownKind, UnplannableTask
+from .schedule import timing
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
@@ -386,7 +388,7 @@ class ScheduledTask(models.Model):
 
     class Meta:
         # Not "scheduled task(s)": django-q2's own admin names its schedules so, and a
-        # CRM running django-q2 of its own shows both (reminders.django_q_owner).
+        # CRM running django-q2 of its own shows both (reminders.engine.django_q_owner).
         verbose_name = _("scheduled message")
         verbose_name_plural = _("scheduled messages")
         constraints = [

@@ -26,7 +26,7 @@ def _clean_outbox() -> Iterator[None]:
 def _calendar_entries_read_afresh() -> Iterator[None]:
     """Ops calendar entries are kept per process for a while; a test's rolled-back
     rows must not outlive it."""
-    from reminders import calendar_days
+    from reminders.calendars import days as calendar_days
 
     calendar_days.forget()
     yield

@@ -17,7 +17,7 @@ from django.conf import settings as django_settings
 from django.db.models import Case, IntegerField, Value, When
 from django.utils import timezone
 
-from reminders import timing
+from reminders.schedule import timing
 
 
 def zone_name() -> str:

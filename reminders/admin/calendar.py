@@ -1,4 +1,4 @@
-"""The admin of calendar days (``reminders.calendar_days``): ops enter a year's official
+"""The admin of calendar days (``reminders.calendars.days``): ops enter a year's official
 schedule here, or check what ``reminders_calendar import`` entered.
 
 * Calendar days: one date of a calendar, rest or working, with its source; a form for a
@@ -31,7 +31,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from .. import calendars
-from ..calendar_days import EDIT_PERMISSION, CalendarDay, CalendarYear, DayKind, Entry, enter
+from ..calendars.days import EDIT_PERMISSION, CalendarDay, CalendarYear, DayKind, Entry, enter
 
 # The longest range the form enters at once: a year.
 RANGE_DAYS = 366

@@ -18,9 +18,10 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext
 
-from .. import calendars, timing
+from .. import calendars
 from ..exceptions import UnplannableTask
 from ..models import ScheduledTask, TaskRun, Upcoming
+from ..schedule import timing
 
 # How many of a task's runs its change form lists, and how many occurrences ahead.
 RECENT_RUNS = 20

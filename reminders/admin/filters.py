@@ -25,7 +25,8 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from .. import kinds, timing
+from .. import kinds
+from ..schedule import timing
 
 TODAY, YESTERDAY, LAST_7_DAYS = "today", "yesterday", "7d"
 HANDLED_PARAMETER, DUE_PARAMETER = "handled", "due"

@@ -1,5 +1,5 @@
 """The send ledger (``SendLog``), read-only: one row per idempotency key, written by
-delivery (``reminders.delivery``) before and after each send, and kept after its task is
+delivery (``reminders.engine.delivery``) before and after each send, and kept after its task is
 deleted, as the record of what was sent."""
 
 from __future__ import annotations

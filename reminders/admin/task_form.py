@@ -19,10 +19,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .. import calendars, kinds, timing, validation
+from .. import calendars, kinds
 from ..conf import settings as conf
 from ..exceptions import UnknownKind
+from ..intake import validation
 from ..models import Priority, ScheduledTask
+from ..schedule import timing
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")

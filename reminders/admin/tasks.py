@@ -10,7 +10,7 @@ no run of the old schedule behind. The form is ``reminders.admin.task_form``.
 
 The CRM object a task is about is shown, never edited (only the API sets it): a link to
 its admin page where the site registers its model, else its name; the changelist
-fetches the objects of a page with one query per model (``reminders.about.prefetch``),
+fetches the objects of a page with one query per model (``reminders.intake.about.prefetch``),
 and an object deleted since, or a model no longer installed, is said so rather than
 failing the page.
 
@@ -18,7 +18,7 @@ Permissions are checked on the server, for every action and view, whatever the p
 showed: pausing and resuming need ``pause_scheduledtask``, cancelling and editing
 ``change_scheduledtask``.
 
-A task's change form shows its schedule in words (``reminders.cron_text``), its next
+A task's change form shows its schedule in words (``reminders.schedule.cron_text``), its next
 occurrences as the scheduler will plan them and its last runs (``reminders.admin.display``),
 as read-only fields: not an inline formset, so that saving a task never depends on its
 history.
@@ -43,10 +43,12 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import about, cron_text, kinds, scheduling
+from .. import kinds
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
+from ..intake import about, scheduling
 from ..models import ScheduledTask
+from ..schedule import cron_text
 from . import display
 from .filters import KindListFilter
 from .run_now import RunNowMixin

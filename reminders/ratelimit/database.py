@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .. import sql
+from ..engine import sql
 from ..models import RateBucket
 from .store import Held, Store
 
@@ -36,7 +36,7 @@ class DatabaseStore(Store):
                 if connection.features.has_select_for_update:
                     locked = locked.select_for_update()
                 rows = list(locked)
-            # A pause is rare: a statement of its own (reminders.sql) usually finds none,
+            # A pause is rare: a statement of its own (reminders.engine.sql) usually finds none,
             # and only a pause found is read as rows.
             if sql.any_set(RateBucket, "name", unlimited, "paused_until"):
                 rows += RateBucket.objects.filter(name__in=unlimited, paused_until__isnull=False)

@@ -27,7 +27,7 @@ import time
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ..stamps import STAMPED_FIELDS
+from ..messages.stamps import STAMPED_FIELDS
 from .base import BaseSender, Message, SendResult
 from .parts import CONTENT_LIMIT, size, split_content
 

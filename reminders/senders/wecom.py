@@ -45,7 +45,7 @@ from ..exceptions import (
     ThrottledSendError,
     TransientSendError,
 )
-from ..stamps import STAMPED_FIELDS
+from ..messages.stamps import STAMPED_FIELDS
 from .base import BaseSender, Limit, Message, Rate, SendResult
 from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .parts import CONTENT_LIMIT, MAX_PARTS, split_content

@@ -1,5 +1,5 @@
 """``{% calendar_coverage_banner %}``: the warning that a working-day calendar in use is
-about to run out (``reminders.calendar_coverage.ending``), for the task pages of the
+about to run out (``reminders.calendars.coverage.ending``), for the task pages of the
 admin and the ops dashboard. It says nothing when every calendar in use is covered for
 more than ``REMINDERS_CALENDAR_WARN_DAYS`` days. ``calendar_today`` in the context, if set, is
 the day it judges from (default: the current local date).
@@ -12,7 +12,7 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from reminders import calendar_coverage
+from ..calendars import coverage as calendar_coverage
 
 register = template.Library()
 

@@ -45,9 +45,9 @@ from playwright.sync_api import Page
 
 from ops.roles import OPERATOR, VIEWER
 from ops.sandbox import WeComSandbox
-from reminders import timing
+from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
-from reminders.worker import ReminderWorker
+from reminders.schedule import timing
 from tests.support.jobs import run_queued
 from tests.support.sandbox import running_sandbox, wecom_settings
 

@@ -17,8 +17,9 @@ from django.test import TestCase
 from django.utils import timezone
 
 from config.demo import demo_tasks
-from reminders import dispatch, timing
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.schedule import timing
 from tests.support.jobs import run_queued
 from tests.support.sandbox import assert_ledger_matches, running_sandbox, wecom_settings
 

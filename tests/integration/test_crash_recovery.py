@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reminders import delivery, dispatch
+from reminders.engine import delivery, dispatch
 from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued

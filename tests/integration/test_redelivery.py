@@ -20,8 +20,8 @@ from django_q.brokers import get_broker
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from reminders import dispatch
-from reminders.delivery import deliver
+from reminders.engine import dispatch
+from reminders.engine.delivery import deliver
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import queued, run_queued
 

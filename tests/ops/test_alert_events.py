@@ -10,12 +10,13 @@ import pytest
 from django.test import TestCase
 
 from ops.models import Alert, AlertDelivery, AlertEvent, AlertType
-from reminders import calendars, dispatch
-from reminders.delivery import start
+from reminders import calendars
+from reminders.engine import dispatch
+from reminders.engine.delivery import start
+from reminders.engine.worker import ReminderWorker
 from reminders.exceptions import ConfigurationSendError, PermanentSendError
 from reminders.models import ScheduledTask, TaskRun
 from reminders.senders.memory import MemorySender
-from reminders.worker import ReminderWorker
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ import pytest
 
 from ops import alerts, metrics
 from ops.models import AlertEvent
-from reminders import calendar_coverage
-from reminders.calendar_days import CalendarYear
+from reminders.calendars import coverage as calendar_coverage
+from reminders.calendars.days import CalendarYear
 from tests.ops.conftest import Clock
 
 pytestmark = pytest.mark.django_db

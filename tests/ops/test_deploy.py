@@ -18,12 +18,12 @@ import psutil
 import pytest
 from django.db import connection
 
-from reminders.worker import HEARTBEAT_SECONDS
+from reminders.engine.worker import HEARTBEAT_SECONDS
 from tests.support.processes import REPO, ReminderProcess, kill_tree, wait_exit, wait_until
 
 DEPLOY = REPO / "ops" / "deploy"
 # After the grace the scheduler kills what is left of its clusters and waits up to 5 s
-# (reminders.worker); handing back unstarted work and the last tick come on top.
+# (reminders.engine.worker); handing back unstarted work and the last tick come on top.
 MARGIN_SECONDS = 15.0
 # The engine's default, which a unit or container that does not set the grace gets.
 DEFAULT_GRACE = 30.0

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.status import Stat
 
-from reminders import dispatch
+from reminders.engine import dispatch
 from reminders.models import SchedulerHeartbeat
 from tests.support.processes import (
     alive,

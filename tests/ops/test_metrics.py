@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ops import metrics
 from ops.models import Alert, AlertDelivery, AlertEvent
-from reminders import calendar_days
+from reminders.calendars import days as calendar_days
 from reminders.models import RateBucket, ScheduledTask, SchedulerHeartbeat, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import api, dispatch
+from reminders import api
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, TaskRun
 from tests.crm.models import Contract, Customer, Inquiry
 

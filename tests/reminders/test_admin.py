@@ -6,9 +6,11 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import api, dispatch, timing
+from reminders import api
+from reminders.engine import dispatch
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.schedule import timing
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 

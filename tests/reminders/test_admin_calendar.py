@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ops.roles import OPERATOR, VIEWER
-from reminders import timing
-from reminders.calendar_days import CalendarDay, CalendarYear
+from reminders.calendars.days import CalendarDay, CalendarYear
 from reminders.models import ScheduledTask
+from reminders.schedule import timing
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.contrib.admin.utils import display_for_value
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import dispatch
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, TaskRun
 
 pytestmark = pytest.mark.django_db

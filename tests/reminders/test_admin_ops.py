@@ -13,9 +13,9 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import timing
 from reminders.admin.filters import FAILED_TODAY, local_days
 from reminders.models import ScheduledTask, TaskRun
+from reminders.schedule import timing
 
 pytestmark = pytest.mark.django_db
 

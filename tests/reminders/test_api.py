@@ -4,9 +4,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from reminders import api, dispatch
+from reminders import api
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, TaskRun
-from reminders.timing import next_occurrence
+from reminders.schedule.timing import next_occurrence
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,7 @@ def test_schedule__cron_task_plans_its_next_run_in_its_zone():
 
 
 def timing_zone(name):
-    from reminders.timing import zone
+    from reminders.schedule.timing import zone
 
     return zone(name)
 

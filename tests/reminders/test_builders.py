@@ -16,7 +16,8 @@ from django.core.management.base import SystemCheckError
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from reminders import api, builders, checks, kinds
+from reminders import api, checks, kinds
+from reminders.messages import builders
 from reminders.models import ScheduledTask, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
@@ -190,7 +191,7 @@ def test_tick__a_builder_that_raises_fails_its_run_only(settings, received, outb
     fine = schedule("follow_up", at=now, customer="Fine")
     settings.REMINDERS_BUILDERS = {"follow_up": f"{HERE}.explode_on_boom"}  # after scheduling
 
-    with caplog.at_level(logging.ERROR, logger="reminders.delivery"):
+    with caplog.at_level(logging.ERROR, logger="reminders.engine.delivery"):
         assert tick() == 1
 
     assert [(m.recipient, m.body["content"]) for m in outbox] == [("lisi", f"fine\n{stamp(fine)}")]
@@ -202,7 +203,7 @@ def test_tick__a_builder_that_raises_fails_its_run_only(settings, received, outb
     )
     assert fine.runs.get().status == "sent"
     assert ("run_failed", failed.pk, "failed") in received
-    [record] = [r for r in caplog.records if r.name == "reminders.delivery"]
+    [record] = [r for r in caplog.records if r.name == "reminders.engine.delivery"]
     assert record.exc_info and record.exc_info[0].__name__ == "BuilderFailed"  # with traceback
 
 

@@ -8,7 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reminders import api, dispatch
+from reminders import api
+from reminders.engine import dispatch
 from reminders.exceptions import BulkValidationError
 from reminders.models import ScheduledTask
 from tests.crm.models import Customer

@@ -15,10 +15,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from reminders import calendar_days, calendars, timing
-from reminders.calendar_days import CalendarDay, CalendarYear
+from reminders import calendars
+from reminders.calendars import days as calendar_days
+from reminders.calendars.days import CalendarDay, CalendarYear
 from reminders.checks import check_calendars, check_settings
 from reminders.models import ScheduledTask
+from reminders.schedule import timing
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from django.utils import translation
 
 from reminders.checks import check_calendars, check_kinds, check_settings, check_worker
 from reminders.conf import settings as conf
-from reminders.policies import Policy, PolicyError
+from reminders.schedule.policies import Policy, PolicyError
 
 
 def only(messages, wanted: str):  # type: ignore[no-untyped-def]

@@ -158,8 +158,8 @@ def test_run_reminders__shows_the_database_checks_at_start_up(make_task, monkeyp
 
     from django.core.management import call_command
 
+    from reminders.engine.worker import ReminderWorker
     from reminders.models import ScheduledTask
-    from reminders.worker import ReminderWorker
 
     task = make_task(cron="0 9 * * *")
     ScheduledTask.objects.filter(pk=task.pk).update(kind="crm_only")
@@ -278,7 +278,7 @@ def test_run_reminders__does_not_start_with_a_bad_cluster(settings, monkeypatch)
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
-    from reminders.worker import ReminderWorker
+    from reminders.engine.worker import ReminderWorker
 
     started = []
     monkeypatch.setattr(ReminderWorker, "run", lambda worker: started.append(worker))

@@ -16,8 +16,8 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
-from reminders import cluster, dispatch
 from reminders.conf import settings as conf
+from reminders.engine import cluster, dispatch
 from tests.support.jobs import run_queued
 from tests.support.transactions import transactions
 

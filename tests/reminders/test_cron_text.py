@@ -3,7 +3,7 @@
 import pytest
 from django.utils import translation
 
-from reminders.cron_text import describe
+from reminders.schedule.cron_text import describe
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,13 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from reminders import dispatch
-from reminders.delivery import start
+from reminders.engine import dispatch
+from reminders.engine.delivery import start
+from reminders.engine.worker import ReminderWorker
 from reminders.exceptions import InDoubtSendError, TransientSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
-from reminders.policies import Policy
+from reminders.schedule.policies import Policy
 from reminders.senders.memory import MemorySender
-from reminders.worker import ReminderWorker
 from tests.support.jobs import run_queued, tick
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from reminders import dispatch, kinds
-from reminders.delivery import deliver
+from reminders import kinds
+from reminders.engine import dispatch
+from reminders.engine.delivery import deliver
 from reminders.exceptions import PermanentSendError, ThrottledSendError, TransientSendError
 from reminders.models import RateBucket, ScheduledTask, SendLog, TaskRun
 from reminders.senders.base import SendResult
@@ -144,7 +145,7 @@ def crash_mid_send(task: ScheduledTask) -> TaskRun:
     """Leave ``task``'s run as a worker that died between reserve and record leaves it."""
     dispatch.materialize()
     claim = dispatch.claim("doomed", 10)
-    from reminders.delivery import reserve, start
+    from reminders.engine.delivery import reserve, start
 
     [job] = start(claim.token, claim.run_ids)
     assert reserve([job]) == ([job], [])  # reserved 'sending'; the process died in the send
@@ -259,7 +260,7 @@ def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, out
 @pytest.fixture
 def slow_first_reply(monkeypatch):
     """The first reply takes 0.5 s, longer than a paced channel's slot may wait (0.3 s)."""
-    from reminders import delivery
+    from reminders.engine import delivery
 
     monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
     MemorySender.script[:] = [0.5]
@@ -358,7 +359,7 @@ def test_deliver__a_deduplicating_channel_sends_a_claim_in_four_transactions(mak
 def test_deliver__a_key_taken_while_the_message_before_it_was_sent__waits_and_that_one_is_recorded(
     make_task, outbox, monkeypatch
 ):
-    from reminders import delivery
+    from reminders.engine import delivery
 
     first, second = make_task(), make_task()
     dispatch.materialize()

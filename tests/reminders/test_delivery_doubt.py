@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reminders import dispatch
-from reminders.delivery import reserve, start
+from reminders.engine import dispatch
+from reminders.engine.delivery import reserve, start
 from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender

@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 import pytest
 from django.utils import timezone
 
-from reminders import api, dispatch, kinds, ratelimit
-from reminders.delivery import _record_failure, _record_sent, deliver, reserve, start
+from reminders import api, kinds, ratelimit
+from reminders.engine import dispatch
+from reminders.engine.delivery import _record_failure, _record_sent, deliver, reserve, start
 from reminders.exceptions import TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.base import Message, SendResult

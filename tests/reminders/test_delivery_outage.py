@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.db import OperationalError, connection
 
-from reminders import delivery, dispatch, outage
-from reminders.delivery import deliver
+from reminders.engine import delivery, dispatch, outage
+from reminders.engine.delivery import deliver
 from reminders.exceptions import TransientSendError
 from reminders.models import JobTake, SendLog, TaskRun
 from reminders.senders import Message, SendResult

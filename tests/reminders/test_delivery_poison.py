@@ -16,8 +16,9 @@ from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from reminders import dispatch, kinds
-from reminders.delivery import deliver
+from reminders import kinds
+from reminders.engine import dispatch
+from reminders.engine.delivery import deliver
 from reminders.models import JobTake, ScheduledTask, TaskRun
 
 pytestmark = pytest.mark.django_db

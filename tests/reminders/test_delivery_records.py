@@ -15,8 +15,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from reminders import dispatch
-from reminders.delivery import _hand_back, _record_throttled, deliver, reserve, start
+from reminders.engine import dispatch
+from reminders.engine.delivery import _hand_back, _record_throttled, deliver, reserve, start
 from reminders.exceptions import InDoubtSendError, ThrottledSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.base import Message, SendResult

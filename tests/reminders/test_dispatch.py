@@ -7,7 +7,8 @@ from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from reminders import dispatch, signals
+from reminders import signals
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, TaskRun
 from tests.support.jobs import queued, run_queued
 
@@ -158,7 +159,7 @@ def test_claim__reclaims_a_run_whose_lease_expired_and_the_stale_job_sends_nothi
     later = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
     fresh = dispatch.claim("live-worker", 10, now=later)
     assert fresh.run_ids == stale.run_ids
-    from reminders.delivery import deliver
+    from reminders.engine.delivery import deliver
 
     assert deliver(stale.token, stale.run_ids) == 0
     assert run_queued() == 1

@@ -16,7 +16,7 @@ from django.utils import translation
 from django_q.admin import QueueAdmin, ScheduleAdmin
 from django_q.models import OrmQ, Schedule
 
-from reminders import django_q_owner
+from reminders.engine import django_q_owner
 from reminders.models import ScheduledTask
 from tests.support import processes
 

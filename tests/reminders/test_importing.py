@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from reminders import importing
-from reminders.importing import Defaults, ImportFailed, RowError
+from reminders.intake import importing
+from reminders.intake.importing import Defaults, ImportFailed, RowError
 from reminders.models import ScheduledTask
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from reminders import dispatch
+from reminders.engine import dispatch
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender

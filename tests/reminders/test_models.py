@@ -145,7 +145,7 @@ def test_resume__the_latest_occurrence_missed_while_paused_runs_and_the_others_a
 
 
 def test_resume__runs_planned_before_the_pause_follow_the_missed_run_rule_too(make_task):
-    from reminders import dispatch
+    from reminders.engine import dispatch
 
     task = make_task("follow_up", cron="0 * * * *", tz="UTC")
     first = task.next_run
@@ -188,7 +188,7 @@ def test_retry_now__puts_a_failed_run_back_in_line(make_task):
 
 
 def test_retry_now__an_unknown_run_is_sent_again_on_the_operators_word(make_task):
-    from reminders import dispatch
+    from reminders.engine import dispatch
     from reminders.senders.memory import MemorySender
     from tests.support.jobs import run_queued
 
@@ -227,7 +227,7 @@ def test_ledger__outlives_a_deleted_task(make_task):
 
 
 def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(make_task):
-    from reminders import dispatch
+    from reminders.engine import dispatch
     from reminders.exceptions import UnplannableTask
 
     task = make_task("follow_up", cron="0 * * * *", tz="UTC")

@@ -7,8 +7,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from reminders import api, dispatch, timing
+from reminders import api
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask, TaskRun
+from reminders.schedule import timing
 from tests.crm.models import Customer, Inquiry
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,8 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from reminders import dispatch, signals
+from reminders import signals
+from reminders.engine import dispatch
 from reminders.exceptions import ActionRefused, PermanentSendError
 from reminders.models import MAKEUP_SUFFIX, ScheduledTask, TaskRun
 from reminders.senders.memory import MemorySender

@@ -11,8 +11,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from reminders import dispatch, timing
+from reminders.engine import dispatch
 from reminders.models import MAKEUP_SUFFIX, ScheduledTask, TaskRun
+from reminders.schedule import timing
 from tests.support.locks import Paused, Worker, require_row_locks, statement
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ import time
 import pytest
 from django_q.conf import Conf
 
-from reminders import cluster, outage
+from reminders.engine import cluster, outage
+from reminders.engine.worker import ReminderWorker
 from reminders.models import TaskRun
-from reminders.worker import ReminderWorker
 from tests.support.away import database_away
 from tests.support.jobs import queued, run_queued
 

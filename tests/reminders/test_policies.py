@@ -10,7 +10,7 @@ from django.core import checks
 from reminders import kinds
 from reminders.checks import check_settings
 from reminders.exceptions import TransientSendError
-from reminders.policies import Policy, PolicyError
+from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 

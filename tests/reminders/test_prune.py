@@ -15,7 +15,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
-from reminders import api, retention
+from reminders import api
+from reminders.engine import retention
 from reminders.exceptions import RetentionTooShort
 from reminders.models import JobTake, ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import tick

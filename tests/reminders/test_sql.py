@@ -1,4 +1,4 @@
-"""The hand-written statements of ``reminders.sql`` against the ORM queries they stand
+"""The hand-written statements of ``reminders.engine.sql`` against the ORM queries they stand
 for, on each database: the same rows written, the same rows counted."""
 
 from datetime import timedelta
@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from reminders import dispatch, sql
+from reminders.engine import dispatch, sql
 from reminders.models import RateBucket, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db(transaction=True)

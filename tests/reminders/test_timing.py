@@ -3,7 +3,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reminders import timing
+from reminders.schedule import timing
 
 NEW_YORK = "America/New_York"
 

@@ -6,7 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from reminders import api, kinds, validation
+from reminders import api, kinds
+from reminders.intake import validation
 from reminders.models import ScheduledTask
 from reminders.senders.wecom import CONTENT_LIMIT, MAX_PARTS
 

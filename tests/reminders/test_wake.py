@@ -1,4 +1,4 @@
-"""Waking the schedulers: ``reminders.wake`` on a real database.
+"""Waking the schedulers: ``reminders.engine.wake`` on a real database.
 
 Notifications exist on PostgreSQL only; the tests that need them are skipped elsewhere,
 where the tick is the bound. ``interrupt`` works on every database.
@@ -17,9 +17,10 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from reminders import api, wake
+from reminders import api
+from reminders.engine import wake
+from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
-from reminders.worker import ReminderWorker
 from tests.support.processes import wake_listeners
 
 # Well under a tick of the tests below (which wait up to 5 s or 30 s), well over the

@@ -15,7 +15,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone, translation
 
-from reminders import kinds, wording
+from reminders import kinds
+from reminders.messages import wording
 from reminders.models import ScheduledTask
 from reminders.senders import get_sender
 from reminders.senders.base import Message, render_body

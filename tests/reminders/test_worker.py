@@ -5,9 +5,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reminders import dispatch
+from reminders.engine import dispatch
+from reminders.engine.worker import HEARTBEAT_SECONDS, MIN_SLEEP_SECONDS, ReminderWorker
 from reminders.models import ScheduledTask, SchedulerHeartbeat, TaskRun
-from reminders.worker import HEARTBEAT_SECONDS, MIN_SLEEP_SECONDS, ReminderWorker
 from tests.support.jobs import queued, run_queued
 
 pytestmark = pytest.mark.django_db

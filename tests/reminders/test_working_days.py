@@ -11,9 +11,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
 
-from reminders import calendars, dispatch, kinds, signals, timing
+from reminders import calendars, kinds, signals
 from reminders.checks import check_calendars
+from reminders.engine import dispatch
 from reminders.models import ScheduledTask
+from reminders.schedule import timing
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db

@@ -2,7 +2,7 @@
 
 ``database_away`` makes statements fail as they do on a connection the server cut
 (``OperationalError``) from a chosen statement on, until the code has probed the
-database (``SELECT 1``: ``reminders.outage.answers``) a given number of times; then it
+database (``SELECT 1``: ``reminders.engine.outage.answers``) a given number of times; then it
 answers again. Transaction control (``BEGIN``, savepoints, ``COMMIT``, ``ROLLBACK``)
 still passes, so that the test's own transaction stays usable; the statement that
 fails is never sent, so no server aborts a transaction for it either.

@@ -9,8 +9,8 @@ from django.test import TestCase
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
-from reminders import dispatch
-from reminders.delivery import deliver
+from reminders.engine import dispatch
+from reminders.engine.delivery import deliver
 
 
 def queued() -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def run_queued(*, keep: bool = False, now: datetime | None = None) -> int:
     sent = 0
     for row in list(OrmQ.objects.order_by("id")):
         job = SignedPackage.loads(row.payload)
-        assert job["func"] == "reminders.delivery.deliver", job["func"]
+        assert job["func"] == "reminders.engine.delivery.deliver", job["func"]
         sent += deliver(*job["args"], **job["kwargs"], now=now)
         if not keep:
             row.delete()

@@ -284,10 +284,10 @@ def ledger_statuses() -> Counter[str]:
 
 def wake_listeners() -> list[int]:
     """The backend pids of the sessions listening for due work on the test database
-    (``reminders.wake``; PostgreSQL only)."""
+    (``reminders.engine.wake``; PostgreSQL only)."""
     from django.db import connection
 
-    from reminders import wake
+    from reminders.engine import wake
 
     with connection.cursor() as cursor:
         cursor.execute(

@@ -14,9 +14,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from config import demo, demo_channel
-from reminders import timing
 from reminders.conf import settings as conf
 from reminders.management.base import TranslatedCommand
+from reminders.schedule import timing
 
 
 class Command(TranslatedCommand):

@@ -2,7 +2,7 @@
 ``reminders_calendar show YEAR [--calendar NAME]``: ops keep the working-day calendar
 current with the year's official notice, and print a year to check it.
 
-The reading, checking and saving are ``reminders.calendar_import``'s; this command only
+The reading, checking and saving are ``reminders.intake.calendar_import``'s; this command only
 wires them to the command line: the bad lines on stderr and a non-zero exit status
 (then nothing is imported).
 """
@@ -18,9 +18,11 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from reminders import calendar_import, calendars
-from reminders.importing import ImportFailed
 from reminders.management.base import TranslatedCommand
+
+from ... import calendars
+from ...intake import calendar_import
+from ...intake.importing import ImportFailed
 
 DEFAULT_CALENDAR = "cn"
 

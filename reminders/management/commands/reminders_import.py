@@ -1,6 +1,6 @@
 """``reminders_import FILE.csv --kind KIND``: schedule a task per row, all or none.
 
-The reading and checking are ``reminders.importing``'s; this command only wires them to
+The reading and checking are ``reminders.intake.importing``'s; this command only wires them to
 the command line: a progress bar on a terminal, the bad rows on stderr, and a non-zero
 exit status when any row is bad (then nothing is imported).
 """
@@ -13,9 +13,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from reminders import importing
 from reminders.management.base import TranslatedCommand
-from reminders.progress import ProgressBar
+
+from ...intake import importing
+from ..progress import ProgressBar
 
 
 class Command(TranslatedCommand):

@@ -2,7 +2,7 @@
 runs, ledger rows and completed one-shot tasks older than an age, a batch per short
 transaction; meant for cron.
 
-What goes and what stays is ``reminders.retention``'s; this command only reads the
+What goes and what stays is ``reminders.engine.retention``'s; this command only reads the
 options, says what was done, and turns misuse into a ``CommandError``.
 """
 
@@ -17,9 +17,10 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from reminders import retention
 from reminders.exceptions import RetentionTooShort
 from reminders.management.base import TranslatedCommand
+
+from ...engine import retention
 
 
 def _age(value: str) -> timedelta:

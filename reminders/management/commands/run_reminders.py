@@ -9,7 +9,8 @@ from django.utils.translation import gettext_noop
 from reminders.checks import WORKER_TAG
 from reminders.management.base import TranslatedCommand
 from reminders.models import ScheduledTask
-from reminders.worker import ReminderWorker
+
+from ...engine.worker import ReminderWorker
 
 LOG_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 

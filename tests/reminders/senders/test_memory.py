@@ -9,7 +9,8 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from reminders import dispatch, kinds
+from reminders import kinds
+from reminders.engine import dispatch
 from reminders.models import SendLog
 from reminders.senders import get_sender
 from reminders.senders.base import Message

@@ -16,7 +16,8 @@ from django.test import TestCase
 from django.utils import timezone
 
 from ops.sandbox import WeComSandbox
-from reminders import dispatch, kinds, signals
+from reminders import kinds, signals
+from reminders.engine import dispatch
 from reminders.exceptions import (
     ConfigurationSendError,
     RecipientSendError,
@@ -340,7 +341,7 @@ def test_e2e__a_paced_batch_asks_for_no_more_slots_than_the_burst(
 def test_e2e__slow_replies_do_not_cut_a_batch_held_only_by_member_limits(
     make_task: Any, channels: None, sandbox: WeComSandbox, monkeypatch: Any, settings: Any
 ) -> None:
-    from reminders import delivery
+    from reminders.engine import delivery
 
     settings.WECOM_RATE_LIMIT = 0  # no pace on the channel: only the members' limits
 

@@ -42,7 +42,7 @@ truth:
 * A message in doubt is sent again only if the provider's window is still open when
   it leaves, after its rate-limit wait, not only when its job started.
 * A job that loses the database (a restart, a failover) does not leave its runs to
-  their lease: as soon as the database answers again (``reminders.outage``), while its
+  their lease: as soon as the database answers again (``reminders.engine.outage``), while its
   runs are surely still its own, it gives back those it never started, records what
   it sent and the failures it met, and puts every run it did not send back in line,
   its key's reservation undone (a send that left always has its ``outcome``). Only if
@@ -93,9 +93,9 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from . import kinds, outage, ratelimit, signals, sql, timing
-from .conf import settings as conf
-from .exceptions import (
+from .. import kinds, ratelimit, signals
+from ..conf import settings as conf
+from ..exceptions import (
     BuilderFailed,
     ConfigurationSendError,
     InDoubtSendError,
@@ -105,9 +105,11 @@ from .exceptions import (
     ThrottledSendError,
     UnknownKind,
 )
-from .models import EXPIRED_CODE, JobTake, Priority, ScheduledTask, SendLog, TaskRun
-from .senders import BaseSender, Message, SendResult, get_sender
-from .senders.base import UNLIMITED, Limit, render_body
+from ..models import EXPIRED_CODE, JobTake, Priority, ScheduledTask, SendLog, TaskRun
+from ..schedule import timing
+from ..senders import BaseSender, Message, SendResult, get_sender
+from ..senders.base import UNLIMITED, Limit, render_body
+from . import outage, sql
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Whose django-q2 this project's is: the engine's alone, or the CRM's too.
 
-The engine runs django-q2 clusters of its own (``reminders.cluster``). The project's own
+The engine runs django-q2 clusters of its own (``reminders.engine.cluster``). The project's own
 django-q2 (``Q_CLUSTER``) is the engine's alone where the CRM runs no django-q2 work of
 its own: it has no ``Q_CLUSTER``, or one that reads the engine's queue on the engine's
 database with django-q2's ORM broker (the standalone project, whose ``qcluster`` runs
@@ -33,12 +33,12 @@ from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import settings as conf
+from ..conf import settings as conf
 
 if TYPE_CHECKING:  # imported by the app's module, before any model may be
     from django.contrib.admin import AdminSite
 
-HIGH_QUEUE_SUFFIX = "-high"  # reminders.cluster's; not imported, which imports django-q2
+HIGH_QUEUE_SUFFIX = "-high"  # reminders.engine.cluster's; not imported, which imports django-q2
 # Keys of a Q_CLUSTER that put its queue on another broker than django-q2's ORM one.
 OTHER_BROKERS = ("broker_class", "redis", "iron_mq", "sqs", "mongo", "disque_nodes")
 

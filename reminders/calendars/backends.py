@@ -14,7 +14,7 @@ reason instead of being sent.
 Three sources decide a date, in this order (:func:`decide`; the run records which,
 ``TaskRun.day_source``, with its note):
 
-1. ``ops``: a date ops entered for the calendar (``reminders.calendar_days.CalendarDay``,
+1. ``ops``: a date ops entered for the calendar (``reminders.calendars.days.CalendarDay``,
    the admin or ``reminders_calendar import``), whatever the backend says of it.
 2. ``package``: the backend, in a year it covers.
 3. ``ops`` again for a year ops declared entered in full (``CalendarYear``): its other
@@ -40,7 +40,7 @@ Invariants:
   on ``setting_changed``, so ``override_settings`` works. A rule other than ``weekdays``
   or ``skip`` is ``ImproperlyConfigured`` (system check ``reminders.E010``).
 * Ops entries are read per calendar, all years at once, and kept in the process for a
-  while (``calendar_days.entries``): planning never costs a query per run. Runs already
+  while (``days.entries``): planning never costs a query per run. Runs already
   planned keep what was decided when they were planned.
 """
 
@@ -62,10 +62,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from . import calendar_days
-from .calendar_days import DaySource, entries
-from .exceptions import RemindersError
-from .i18n import early_gettext as _
+from ..exceptions import RemindersError
+from ..i18n import early_gettext as _
+from . import days
+from .days import DaySource, entries
 
 __all__ = [
     "DEFAULT_CALENDARS",
@@ -343,7 +343,7 @@ def _build(name: str) -> Calendar:
 
 def reset() -> None:
     _calendars.clear()
-    calendar_days.forget()
+    days.forget()
 
 
 @receiver(setting_changed)

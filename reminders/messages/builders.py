@@ -2,13 +2,13 @@
 
 A builder is a callable ``(task, run)`` that returns the message of that run. Every kind
 has one of its own (``Kind.render``: for the five the engine ships, its wording in
-``reminders.wording``); a CRM replaces it, for one of those or for a kind it registers
+``reminders.messages.wording``); a CRM replaces it, for one of those or for a kind it registers
 itself, by dotted path in the settings or with a decorator in code every process imports
 (an ``AppConfig.ready()``)::
 
     REMINDERS_BUILDERS = {"follow_up": "crm.reminders.build_follow_up"}
 
-    @reminders.builders.builder("follow_up")
+    @reminders.messages.builders.builder("follow_up")
     def build_follow_up(task, run): ...
 
 The setting wins over the decorator, which wins over the kind's own. A builder returns a
@@ -20,9 +20,9 @@ Invariants:
 * What a builder returns becomes a ``Content`` (``content.as_content``) or an error; a
   builder that raises or returns anything else raises ``BuilderFailed``, whose message
   names the builder and the kind and says what it raised or returned. That fails the
-  one run being rendered, code ``render`` (``reminders.delivery`` renders each run apart
+  one run being rendered, code ``render`` (``reminders.engine.delivery`` renders each run apart
   and catches every ``Exception``: never a worker or a tick), and refuses a task at
-  scheduling on ``payload`` (``reminders.validation``).
+  scheduling on ``payload`` (``reminders.intake.validation``).
 * A builder runs in the task's language, which ``kinds.render`` makes active around it
   (``translation.override``): ``payload["lang"]`` if given (one of
   ``settings.LANGUAGES``; anything else is a bad payload), else ``LANGUAGE_CODE``. So
@@ -43,12 +43,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import translation
 from django.utils.module_loading import import_string
 
-from .conf import settings as conf
+from ..conf import settings as conf
+from ..exceptions import BadPayload, BuilderFailed
 from .content import Builder, Content, as_content
-from .exceptions import BadPayload, BuilderFailed
 
 if TYPE_CHECKING:
-    from .models import ScheduledTask, TaskRun
+    from ..models import ScheduledTask, TaskRun
 
 B = TypeVar("B", bound=Callable[..., Any])
 

@@ -6,7 +6,7 @@ one run; claims lock rows with ``SKIP LOCKED`` where the database has it and alw
 re-check the row's state in the ``UPDATE`` itself, so each run has one holder. A
 claim's high priority runs are enqueued on the queue of their own cluster
 (``high_queue``), never in a job with bulk runs, so bulk work cannot hold them up. Every
-job goes to the engine's own cluster (``reminders.cluster``), never to the host
+job goes to the engine's own cluster (``reminders.engine.cluster``), never to the host
 project's django-q2. An error confined to one task (see ``ScheduledTask.runs_owed``)
 marks that task and never stops a tick: every other task still gets its runs.
 """
@@ -24,14 +24,14 @@ from django.db import connection, transaction
 from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
 from django.utils import timezone
 
+from ..conf import settings as conf
+from ..exceptions import UnplannableTask
+from ..models import JobTake, Priority, ScheduledTask, TaskRun
 from . import cluster
-from .conf import settings as conf
-from .exceptions import UnplannableTask
-from .models import JobTake, Priority, ScheduledTask, TaskRun
 
 logger = logging.getLogger(__name__)
 
-DELIVER = "reminders.delivery.deliver"
+DELIVER = "reminders.engine.delivery.deliver"
 # Tasks planned in one transaction at most.
 PLAN_BATCH = 500
 

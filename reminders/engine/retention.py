@@ -72,11 +72,11 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from . import kinds
-from .conf import settings as conf
-from .exceptions import RemindersError, RetentionTooShort
-from .models import JobTake, PrunedOneShot, ScheduledTask, SendLog, TaskRun
-from .senders import get_sender
+from .. import kinds
+from ..conf import settings as conf
+from ..exceptions import RemindersError, RetentionTooShort
+from ..models import JobTake, PrunedOneShot, ScheduledTask, SendLog, TaskRun
+from ..senders import get_sender
 
 logger = logging.getLogger(__name__)
 

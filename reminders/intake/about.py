@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from .models import OBJECT_ID_MAX_LENGTH, ScheduledTask
+from ..models import OBJECT_ID_MAX_LENGTH, ScheduledTask
 
 _ABOUT: GenericForeignKey = ScheduledTask._meta.get_field("about")
 

@@ -6,9 +6,9 @@ which it never sent, which no worker started. What it could not write while the
 database was away it writes as soon as the database answers again, rather than leave
 the runs to their lease (``REMINDERS_LEASE_SECONDS``, 300 s by default): the lease is
 for work whose holder died, or whose outcome nobody knows. Both the scheduler
-(``reminders.worker``: claims no worker started) and a job (``reminders.delivery``:
+(``reminders.engine.worker``: claims no worker started) and a job (``reminders.engine.delivery``:
 what it sent and what it did not) use this module; the pusher of our cluster
-(``reminders.cluster``) polls again at ``AWAY_POLL_SECONDS`` instead of dying.
+(``reminders.engine.cluster``) polls again at ``AWAY_POLL_SECONDS`` instead of dying.
 
 Invariants: waiting is always bounded by the caller's deadline (a job's by its time
 and its lease, so that its runs are still its own when it writes); a connection is

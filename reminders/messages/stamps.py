@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext
 
-from . import timing
+from ..schedule import timing
 from .content import Content
 
 if TYPE_CHECKING:
-    from .models import ScheduledTask, TaskRun
+    from ..models import ScheduledTask, TaskRun
 
 # Where the stamp goes in each message type that has room for it.
 STAMPED_FIELDS: dict[str, str] = {

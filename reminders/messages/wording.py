@@ -2,7 +2,7 @@
 what WeCom carries.
 
 Each public function is a kind's default builder (``Kind.render``, replaceable per kind:
-``reminders.builders``). What it reads from the payload, every field optional:
+``reminders.messages.builders``). What it reads from the payload, every field optional:
 
 * ``daily_report``, ``weekly_report``: ``url``, where the report is written (else the
   setting ``REMINDERS_REPORT_URL``; ``""``: no link).
@@ -47,16 +47,17 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext, ngettext, pgettext
 
-from . import stamps, timing
-from .conf import settings as conf
+from ..conf import settings as conf
+from ..exceptions import BadPayload, RemindersError
+from ..links import link_problem
+from ..recipients import MEMBER_ID
+from ..schedule import timing
+from ..senders import get_sender
+from . import stamps
 from .content import Content
-from .exceptions import BadPayload, RemindersError
-from .links import link_problem
-from .recipients import MEMBER_ID
-from .senders import get_sender
 
 if TYPE_CHECKING:
-    from .models import ScheduledTask, TaskRun
+    from ..models import ScheduledTask, TaskRun
 
 # WeCom's limits, in UTF-8 bytes (the senders check them too: senders.wecom).
 TITLE_LIMIT = 128

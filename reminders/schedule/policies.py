@@ -25,9 +25,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..exceptions import RemindersError
+from ..i18n import early_gettext as _
 from . import timing
-from .exceptions import RemindersError
-from .i18n import early_gettext as _
 
 PRIORITIES = ("high", "normal", "low")
 MISSED_RULES = ("skip", "latest", "compensate")

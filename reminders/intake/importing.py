@@ -8,7 +8,7 @@ first line names the columns, matched whatever their case and surrounding spaces
 * ``cron``, or ``at``: an ISO 8601 date and time (``2026-07-01 09:00``, or with an offset
   ``2026-07-01T09:00+08:00``); one without an offset is on the clock of ``tz``;
 * ``born`` instead of either: an ISO 8601 date (``1990-02-28``) for a yearly greeting on
-  that day (``reminders.occasions``), at the time of day in ``at`` (``09:30``) or 09:00;
+  that day (``reminders.intake.occasions``), at the time of day in ``at`` (``09:30``) or 09:00;
 * ``tz``, ``key``, ``priority``, ``channel``: as ``api.schedule`` takes them; ``tz`` and
   ``channel`` default to the command's ``--tz`` and ``--channel``;
 * any other column goes into the payload, as text, under its name as written.
@@ -42,9 +42,9 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from ..exceptions import BulkValidationError, RemindersError
+from ..models import validate_channel, validate_kind, validate_timezone
 from . import occasions, scheduling
-from .exceptions import BulkValidationError, RemindersError
-from .models import validate_channel, validate_kind, validate_timezone
 
 # The columns that are ``api.schedule``'s parameters (or ``born``); others are payload.
 COLUMNS = ("recipient", "cron", "at", "tz", "key", "priority", "channel", "born")

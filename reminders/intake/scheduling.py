@@ -1,13 +1,13 @@
 """The one path from ``api.schedule``'s arguments to saved tasks, for one task or thousands.
 
 ``api.schedule`` is this path with one item, ``api.schedule_many`` with many; the
-helpers (``reminders.occasions``) and ``reminders_import`` build items for it. So a task
+helpers (``reminders.intake.occasions``) and ``reminders_import`` build items for it. So a task
 is refused, created or updated by the same rules whichever way it came in.
 
 Invariants:
 
 * All or nothing. Every item is checked, by ``validation.clean_task`` (the model's
-  rules and ``reminders.validation``'s), before anything is written; if any item is bad
+  rules and ``reminders.intake.validation``'s), before anything is written; if any item is bad
   nothing is saved, and every bad item is reported, by its index, with its errors on the
   parameters at fault (``at``, ``tz`` and ``about`` where the model says ``run_at``,
   ``timezone``, ``content_type`` and ``object_id``).
@@ -43,10 +43,13 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from . import about, kinds, timing, users, validation, wake
-from .conf import settings as conf
-from .exceptions import BulkValidationError, UnknownKind
-from .models import Priority, ScheduledTask
+from .. import kinds
+from ..conf import settings as conf
+from ..engine import wake
+from ..exceptions import BulkValidationError, UnknownKind
+from ..models import Priority, ScheduledTask
+from ..schedule import timing
+from . import about, users, validation
 
 # ``api.schedule``'s parameters: what an item may give.
 PARAMETERS = (

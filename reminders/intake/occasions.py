@@ -2,7 +2,7 @@
 and the reply deadline of a customer's inquiry with its escalation.
 
 Each helper builds items, the keyword arguments of ``api.schedule``, so that what it
-makes is checked, upserted and saved by the one path (``reminders.scheduling``), alone
+makes is checked, upserted and saved by the one path (``reminders.intake.scheduling``), alone
 or among thousands in ``api.schedule_many``. They refuse what is wrong with their own
 parameters (``born``, ``arrived_at``, ``minutes``...) by name, before any item is made.
 
@@ -30,7 +30,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Model
 from django.utils import timezone
 
-from . import about, timing, users
+from ..schedule import timing
+from . import about, users
 
 BIRTHDAY_KIND = "birthday"
 BIRTHDAY_TIME = time(9, 0)

@@ -28,7 +28,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .conf import settings as conf
+from ..conf import settings as conf
 
 
 def is_user(value: object) -> bool:

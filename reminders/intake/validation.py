@@ -15,7 +15,7 @@ saved.
 Each rule lives in one place. What one field decides is the model's: its field
 validators and database constraints (``reminders.models``, ``reminders.recipients``),
 which imports and bulk writes meet too. What needs several fields or the channel is
-here. ``reminders.scheduling``, the one path of ``api.schedule``, ``api.schedule_many``
+here. ``reminders.intake.scheduling``, the one path of ``api.schedule``, ``api.schedule_many``
 and the CSV import, calls ``clean_task``; the admin's form, whose ModelForm already runs
 the model's ``full_clean``, calls ``check_sendable`` after it. Errors are keyed by the
 model's field names.
@@ -38,11 +38,12 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import kinds, timing
-from .builders import supported_language
-from .exceptions import RemindersError, SendError
-from .models import ScheduledTask, TaskRun
-from .senders import BaseSender, Message, get_sender
+from .. import kinds
+from ..exceptions import RemindersError, SendError
+from ..messages.builders import supported_language
+from ..models import ScheduledTask, TaskRun
+from ..schedule import timing
+from ..senders import BaseSender, Message, get_sender
 
 # A one-shot time must fall in these years. Later than 2100 is a typo, not a plan, and
 # the zone database's offsets for far years are a guess; near the year 9999 converting

@@ -20,8 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from . import calendars, kinds
-from .conf import settings as conf
+from .. import calendars, kinds
+from ..conf import settings as conf
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def named(live: QuerySet[Any] | None) -> set[str]:
 
 def in_use() -> list[str]:
     """The configured calendars that kinds or live (active or paused) tasks name, sorted."""
-    from .models import ScheduledTask
+    from ..models import ScheduledTask
 
     live = ScheduledTask.objects.filter(
         status__in=(ScheduledTask.Status.ACTIVE, ScheduledTask.Status.PAUSED)

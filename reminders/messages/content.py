@@ -1,7 +1,7 @@
 """A message as the engine hands it to a sender, and what a builder may return for one.
 
 ``Content`` is the provider's ``msgtype`` and its object, as WeCom's API nests them. A
-builder (``reminders.builders``) may return one, a ``str`` (sent as ``text``) or the
+builder (``reminders.messages.builders``) may return one, a ``str`` (sent as ``text``) or the
 dict WeCom's API takes (``{"msgtype": "textcard", "textcard": {...}}``); ``as_content``
 turns each into a ``Content`` or says, in a ``ValueError``, why it cannot.
 
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from .links import short
+from ..links import short
 
 if TYPE_CHECKING:
-    from .models import ScheduledTask, TaskRun
+    from ..models import ScheduledTask, TaskRun
 
 
 @dataclass(frozen=True)

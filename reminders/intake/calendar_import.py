@@ -3,7 +3,7 @@ what ``reminders_calendar import`` and ``show`` do.
 
 The file is ``date,rest|working,note`` per line (``2027-02-08,rest,<the notice's number>``),
 UTF-8 with or without the byte-order mark, read as ``reminders_import`` reads its files
-(``reminders.importing``: the same decoding, the same line numbers, the same errors). A
+(``reminders.intake.importing``: the same decoding, the same line numbers, the same errors). A
 first line whose first cell is ``date`` is a header and skipped; empty lines too.
 
 Invariants: all or nothing. Every line is checked (an ISO 8601 date, ``rest`` or
@@ -27,8 +27,10 @@ from pathlib import Path
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from . import calendar_days, calendars, importing
-from .calendar_days import DayKind, Entered, Entry, enter
+from .. import calendars
+from ..calendars import days as calendar_days
+from ..calendars.days import DayKind, Entered, Entry, enter
+from . import importing
 from .importing import ImportFailed, RowError
 
 NOTE_LENGTH = 200

@@ -10,7 +10,7 @@ Run any number of these, on any number of hosts, against one database. Each one:
   tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
   back-pressure wakes early only for high priority work;
 * on PostgreSQL also wakes, and ticks at once, when another process makes work due now
-  (``reminders.wake``: a one-shot scheduled for now, a task resumed, a run retried);
+  (``reminders.engine.wake``: a one-shot scheduled for now, a task resumed, a run retried);
   elsewhere such work waits for the tick at most;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
@@ -19,10 +19,10 @@ Run any number of these, on any number of hosts, against one database. Each one:
   the process group or to every process (systemd's ``KillMode=control-group``) stops
   the clusters in order instead of killing workers mid-send: the bulk cluster
   (``REMINDERS_CLUSTER``, never the host project's ``Q_CLUSTER``: see
-  ``reminders.cluster``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers
+  ``reminders.engine.cluster``), and beside it one of ``REMINDERS_HIGH_WORKERS`` workers
   reading only the high priority queue, which bulk work therefore never occupies;
 * when the database failed a tick and answers again, hands back what it claimed and no
-  worker started, at once rather than after their lease (``reminders.outage``);
+  worker started, at once rather than after their lease (``reminders.engine.outage``);
 * on SIGTERM or SIGINT ends its sleep at once, stops claiming, hands back what no
   worker started, lets the workers finish what they hold (``REMINDERS_SHUTDOWN_GRACE``),
   and exits.
@@ -44,9 +44,9 @@ from types import FrameType
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils import timezone
 
+from ..conf import settings as conf
+from ..models import SchedulerHeartbeat
 from . import cluster, dispatch, wake
-from .conf import settings as conf
-from .models import SchedulerHeartbeat
 
 logger = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 from django_q.tasks import async_task
 
+from ..conf import CLUSTER_KEYS
+from ..conf import settings as conf
 from . import outage
-from .conf import CLUSTER_KEYS
-from .conf import settings as conf
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class EngineBroker(ORM):
     the other hosts' workers, instead of working through it alone while they idle.
 
     A database that went away is polled again every ``AWAY_POLL_SECONDS``
-    (``reminders.outage``), not after django-q2's 10 s.
+    (``reminders.engine.outage``), not after django-q2's 10 s.
     """
 
     away = False  # the last read of the queue failed
