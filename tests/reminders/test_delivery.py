@@ -260,9 +260,9 @@ def test_deliver__throttled_mid_batch_hands_the_rest_back_unspent(make_task, out
 @pytest.fixture
 def slow_first_reply(monkeypatch):
     """The first reply takes 0.5 s, longer than a paced channel's slot may wait (0.3 s)."""
-    from reminders.engine import delivery
+    from reminders.engine import sending
 
-    monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.3)
+    monkeypatch.setattr(sending, "STALE_SLOT_SECONDS", 0.3)
     MemorySender.script[:] = [0.5]
 
 
@@ -359,13 +359,13 @@ def test_deliver__a_deduplicating_channel_sends_a_claim_in_four_transactions(mak
 def test_deliver__a_key_taken_while_the_message_before_it_was_sent__waits_and_that_one_is_recorded(
     make_task, outbox, monkeypatch
 ):
-    from reminders.engine import delivery
+    from reminders.engine import sending
 
     first, second = make_task(), make_task()
     dispatch.materialize()
     claim = dispatch.claim("test", 100)
     second_key = second.runs.get().ledger_key
-    call = delivery._call
+    call = sending._call
 
     def another_run_takes_the_next_key(job):
         # Another run reserves the second message's key while the first is being sent.
@@ -373,7 +373,7 @@ def test_deliver__a_key_taken_while_the_message_before_it_was_sent__waits_and_th
             SendLog.objects.create(key=second_key, task=second, recipient="x", channel="memory")
         return call(job)
 
-    monkeypatch.setattr(delivery, "_call", another_run_takes_the_next_key)
+    monkeypatch.setattr(sending, "_call", another_run_takes_the_next_key)
     assert deliver(claim.token, claim.run_ids) == 1
     # The reservation that met the taken key was rolled back with the record it carried,
     # and both were done again one by one: the first message is recorded, the second waits.

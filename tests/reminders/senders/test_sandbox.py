@@ -341,13 +341,13 @@ def test_e2e__a_paced_batch_asks_for_no_more_slots_than_the_burst(
 def test_e2e__slow_replies_do_not_cut_a_batch_held_only_by_member_limits(
     make_task: Any, channels: None, sandbox: WeComSandbox, monkeypatch: Any, settings: Any
 ) -> None:
-    from reminders.engine import delivery
+    from reminders.engine import sending
 
     settings.WECOM_RATE_LIMIT = 0  # no pace on the channel: only the members' limits
 
     # Four replies of 0.3 s: later slots are over a second old when their turn comes,
     # but a member's limit (one send every 4 s after its burst) tolerates that.
-    monkeypatch.setattr(delivery, "STALE_SLOT_SECONDS", 0.5)
+    monkeypatch.setattr(sending, "STALE_SLOT_SECONDS", 0.5)
     sandbox.control(delay=0.3)
     for n in range(4):
         make_task(recipient=f"sales{n}", channel="wecom")

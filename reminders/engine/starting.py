@@ -1,0 +1,354 @@
+"""Starting a claim's runs: take those still under the claim's token, and decide from
+the ledger and the task's other runs which may be sent, and with which ledger row
+(``Job``); finish the others, or put them back to wait.
+
+Invariants:
+
+* A run is started only by the holder of the claim's token, and starting it swaps that
+  token for a fresh one (the job's ``execution``), under which every later write to it
+  is guarded (``reminders.engine.jobs``).
+* A worker's death is not a provider failure: the claim that takes over a dead
+  worker's run gives the attempt back, and a death while a send was in hand is counted
+  apart (``crashes``). A run whose message keeps killing its worker is given up as
+  ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
+* One run never poisons its job. Each run's message is prepared (its builder called)
+  in a savepoint of its own, so a builder's database error fails that run alone
+  (PostgreSQL would abort the job's whole transaction). A job records that it took
+  its runs (``JobTake``, one row) in a commit of its own before it prepares any
+  (``reminders.engine.delivery``), and the start deletes it: runs still ``queued``
+  under such a row when their lease runs out were taken by a job that ended before
+  starting them (a builder that hangs until django-q2's timeout kills the worker). The
+  claim that takes them over counts each (``job_failures``) and sends it in a job of
+  its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs
+  in a row it is failed without being prepared again, and ops told. A run that only
+  waited in a long queue past its lease (a burst, a database back from an outage) was
+  never taken: not counted.
+* A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
+  the run of a re-planned occurrence; one that did makes that run a ``skipped``
+  duplicate. A task that fires at most once a day never sends twice on one local day,
+  whatever its keys (a schedule changed from twice a day to daily); a run made on
+  request (run now) is an extra message, outside that rule.
+* A run is never sent after its deadline (its kind's ``send_by`` and lateness): a key
+  never tried or ``failed`` is left as it is and the run ends ``expired``. A key in
+  doubt is decided as ``reminders.engine.retries`` says, never expired: that would say
+  the message was not sent.
+* A paused task sends nothing, even runs already claimed; they wait without spending an
+  attempt.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
+from django.utils import timezone
+
+from .. import kinds, signals
+from ..conf import settings as conf
+from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
+from ..models import EXPIRED_CODE, JobTake, ScheduledTask, SendLog, TaskRun
+from ..schedule import timing
+from ..senders.base import render_body
+from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
+from .records import give_up_in_doubt
+from .retries import resend_is_safe
+
+LIVE = (*TaskRun.WAITING, *TaskRun.LEASED)
+
+
+def start(
+    token: str,
+    run_ids: Sequence[int],
+    now: datetime | None = None,
+    *,
+    execution: str = "",
+    taken: bool = False,
+) -> list[Job]:
+    """Take the claimed runs that are still ours and decide, from the ledger and the
+    task's other runs, which may be sent; finish or put back the others. ``execution``:
+    the lease token the started runs take (default: a new one); ``taken``: the job
+    recorded its ``JobTake`` under it, which the start deletes."""
+    now = now or timezone.now()
+    execution = execution or uuid.uuid4().hex
+    with transaction.atomic():
+        if taken:
+            JobTake.objects.filter(job=execution).delete()
+        TaskRun.objects.filter(
+            pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED
+        ).update(
+            status=TaskRun.Status.RUNNING,
+            lease_token=execution,
+            lease_owner=worker_id(),
+            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+            attempts=F("attempts") + 1,
+            # Started: no job lost it since, unless it is to be given up now.
+            job_failures=Case(
+                When(
+                    job_failures__gte=conf.MAX_JOB_FAILURES,
+                    then=F("job_failures"),
+                ),
+                default=Value(0),
+                output_field=PositiveSmallIntegerField(),
+            ),
+            started_at=now,
+            finished_at=None,
+        )
+        # In the order they were claimed: by priority, then by how long they waited.
+        runs = list(
+            TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
+            .select_related("task")
+            .order_by("priority", "next_attempt_at")
+        )
+        ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
+        others = Others.read(runs, ledger)
+        prepared = (_prepare(run, ledger.get(run.ledger_key), others, now) for run in runs)
+        return [job for job in prepared if job is not None]
+
+
+@dataclass
+class Others:
+    """What a job's runs must know of other runs: who holds the keys they need, and
+    what their tasks' days already had (tasks that fire at most once a day)."""
+
+    holders: dict[int, TaskRun] = field(default_factory=dict)
+    same_day: list[TaskRun] = field(default_factory=list)
+    # Run pk -> its local day (start, end) in its task's zone as it is now.
+    days: dict[int, tuple[datetime, datetime]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, runs: Sequence[TaskRun], ledger: dict[str, SendLog]) -> Others:
+        ours = {run.pk for run in runs}
+        held = {row.run_id for row in ledger.values() if row.run_id not in ours}
+        holders = TaskRun.objects.in_bulk([pk for pk in held if pk is not None])
+        # A run made on request is an extra message: outside the day's rule both ways.
+        days = {
+            run.pk: timing.local_day(run.occurrence, run.task.timezone)
+            for run in runs
+            if run.task.keyed_by_day and not run.is_manual
+        }
+        same_day: list[TaskRun] = []
+        if days:
+            around = Q()
+            for run in runs:
+                if run.pk in days:
+                    begin, end = days[run.pk]
+                    around |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
+            same_day = list(
+                TaskRun.objects.filter(around)
+                .filter(
+                    status__in=(TaskRun.Status.SENT, TaskRun.Status.UNKNOWN, TaskRun.Status.RUNNING)
+                )
+                .exclude(pk__in=ours)
+                .exclude(is_manual=True)
+            )
+        return cls(holders, same_day, days)
+
+    def day_of(self, run: TaskRun) -> list[TaskRun]:
+        """Other runs of ``run``'s task on its local day, for a task that fires at most
+        once a day (in the task's zone as it is now)."""
+        if run.pk not in self.days:
+            return []
+        begin, end = self.days[run.pk]
+        return [
+            other
+            for other in self.same_day
+            if other.task_id == run.task_id and begin <= other.occurrence < end
+        ]
+
+
+def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -> Job | None:
+    """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
+    put it back to wait, if not."""
+    task = run.task
+    if task.status == ScheduledTask.Status.PAUSED:
+        wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
+        return None
+    if task.status == ScheduledTask.Status.CANCELLED:
+        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        return None
+    if run.job_failures >= conf.MAX_JOB_FAILURES:
+        _give_up_lost_jobs(run, row, now)
+        return None
+    if not _day_is_free(run, others, now):
+        return None
+    if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
+        return None
+    if row is None or row.status == SendLog.Status.FAILED:
+        if _expired(run, now):
+            return None
+        # Never delivered: the message as the task says it now (a corrected recipient
+        # or text reaches every run not yet sent).
+        return _fresh_job(run, row)
+    if row.status == SendLog.Status.SENT:
+        run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
+        return None
+    return _in_doubt_job(run, row, now)
+
+
+JOB_FAILURES_CODE = "job_failures"
+
+
+def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None:
+    """End a run whose jobs kept ending before they started it
+    (``REMINDERS_MAX_JOB_FAILURES``), without preparing it again: what broke them is
+    most likely its own message (a builder that hangs until the job's timeout, or
+    kills its worker). ``failed``, and ops told, unless its own key is in doubt
+    (``unknown``) or was sent."""
+    message = (
+        f"Stopped after the jobs that held it ended before starting it, "
+        f"{run.job_failures} in a row (failed, timed out or lost with their worker): "
+        "preparing its message, its builder above all, may be what breaks them."
+    )
+    if row is not None and row.run_id == run.pk:
+        if row.status == SendLog.Status.SENT:
+            run.close_attempt(TaskRun.Status.SENT)
+            return
+        if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
+            give_up_in_doubt(run, row, now, JOB_FAILURES_CODE, message)
+            return
+    error = PermanentSendError(message, code=JOB_FAILURES_CODE)
+    logger.error("run %s: %s", run.pk, message)
+    if run.close_attempt(TaskRun.Status.FAILED, code=JOB_FAILURES_CODE, message=message, now=now):
+        signals.after_commit(
+            signals.task_error,
+            ScheduledTask,
+            task=run.task,
+            code=JOB_FAILURES_CODE,
+            message=message,
+        )
+        signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
+
+
+def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
+    """False (and the run finished or put back) when its task already sent, or may
+    have sent, on the run's local day under another key, or is sending right now."""
+    day = others.day_of(run)
+    done = [o for o in day if o.status != TaskRun.Status.RUNNING]
+    if done:
+        first = done[0]
+        run.close_attempt(
+            TaskRun.Status.SKIPPED,
+            code="duplicate",
+            message=f"Run {first.pk} of this task was {first.status} on the same local day.",
+        )
+        return False
+    # Two runs of one day starting at once: the older one goes first.
+    if any(o.pk < run.pk for o in day):
+        until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
+        wait([run], until, "day_busy", "Another run of this task's day is being sent.")
+        return False
+    return True
+
+
+def _expired(run: TaskRun, now: datetime) -> bool:
+    """True, and the run ended ``expired``, when its deadline has passed: a message
+    never delivered is not sent late. Its ledger key is left as it is."""
+    if run.deadline is None or now <= run.deadline:
+        return False
+    _expire(run, f"Not sent by its deadline, {run.deadline.isoformat()}.", now)
+    return True
+
+
+def _expire(run: TaskRun, message: str, now: datetime) -> bool:
+    """End the attempt in hand as ``expired`` and tell ops, while the run is ours."""
+    if not run.close_attempt(TaskRun.Status.EXPIRED, code=EXPIRED_CODE, message=message, now=now):
+        return False
+    signals.after_commit(signals.run_expired, TaskRun, run=run)
+    return True
+
+
+def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bool:
+    """Whether the key held by another run's row passes to ``run`` (a re-planned
+    occurrence): only once that run is finished, and only if its row never reached
+    ``sent`` nor ended in doubt. Otherwise ``run`` waits or is a skipped duplicate."""
+    holder = others.holders.get(row.run_id) if row.run_id is not None else None
+    if holder is not None and holder.status in LIVE:
+        until = holder.next_attempt_at or holder.lease_expires_at or now
+        until = min(max(until, now + timedelta(seconds=1)), now + timedelta(minutes=15))
+        wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
+        return False
+    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN):
+        what = "sent" if row.status == SendLog.Status.SENT else "in doubt (retry that run)"
+        run.close_attempt(
+            TaskRun.Status.SKIPPED,
+            code="duplicate",
+            message=f"Key {row.key} was {what} by run {row.run_id}.",
+        )
+        return False
+    return True
+
+
+def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
+    task = run.task
+    try:
+        # In a savepoint of its own: a builder's database error rolls back its work
+        # alone, not the job's transaction (PostgreSQL aborts it until a rollback).
+        with transaction.atomic():
+            content = kinds.render(task, run)
+    except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
+        _render_failed(run, exc)
+        return None
+    body = render_body(content.msgtype, content.body)
+    if row is None:
+        ledger = SendLog(
+            key=run.ledger_key,
+            task=task,
+            run=run,
+            recipient=task.recipient,
+            channel=task.channel,
+            body=body,
+        )
+        return Job(run, ledger)
+    owner = row.run_id
+    row.run, row.task, row.body = run, task, body
+    row.recipient, row.channel = task.recipient, task.channel
+    return Job(run, row, fresh=False, owner=owner)
+
+
+def _in_doubt_job(run: TaskRun, row: SendLog, now: datetime) -> Job | None:
+    """A row ``sending`` or ``unknown``: an earlier attempt may have delivered it."""
+    if row.status == SendLog.Status.SENDING and row.run_id == run.pk:
+        # Our own reservation never recorded: the worker died with the send in hand.
+        run.crashes += 1
+        TaskRun.objects.filter(pk=run.pk, lease_token=run.lease_token).update(
+            crashes=F("crashes") + 1
+        )
+        if run.crashes >= conf.MAX_WORKER_DEATHS:
+            give_up_in_doubt(
+                run,
+                row,
+                now,
+                "worker_died",
+                f"Stopped after {run.crashes} workers died sending it; the provider may "
+                "or may not have it.",
+            )
+            return None
+    if resend_is_safe(row, now):
+        # The same bytes again: the provider drops them if the first one arrived.
+        return Job(run, row, fresh=False, owner=row.run_id, in_doubt=True)
+    give_up_in_doubt(
+        run,
+        row,
+        now,
+        "unknown",
+        "An earlier attempt may have delivered it, and sending again could deliver it twice.",
+    )
+    return None
+
+
+def _render_failed(run: TaskRun, exc: Exception) -> None:
+    code = "kind" if isinstance(exc, UnknownKind) else "render"
+    # A builder's own bug (what it raised, the cause of BuilderFailed) gets its traceback.
+    unexpected = exc.__cause__ if isinstance(exc, BuilderFailed) else exc
+    if unexpected is not None and not isinstance(unexpected, RemindersError):
+        logger.exception("task %s: rendering its message failed", run.task_id)
+    error = PermanentSendError(f"{type(exc).__name__}: {exc}", code=code)
+    if run.close_attempt(TaskRun.Status.FAILED, code=code, message=error.message):
+        signals.after_commit(
+            signals.task_error, ScheduledTask, task=run.task, code=code, message=error.message
+        )
+        signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
