@@ -13,7 +13,7 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: run test lint dist typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
+.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
 
 # Running needs the package alone; testing adds the tools and every database driver
 # (mysqlclient builds against MariaDB's client library, which bin/system-deps installs).
@@ -33,7 +33,7 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	bash bin/run-dev
 
-test: lint dist typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
+test: lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -50,6 +50,12 @@ dist: $(STAMP)
 	@echo "built: $$(cd dist && echo *)"
 	$(VENV)/bin/twine check --strict dist/*
 	$(PY) bin/check-dist dist
+
+# The documentation site (docs/), Markdown through Sphinx and MyST: warnings are errors
+# and references nitpicky, so a link to a missing page or heading fails the build.
+# tests/test_docs.py runs its examples.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -q -W --keep-going -n -b html docs docs/_build/html
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy reminders ops config bin/check-dist

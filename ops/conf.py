@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from reminders.conf import Setting
 from reminders.i18n import early_gettext as _
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -198,3 +199,103 @@ class Settings:
 
 
 settings = Settings()
+
+
+# -- the reference ----------------------------------------------------------------------
+# What each setting is, for the documentation's settings reference (generated from this
+# table) and its test; reading and checking stay in the properties above.
+
+SETTINGS: tuple[Setting, ...] = (
+    # Alerts
+    Setting(
+        "OPS_ALERT_CHANNELS",
+        DEFAULT_ALERT_CHANNELS,
+        "Where alerts go, configured like ``CACHES``: alias -> ``BACKEND`` (an "
+        "``ops.alert_channels.AlertChannel``) and ``OPTIONS`` (ops.E002). ``{}``: alerts are "
+        "recorded and nobody is told (ops.W001).",
+    ),
+    Setting(
+        "OPS_ALERT_WINDOW_SECONDS",
+        600,
+        "A group's throttling window: after an alert, the group's further events wait this "
+        "long and go together in one digest.",
+    ),
+    Setting(
+        "OPS_ALERT_WINDOWS",
+        {},
+        'Per alert type, a window other than OPS_ALERT_WINDOW_SECONDS: ``{"heartbeat_stale": '
+        "120}``.",
+    ),
+    Setting(
+        "OPS_ALERT_RETRY_DELAYS",
+        [60, 300, 900, 3600],
+        "Seconds before each new attempt of a delivery a channel failed; after the last one "
+        "it is given up (``failed``).",
+    ),
+    Setting(
+        "OPS_ALERT_LEASE_SECONDS",
+        300,
+        "A delivery whose step died is tried again after this: alerts are delivered at least once.",
+    ),
+    Setting(
+        "OPS_ALERT_LANGUAGE",
+        "",
+        "The language of alert texts (``en``, ``zh-hans``).",
+        default_text="``LANGUAGE_CODE``",
+    ),
+    Setting(
+        "OPS_ALERT_INTERVAL_SECONDS",
+        15,
+        "Seconds between two steps of ``ops_alerts --loop``.",
+    ),
+    Setting(
+        "OPS_ALERT_RETENTION_DAYS",
+        90,
+        "Alerts, their events and deliveries are deleted after this many days, a batch per "
+        "step; 0: kept for ever.",
+    ),
+    Setting(
+        "OPS_HEARTBEAT_MAX_AGE_SECONDS",
+        60,
+        "A scheduler silent longer is stale: an alert, and ``/healthz`` failing when no "
+        "scheduler is fresher.",
+    ),
+    Setting(
+        "OPS_SUCCESS_RATE_THRESHOLD",
+        0.9,
+        "A channel whose share of runs sent, among those that ended in the window, is under "
+        "this is alerted; 0: off.",
+    ),
+    Setting(
+        "OPS_SUCCESS_RATE_WINDOW_SECONDS",
+        900,
+        "The window the success rate is computed over.",
+    ),
+    Setting(
+        "OPS_SUCCESS_RATE_MIN_RUNS",
+        20,
+        "Fewer runs ended in the window say nothing: no alert.",
+    ),
+    # Metrics and health
+    Setting(
+        "OPS_METRICS_TOKEN",
+        "",
+        "A bearer token that opens ``/metrics``; empty: none does.",
+    ),
+    Setting(
+        "OPS_METRICS_ALLOWED_NETWORKS",
+        [],
+        "Networks (CIDRs, a list or a comma-separated string) whose ``REMOTE_ADDR`` may read "
+        "``/metrics`` without a token.",
+    ),
+    Setting(
+        "OPS_METRICS_WINDOW_SECONDS",
+        3600,
+        "The recent window the finished-run metrics (counts, histograms) cover.",
+    ),
+    Setting(
+        "OPS_HEALTH_QUEUE_WAIT_SECONDS",
+        120,
+        "A django-q2 job waiting longer than this for a worker fails ``/healthz``.",
+    ),
+)
