@@ -1,6 +1,7 @@
 """The documentation (docs/), checked against the code.
 
-**Every Python example runs.** Each fenced block of a page under docs/ is one of three:
+**Every Python example runs.** Each fenced block of a page under docs/ (and of the
+README) is one of three:
 
 * ```` ```python ````: runs. The blocks of one page run in order in one namespace (a
   later block may use an earlier one's names), under the test settings, on the test
@@ -59,7 +60,12 @@ def page_text(relative: str) -> str:
 
 
 def relative(page: Path) -> str:
-    return str(page.relative_to(DOCS))
+    """A page's name: its path under docs/, or under the repository (README.md)."""
+    if page.is_relative_to(DOCS):
+        return str(page.relative_to(DOCS))
+    if page.is_relative_to(ROOT):
+        return str(page.relative_to(ROOT))
+    return str(page)
 
 
 # -- the examples ---------------------------------------------------------------------
@@ -98,7 +104,8 @@ def examples(page: Path) -> list[Example]:
     return found
 
 
-PAGES_WITH_EXAMPLES = [page for page in PAGES if examples(page)]
+# The README's quick start runs too.
+PAGES_WITH_EXAMPLES = [page for page in (*PAGES, ROOT / "README.md") if examples(page)]
 
 
 def _compiled(example: Example) -> Any:
