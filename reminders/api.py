@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Model
 
+from .engine import actions
 from .exceptions import BulkValidationError
 from .intake import about as about_objects
 from .intake import occasions, scheduling
@@ -172,7 +173,7 @@ def cancel(key: str) -> bool:
         task = ScheduledTask.objects.select_for_update().filter(key=key).first()
         if task is None or task.status == ScheduledTask.Status.CANCELLED:
             return False
-        task.cancel()
+        actions.cancel(task)
         return True
 
 
@@ -191,5 +192,5 @@ def cancel_for(obj: Model) -> int:
             .order_by("pk")
         )
         for task in tasks:
-            task.cancel()
+            actions.cancel(task)
     return len(tasks)

@@ -21,78 +21,38 @@ may differ, as after any change of wording.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from .conf import settings as conf
-from .exceptions import UnknownKind
 from .messages import builders, wording
 from .messages.content import Content
 from .messages.stamps import STAMPED_FIELDS as STAMPED_FIELDS
 from .messages.stamps import makeup_line as makeup_line
 from .messages.stamps import stamp as stamp
 from .messages.stamps import stamped, tail
+from .registry import Kind, get, label, names, policy, register
+from .registry import _registry as _registry
 from .schedule.policies import Policy
 
+__all__ = [
+    "STAMPED_FIELDS",
+    "Content",
+    "Kind",
+    "Policy",
+    "get",
+    "label",
+    "makeup_line",
+    "names",
+    "policy",
+    "register",
+    "render",
+    "stamp",
+]
+
 if TYPE_CHECKING:
-    from django.utils.functional import _StrPromise
-
-    from .messages.content import Built
     from .models import ScheduledTask, TaskRun
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A kind of task: its name, its label (the admin's), its default builder (what
-    ``render`` returns a message from: ``reminders.messages.builders``) and its policy.
-
-    ``content_override``: ``payload["content"]``, when set, is the message (as text)
-    instead of what any builder of the kind writes. The five built-in kinds have it; a
-    CRM's kind reads its payload itself unless it asks for it.
-    """
-
-    name: str
-    label: str | _StrPromise
-    render: Callable[[ScheduledTask, TaskRun], Built] = field(compare=False)
-    # When its messages go; ``REMINDERS_KINDS`` overrides it field by field.
-    policy: Policy = field(default_factory=Policy)
-    content_override: bool = False
-
-
-_registry: dict[str, Kind] = {}
-
-
-def register(kind: Kind) -> Kind:
-    _registry[kind.name] = kind
-    return kind
-
-
-def get(name: str) -> Kind:
-    try:
-        return _registry[name]
-    except KeyError:
-        raise UnknownKind(f"{name!r} is not a registered task kind.") from None
-
-
-def names() -> list[str]:
-    return sorted(_registry)
-
-
-def label(name: str) -> str:
-    """What ops read for kind ``name``: its label in the active language, or the name
-    itself for a kind no longer registered (a CRM's, removed), so a row still says it."""
-    kind = _registry.get(name)
-    return str(kind.label) if kind is not None else name
-
-
-def policy(name: str) -> Policy:
-    """The policy kind ``name`` runs under: its own, with the overrides of
-    ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply)."""
-    return get(name).policy.with_overrides(conf.KINDS.get(name, {}))
 
 
 def render(task: ScheduledTask, run: TaskRun) -> Content:

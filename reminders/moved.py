@@ -37,7 +37,7 @@ MOVED: dict[str, str] = {
     "reminders.django_q_owner": "reminders.engine.django_q_owner",
     "reminders.outage": "reminders.engine.outage",
     "reminders.retention": "reminders.engine.retention",
-    "reminders.sql": "reminders.engine.sql",
+    "reminders.sql": "reminders.models.sql",
     "reminders.wake": "reminders.engine.wake",
     "reminders.worker": "reminders.engine.worker",
     # when: time, cron words, a kind's timing rules

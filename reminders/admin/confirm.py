@@ -22,7 +22,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext, ngettext
 
-from ..models import Refusal
+from ..engine.actions import Refusal
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise

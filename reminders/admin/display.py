@@ -19,8 +19,10 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext
 
 from .. import calendars
+from ..engine import planning
+from ..engine.planning import Upcoming
 from ..exceptions import UnplannableTask
-from ..models import ScheduledTask, TaskRun, Upcoming
+from ..models import ScheduledTask, TaskRun
 from ..schedule import timing
 
 # How many of a task's runs its change form lists, and how many occurrences ahead.
@@ -38,7 +40,7 @@ def upcoming(task: ScheduledTask, now: datetime) -> str:
     if task.status in ScheduledTask.ENDED:
         return gettext("None: the task has ended.")
     try:
-        upcoming = task.upcoming(now, UPCOMING)
+        upcoming = planning.upcoming(task, now, UPCOMING)
     except UnplannableTask as exc:
         return gettext("Cannot be planned: %(reason)s") % {"reason": exc.message}
     if not upcoming:

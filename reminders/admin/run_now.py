@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from ..engine import actions as operator
 from ..exceptions import ActionRefused
 from ..models import ScheduledTask
 from . import confirm
@@ -98,7 +99,7 @@ class RunNowMixin(_Base):
         back: str = "",
     ) -> HttpResponse:
         now = timezone.now()
-        plan = Plan.sort(queryset, lambda task: task.run_now_refusal(now))
+        plan = Plan.sort(queryset, lambda task: operator.run_now_refusal(task, now))
         count = len(plan.apply)
         will = ngettext(
             "%(count)d task will get a run due now, sent within seconds, besides its "
@@ -129,7 +130,7 @@ class RunNowMixin(_Base):
         made = earlier = 0
         for task in queryset:
             try:
-                _run, created = task.run_now(now, by=request.user.get_username())
+                _run, created = operator.run_now(task, now, by=request.user.get_username())
             except ActionRefused as exc:
                 plan.leave([task], exc.message)
                 continue

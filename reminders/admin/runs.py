@@ -29,7 +29,9 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from ..models import NOT_ENDED_UNSENT, FailedToday, Refusal, TaskRun
+from ..engine import actions as operator
+from ..engine.actions import NOT_ENDED_UNSENT, Refusal
+from ..models import FailedToday, TaskRun
 from . import confirm
 from .confirm import Plan
 from .display import ERROR_CHARS
@@ -117,7 +119,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         """Failed, unknown and expired runs back in line for an immediate attempt, but
         never past their deadline (``TaskRun.retry_refusal``)."""
         now = timezone.now()
-        plan = self._plan(queryset, lambda run: run.retry_refusal(now))
+        plan = self._plan(queryset, lambda run: operator.retry_refusal(run, now))
         if not confirm.confirmed(request):
             count = len(plan.apply)
             will = ngettext(
@@ -141,10 +143,10 @@ class TaskRunAdmin(ReadOnlyAdmin):
             )
         done = 0
         for run in plan.apply:
-            if run.retry_now(now):
+            if operator.retry_now(run, now):
                 done += 1
             else:  # it changed since it was read: say why now
-                plan.leave([run], (run.retry_refusal(now) or NOT_CHANGED).message)
+                plan.leave([run], (operator.retry_refusal(run, now) or NOT_CHANGED).message)
         message = ngettext(
             "%(count)d run put back in line for an immediate attempt.",
             "%(count)d runs put back in line for an immediate attempt.",
@@ -158,7 +160,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, queryset: QuerySet[TaskRun]
     ) -> HttpResponse | None:
         """Record who looked after runs that ended unsent, and when."""
-        plan = self._plan(queryset, lambda run: run.handle_refusal())
+        plan = self._plan(queryset, lambda run: operator.handle_refusal(run))
         if not confirm.confirmed(request):
             count = len(plan.apply)
             will = ngettext(

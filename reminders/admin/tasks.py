@@ -45,6 +45,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import kinds
 from ..conf import settings as conf
+from ..engine import actions as operator
 from ..exceptions import UnplannableTask
 from ..intake import about, scheduling
 from ..models import ScheduledTask
@@ -278,7 +279,9 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
 
     @admin.action(permissions=["pause"], description=_("Pause selected tasks"))
     def pause_tasks(self, request: HttpRequest, queryset: QuerySet[ScheduledTask]) -> None:
-        done = sum(task.pause() for task in queryset.filter(status=ScheduledTask.Status.ACTIVE))
+        done = sum(
+            operator.pause(task) for task in queryset.filter(status=ScheduledTask.Status.ACTIVE)
+        )
         message = ngettext("%(count)d task paused.", "%(count)d tasks paused.", done)
         self._report(request, message % {"count": done}, done, queryset, gettext("not active"))
 
@@ -288,7 +291,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         done = refused = 0
         for task in queryset.filter(status__in=ScheduledTask.RESUMABLE):
             try:
-                done += task.resume(now)
+                done += operator.resume(task, now)
             except UnplannableTask as exc:
                 refused += 1
                 reason = gettext("%(task)s cannot run: %(reason)s")
@@ -310,7 +313,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         live = queryset.exclude(status__in=ScheduledTask.ENDED)
         done = runs = 0
         for task in live:
-            runs += task.cancel()
+            runs += operator.cancel(task)
             done += 1
         message = ngettext(
             "%(count)d task cancelled, with %(runs)d pending runs.",

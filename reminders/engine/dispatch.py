@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
 from ..models import JobTake, Priority, ScheduledTask, TaskRun
-from . import cluster
+from . import cluster, planning
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         runs: list[TaskRun] = []
         for task in tasks:
             try:
-                runs.extend(task.runs_planned(now, until))
+                runs.extend(planning.runs_planned(task, now, until))
             except UnplannableTask as exc:
                 logger.error("task %s cannot be planned (%s): %s", task.pk, exc.code, exc.message)
                 task.mark_error(exc.code, exc.message, now)

@@ -45,7 +45,7 @@ from django.utils import timezone
 
 from .. import kinds
 from ..conf import settings as conf
-from ..engine import wake
+from ..engine import planning, wake
 from ..exceptions import BulkValidationError, UnknownKind
 from ..models import Priority, ScheduledTask
 from ..schedule import timing
@@ -338,7 +338,7 @@ def _write(
             progress(checked, total)
     if causes:
         raise BulkValidationError(causes)
-    ScheduledTask.replan_all(replanned, now)
+    planning.replan_all(replanned, now)
     new = [task for task in tasks if task.pk is None]
     old = [task for task in tasks if task.pk is not None]
     _insert(new)
@@ -358,7 +358,7 @@ def save_edited(task: ScheduledTask, fields: Collection[str], *, replan: bool) -
     now = timezone.now()
     with transaction.atomic():
         if task.pk is None:
-            ScheduledTask.replan_all([task], now)
+            planning.replan_all([task], now)
             task.save()
         else:
             locked = ScheduledTask.objects.select_for_update().get(pk=task.pk)
@@ -367,10 +367,10 @@ def save_edited(task: ScheduledTask, fields: Collection[str], *, replan: bool) -
                 if not field.primary_key and field.name not in written:
                     setattr(task, field.attname, getattr(locked, field.attname))
             if replan:
-                ScheduledTask.replan_all([task], now)
+                planning.replan_all([task], now)
                 written |= {"status", "next_run", *ScheduledTask.ERROR_FIELDS}
             task.save(update_fields=sorted(written))
-    task.wake_if_due()
+    planning.wake_if_due(task)
 
 
 def _locked_by_key(keys: list[str]) -> dict[str, ScheduledTask]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
@@ -45,12 +45,15 @@ from django.utils.module_loading import import_string
 
 from ..conf import settings as conf
 from ..exceptions import BadPayload, BuilderFailed
-from .content import Builder, Content, as_content
+from .content import Built, Content, as_content
 
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
 
 B = TypeVar("B", bound=Callable[..., Any])
+
+# A builder: the message of one run of a task.
+Builder: TypeAlias = "Callable[[ScheduledTask, TaskRun], Built]"
 
 _decorated: dict[str, Builder] = {}
 

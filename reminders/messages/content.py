@@ -14,14 +14,10 @@ sender's ``check_message``, asked when the task is scheduled.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from ..links import short
-
-if TYPE_CHECKING:
-    from ..models import ScheduledTask, TaskRun
 
 
 @dataclass(frozen=True)
@@ -32,9 +28,8 @@ class Content:
     body: dict[str, Any]
 
 
-# What a builder may return, and a builder.
+# What a builder may return (a builder is ``builders.Builder``).
 Built: TypeAlias = "Content | str | dict[str, Any]"
-Builder: TypeAlias = "Callable[[ScheduledTask, TaskRun], Built]"
 
 # The fields that, where present, must be text in the message types the engine knows
 # (whether one is missing or empty is the sender's to say).

@@ -13,8 +13,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..engine import sql
-from ..models import RateBucket
+from ..models import RateBucket, sql
 from .store import Held, Store
 
 

@@ -45,6 +45,7 @@ from playwright.sync_api import Page
 
 from ops.roles import OPERATOR, VIEWER
 from ops.sandbox import WeComSandbox
+from reminders.engine import planning
 from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule import timing
@@ -141,7 +142,7 @@ def fortnight(failed_today: Day) -> None:
         for n in range(4 + back % 5):
             due = start + timedelta(hours=8 + 2 * n, minutes=back)
             failed = (back + n) % 7 == 0
-            run = task.new_run(due)
+            run = planning.new_run(task, due)
             run.status = "failed" if failed else "sent"
             run.next_attempt_at = None
             run.finished_at = due + timedelta(seconds=2 + 3 * n)

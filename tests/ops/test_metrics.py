@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ops import metrics
 from ops.models import Alert, AlertDelivery, AlertEvent
 from reminders.calendars import days as calendar_days
+from reminders.engine import actions
 from reminders.models import RateBucket, ScheduledTask, SchedulerHeartbeat, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +93,7 @@ def world(make_task, now):  # type: ignore[no-untyped-def]
     report.add("sent", ago=200, late=300, took=0.05)
     report.add("expired", ago=20)
     paused = make_task("inquiry_timeout")
-    paused.pause()
+    actions.pause(paused)
     Runs(paused, now).add("scheduled", due_in=-3600)  # its task is paused: no backlog
     for channel, status in [
         ("memory", "sent"),

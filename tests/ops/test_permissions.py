@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ops.roles import OPERATOR, VIEWER
+from reminders.engine import actions, planning
 from reminders.models import ScheduledTask, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -66,8 +67,8 @@ def world(make_task):
     now = timezone.now()
     active = make_task("follow_up", "active.one", cron="0 9 * * *", tz="UTC")
     paused = make_task("follow_up", "paused.one", cron="0 9 * * *", tz="UTC")
-    paused.pause()
-    failed = active.new_run(now.replace(second=0, microsecond=0) - timedelta(minutes=1))
+    actions.pause(paused)
+    failed = planning.new_run(active, now.replace(second=0, microsecond=0) - timedelta(minutes=1))
     failed.status, failed.next_attempt_at, failed.finished_at = "failed", None, now
     failed.save()
     log = SendLog.objects.create(

@@ -7,7 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reminders import api
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch, planning
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
@@ -242,7 +242,7 @@ def ended(make_task, status: str) -> ScheduledTask:
     if status == "completed":
         ScheduledTask.objects.filter(pk=task.pk).update(status=status, next_run=None)
     elif status == "cancelled":
-        task.cancel()
+        actions.cancel(task)
     else:
         task.mark_error("unknown_kind", "not registered in run_reminders")
     return ScheduledTask.objects.get(pk=task.pk)
@@ -281,7 +281,7 @@ def test_change_task__new_schedule_of_a_paused_task_replans_it_and_it_stays_paus
     admin_client, make_task
 ):
     task = make_task("follow_up", cron="0 9 * * *", tz="UTC")
-    task.pause()
+    actions.pause(task)
     before = timezone.now()
     change_task(admin_client, task, cron="30 7 * * *")
     task.refresh_from_db()
@@ -396,8 +396,8 @@ def test_add_task__a_message_the_channel_carries_is_saved(admin_client):
 
 def test_pause_action__pauses_only_active_tasks_and_counts_both(admin_client, make_task):
     active, paused, cancelled = (make_task(cron="0 9 * * *") for _ in range(3))
-    paused.pause()
-    cancelled.cancel()
+    actions.pause(paused)
+    actions.cancel(cancelled)
     reported = act(admin_client, "task", "pause_tasks", [active, paused, cancelled])
     statuses = dict(ScheduledTask.objects.values_list("pk", "status"))
     assert statuses == {active.pk: "paused", paused.pk: "paused", cancelled.pk: "cancelled"}
@@ -409,7 +409,7 @@ def test_pause_action__pauses_only_active_tasks_and_counts_both(admin_client, ma
 
 def test_resume_action__resumes_only_paused_tasks_and_replans_them(admin_client, make_task):
     paused, active = make_task(cron="* * * * *"), make_task(cron="0 9 * * *")
-    paused.pause()
+    actions.pause(paused)
     ScheduledTask.objects.filter(pk=paused.pk).update(next_run=timezone.now() - timedelta(days=2))
     before = timezone.now()
     reported = act(admin_client, "task", "resume_tasks", [paused, active])
@@ -447,7 +447,7 @@ def test_cancel_action__cancels_live_tasks_and_their_pending_runs(
 ):
     pending = make_run("scheduled", cron="0 9 * * *")  # one run: the rest of the day is off
     paused_task = make_task(cron="0 9 * * *")
-    paused_task.pause()
+    actions.pause(paused_task)
     done = make_run("sent").task  # a one-shot that has fired: completed
     assert ScheduledTask.objects.get(pk=done.pk).status == "completed"
     reported = act(admin_client, "task", "cancel_tasks", [pending.task, paused_task, done])
@@ -538,7 +538,7 @@ def test_retry_action__needs_the_retry_permission_not_the_change_one(staff_clien
 
 def test_retry_action__refuses_runs_of_cancelled_tasks_and_says_so(admin_client, make_run):
     live, orphan = make_run("failed"), make_run("failed")
-    orphan.task.cancel()
+    actions.cancel(orphan.task)
     reported = act(admin_client, "run", "retry_runs", [live, orphan])
     statuses = dict(TaskRun.objects.values_list("pk", "status"))
     assert statuses == {live.pk: "retrying", orphan.pk: "failed"}
@@ -583,6 +583,6 @@ def test_add_task__calendar_is_the_kinds_every_day_or_a_named_one(
     )
     assert response.status_code == 302, response.context["adminform"].form.errors
     task = ScheduledTask.objects.get()
-    assert (task.calendar, task.calendar_in_force) == (stored, in_force)
+    assert (task.calendar, planning.calendar_in_force(task)) == (stored, in_force)
     page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[task.pk]))
     assert f'<option value="{choice}" selected>' in page.content.decode()

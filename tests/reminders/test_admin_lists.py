@@ -9,7 +9,7 @@ from django.contrib.admin.utils import display_for_value
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.models import ScheduledTask, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -111,7 +111,7 @@ def test_task_list__next_run_of_a_paused_task_is_not_its_waiting_run(admin_clien
     task = make_task(cron="* * * * *", tz="UTC")
     dispatch.materialize(now=task.next_run)
     task.refresh_from_db()
-    task.pause()
+    actions.pause(task)
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reminders.admin.filters import FAILED_TODAY, local_days
+from reminders.engine import actions, planning
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule import timing
 
@@ -40,7 +41,7 @@ def listed(response) -> set[int]:
 
 def a_run(task: ScheduledTask, due_at: datetime, status: str = "sent", **fields) -> TaskRun:
     """A run of ``task`` due at ``due_at``, ended (or waiting) in ``status``."""
-    run = task.new_run(due_at)
+    run = planning.new_run(task, due_at)
     run.status = status
     waiting = status in TaskRun.WAITING
     run.next_attempt_at = due_at if waiting else None
@@ -103,10 +104,10 @@ def test_change_form__a_paused_tasks_occurrences_say_it_and_an_ended_one_has_non
     admin_client, make_task
 ):
     paused = make_task("follow_up", cron="0 9 * * *")
-    paused.pause()
+    actions.pause(paused)
     assert "none of these is sent until it is resumed" in change_page(admin_client, paused)
     ended = make_task("follow_up", cron="0 9 * * *")
-    ended.cancel()
+    actions.cancel(ended)
     assert "None: the task has ended." in change_page(admin_client, ended)
 
 
@@ -146,7 +147,7 @@ def test_run_now_button__asks_first_then_makes_the_run_and_says_so(admin_client,
 
 def test_run_now_button__a_paused_task_is_refused_with_the_reason(admin_client, make_task):
     task = make_task("follow_up", cron="0 9 * * *")
-    task.pause()
+    actions.pause(task)
     url = reverse("admin:reminders_scheduledtask_run_now", args=[task.pk])
     page = admin_client.get(url).content.decode()
     assert "0 tasks will get a run due now" in page
@@ -162,7 +163,7 @@ def test_run_now_button__a_paused_task_is_refused_with_the_reason(admin_client, 
 
 def test_run_now_action__confirms_then_runs_each_task_it_can(admin_client, make_task):
     active, paused = make_task(cron="0 9 * * *"), make_task(cron="0 9 * * *")
-    paused.pause()
+    actions.pause(paused)
     data = {"action": "run_now_tasks", "_selected_action": [active.pk, paused.pk]}
     confirm = admin_client.post(TASKS, data)
     assert confirm.status_code == 200
@@ -270,7 +271,7 @@ def test_run_list__filters_by_kind_channel_status_make_up_run_now_and_handled(
     makeup = a_run(report, now - timedelta(hours=1), is_compensation=True)
     failed = a_run(follow, now - timedelta(hours=2), "failed")
     handled = a_run(follow, now - timedelta(hours=3), "failed", handled_at=now, handled_by="bo")
-    manual, _ = follow.run_now(now)
+    manual, _ = actions.run_now(follow, now)
     cases = {
         "task__kind": ("daily_report", {makeup.pk}),
         "task__channel": ("memory_dedup", {makeup.pk}),
@@ -375,6 +376,6 @@ def test_mark_handled_action__records_who_and_the_run_drops_out_of_failed_today(
 def test_run_page__shows_who_handled_it(admin_client, make_task):
     task = make_task("follow_up", cron="0 9 * * *", tz="UTC")
     run = a_run(task, timezone.now(), "failed")
-    run.mark_handled("admin", datetime(2026, 12, 3, 2, 0, tzinfo=UTC))
+    actions.mark_handled(run, "admin", datetime(2026, 12, 3, 2, 0, tzinfo=UTC))
     page = admin_client.get(reverse("admin:reminders_taskrun_change", args=[run.pk]))
     assert b"handled by" in page.content.lower() and b"admin" in page.content

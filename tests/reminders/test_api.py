@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from reminders import api
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule.timing import next_occurrence
 
@@ -198,7 +198,7 @@ def test_schedule__a_cancelled_task_scheduled_again_is_active_again():
 
 def test_schedule__with_key_keeps_a_paused_task_paused_even_when_its_schedule_changes():
     api.schedule("daily_report", "alice", cron="0 9 * * *", key="p")
-    ScheduledTask.objects.get(key="p").pause()
+    actions.pause(ScheduledTask.objects.get(key="p"))
     same = api.schedule("daily_report", "alice", cron="0 9 * * *", key="p", payload={"a": 1})
     assert same.status == "paused"
     before = timezone.now()

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from reminders import api, checks, kinds
+from reminders.engine import planning
 from reminders.messages import builders
 from reminders.models import ScheduledTask, TaskRun
 from reminders.senders.memory import MemorySender
@@ -70,7 +71,7 @@ def crm_kind() -> Iterator[str]:
 
 
 def render(task: ScheduledTask) -> kinds.Content:
-    return kinds.render(task, task.new_run(NINE_IN_SHANGHAI))
+    return kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI))
 
 
 def schedule(kind: str, at: datetime = NINE_IN_SHANGHAI, **payload: Any) -> ScheduledTask:
@@ -78,7 +79,7 @@ def schedule(kind: str, at: datetime = NINE_IN_SHANGHAI, **payload: Any) -> Sche
 
 
 def stamp(task: ScheduledTask) -> str:
-    return kinds.stamp(task, task.new_run(task.run_at or NINE_IN_SHANGHAI))
+    return kinds.stamp(task, planning.new_run(task, task.run_at or NINE_IN_SHANGHAI))
 
 
 # -- plugging one in ----------------------------------------------------------------------

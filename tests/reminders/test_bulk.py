@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from reminders import api
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.exceptions import BulkValidationError
 from reminders.models import ScheduledTask
 from tests.crm.models import Customer
@@ -174,7 +174,7 @@ def test_schedule_many__re_plans_what_changed_and_keeps_a_paused_task_paused():
         ]
     )
     dispatch.materialize()
-    ScheduledTask.objects.get(key="report:2").pause()
+    actions.pause(ScheduledTask.objects.get(key="report:2"))
     later = at + timedelta(hours=2)
 
     moved, same, paused = api.schedule_many(

@@ -10,7 +10,7 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from reminders.engine import dispatch
+from reminders.engine import dispatch, planning
 from reminders.engine.delivery import start
 from reminders.engine.worker import ReminderWorker
 from reminders.exceptions import InDoubtSendError, TransientSendError
@@ -66,9 +66,9 @@ def test_policy_deadline__the_earlier_of_both_or_none():
 
 def test_new_run__stores_its_kind_s_deadline(make_task):
     task = make_task("birthday", at=local(9), tz="Asia/Shanghai")
-    assert task.new_run(local(9)).deadline == local(12)
+    assert planning.new_run(task, local(9)).deadline == local(12)
     report = make_task("daily_report", at=local(9), tz="Asia/Shanghai")
-    assert report.new_run(local(9)).deadline is None
+    assert planning.new_run(report, local(9)).deadline is None
 
 
 # Delivery decides per run ------------------------------------------------------------------

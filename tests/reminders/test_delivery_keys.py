@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reminders import api
+from reminders.engine import planning
 from reminders.exceptions import RecipientSendError, TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender
@@ -128,7 +129,7 @@ def test_a_key_held_by_a_live_run__the_other_run_waits_instead_of_skipping(outbo
     first = task.runs.get()
     # A second run of the same key while the first still waits to retry (a re-plan
     # that did not cancel it, as the zone database moving a day could).
-    second = task.new_run(MORNING + timedelta(hours=2))
+    second = planning.new_run(task, MORNING + timedelta(hours=2))
     second.ledger_key = first.ledger_key
     second.save()
     assert tick(now=MORNING + timedelta(hours=2, minutes=10)) == 0

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from reminders import api, kinds, ratelimit
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.engine.delivery import _record_failure, _record_sent, deliver, reserve, start
 from reminders.exceptions import TransientSendError
 from reminders.models import SendLog, TaskRun
@@ -141,12 +141,12 @@ def test_a_sender_that_cannot_get_ready_still_waits_for_the_channel_s_pause(
 def test_a_paused_task_sends_nothing_even_runs_already_claimed(make_task, outbox):
     task = make_task()
     claim_all()
-    task.pause()
+    actions.pause(task)
     assert run_queued() == 0
     run = task.runs.get()
     assert (run.status, run.attempts, run.error_code) == ("scheduled", 0, "paused")
     assert tick() == 0  # not claimed while paused
-    task.resume()
+    actions.resume(task)
     assert tick() == 1
 
 

@@ -17,7 +17,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from reminders import kinds
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.engine.delivery import deliver
 from reminders.models import JobTake, ScheduledTask, TaskRun
 
@@ -175,7 +175,7 @@ def test_a_run_given_up_for_its_lost_jobs_is_sent_when_ops_retry_it(
     assert (run.status, run.error_code) == ("failed", "job_failures")
     # The CRM's builder is mended, and ops retry the run: a fresh count, and it goes.
     crm_kind("nobody", hang)
-    assert run.retry_now(now + 2 * lease)
+    assert actions.retry_now(run, now + 2 * lease)
     assert tick_at(now + 2 * lease) == 1
     run.refresh_from_db()
     assert (run.status, run.job_failures) == ("sent", 0)

@@ -8,7 +8,7 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 from reminders import signals
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.models import ScheduledTask, TaskRun
 from tests.support.jobs import queued, run_queued
 
@@ -93,7 +93,7 @@ def test_materialize__a_09_00_wave_is_planned_and_spread_before_it_comes(make_ta
 
 def test_materialize__ignores_paused_tasks(make_task):
     task = make_task()
-    task.pause()
+    actions.pause(task)
     assert dispatch.materialize() == 0
     assert not TaskRun.objects.exists()
 
@@ -145,7 +145,7 @@ def test_claim__leaves_runs_not_yet_due(make_task):
 def test_claim__skips_runs_of_paused_tasks(make_task):
     task = make_task("daily_report", cron="* * * * *")
     dispatch.materialize(now=task.next_run)
-    task.pause()
+    actions.pause(task)
     assert dispatch.claim("owner", 10, now=task.next_run + timedelta(minutes=10)).run_ids == []
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reminders import kinds
+from reminders.engine import planning
 from reminders.models import ScheduledTask, TaskRun
 from reminders.senders.base import render_body
 
@@ -19,7 +20,7 @@ NINE_IN_SHANGHAI = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)
 
 def body(task: ScheduledTask, occurrence: datetime) -> str:
     """The bytes the run of ``task`` at ``occurrence`` would send."""
-    content = kinds.render(task, task.new_run(occurrence))
+    content = kinds.render(task, planning.new_run(task, occurrence))
     return render_body(content.msgtype, content.body)
 
 
@@ -52,7 +53,7 @@ def crm_kind() -> Iterator[Callable[[kinds.Content], str]]:
 
 def test_render__stamps_the_local_occurrence_and_the_task_id_as_the_last_line(follow_up):
     task = follow_up(cron="0 9 * * *")
-    content = kinds.render(task, task.new_run(NINE_IN_SHANGHAI))
+    content = kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI))
     assert content == kinds.Content(
         "text", {"content": f"Call ACME\n— 2026-12-03 09:00 · #{task.pk}"}
     )
@@ -76,7 +77,7 @@ def test_render__the_same_occurrence_twice__identical_bytes(follow_up):
 
 def test_render__a_stored_run_renders_as_the_run_it_was_made_from(follow_up):
     task = follow_up(cron="0 9 * * *")
-    task.new_run(NINE_IN_SHANGHAI).save()
+    planning.new_run(task, NINE_IN_SHANGHAI).save()
     stored = TaskRun.objects.select_related("task").get()
     assert body(stored.task, stored.occurrence) == body(task, NINE_IN_SHANGHAI)
 
@@ -84,8 +85,12 @@ def test_render__a_stored_run_renders_as_the_run_it_was_made_from(follow_up):
 def test_stamp__shows_seconds_only_when_the_occurrence_has_them(follow_up):
     task = follow_up(at=NINE_IN_SHANGHAI)
     at_seconds = NINE_IN_SHANGHAI + timedelta(seconds=5, microseconds=250)
-    assert kinds.stamp(task, task.new_run(NINE_IN_SHANGHAI)).startswith("— 2026-12-03 09:00 ·")
-    assert kinds.stamp(task, task.new_run(at_seconds)).startswith("— 2026-12-03 09:00:05 ·")
+    assert kinds.stamp(task, planning.new_run(task, NINE_IN_SHANGHAI)).startswith(
+        "— 2026-12-03 09:00 ·"
+    )
+    assert kinds.stamp(task, planning.new_run(task, at_seconds)).startswith(
+        "— 2026-12-03 09:00:05 ·"
+    )
 
 
 def test_stamp__a_wall_time_the_zone_shows_twice_gets_its_offset(follow_up):
@@ -95,7 +100,7 @@ def test_stamp__a_wall_time_the_zone_shows_twice_gets_its_offset(follow_up):
         datetime(2026, 11, 1, 5, 30, tzinfo=UTC),
         datetime(2026, 11, 1, 6, 30, tzinfo=UTC),
     )
-    stamps = [kinds.stamp(task, task.new_run(moment)) for moment in (first, second)]
+    stamps = [kinds.stamp(task, planning.new_run(task, moment)) for moment in (first, second)]
     assert stamps == [
         f"— 2026-11-01 01:30 UTC-0400 · #{task.pk}",
         f"— 2026-11-01 01:30 UTC-0500 · #{task.pk}",
@@ -116,7 +121,7 @@ def test_stamp__a_wall_time_the_zone_shows_twice_gets_its_offset(follow_up):
 )
 def test_render__a_crms_own_kind_is_stamped_too(make_task, crm_kind, content, field):
     task = make_task(crm_kind(content), "lisi", cron="0 9 * * *", tz="Asia/Shanghai")
-    rendered = kinds.render(task, task.new_run(NINE_IN_SHANGHAI))
+    rendered = kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI))
     assert rendered.msgtype == content.msgtype
     assert rendered.body == {
         **content.body,
@@ -126,7 +131,7 @@ def test_render__a_crms_own_kind_is_stamped_too(make_task, crm_kind, content, fi
 
 def test_render__built_in_wording_is_not_repeated_by_the_stamp(make_task):
     task = make_task("daily_report", "zhangsan", cron="0 9 * * *", tz="Asia/Shanghai")
-    content = kinds.render(task, task.new_run(NINE_IN_SHANGHAI))
+    content = kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI))
     assert content.body["content"] == (
         f"Please submit your daily report.\n— 2026-12-03 09:00 · #{task.pk}"
     )
@@ -142,4 +147,4 @@ def test_render__built_in_wording_is_not_repeated_by_the_stamp(make_task):
 )
 def test_render__leaves_what_has_no_text_to_stamp_as_the_kind_made_it(make_task, crm_kind, content):
     task = make_task(crm_kind(content), "lisi", cron="0 9 * * *")
-    assert kinds.render(task, task.new_run(NINE_IN_SHANGHAI)) == content
+    assert kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI)) == content

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch, planning
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
@@ -56,8 +56,8 @@ def test_skip__resume_from_pause_skips_everything_that_passed(make_task, outbox)
     first = task.next_run
     dispatch.materialize(now=first)  # planned, then paused before it went
     task.refresh_from_db()
-    task.pause()
-    assert task.resume(now=first + 2 * DAY + timedelta(hours=1)) is True
+    actions.pause(task)
+    assert actions.resume(task, now=first + 2 * DAY + timedelta(hours=1)) is True
     assert [status for _, status, _, _ in runs_of(task)] == ["skipped"] * 3
     assert tick(now=first + 2 * DAY + timedelta(hours=1)) == 0
     assert outbox == []
@@ -208,7 +208,7 @@ def test_compensate__a_make_up_cancelled_by_a_schedule_change_is_made_again(make
     # Before they went, the schedule moves to 10:00 (as the API and the admin re-plan).
     task.refresh_from_db()
     task.cron = "0 10 * * *"
-    task.replan(first + DAY + timedelta(minutes=20))
+    planning.replan(task, first + DAY + timedelta(minutes=20))
     task.save()
     assert TaskRun.objects.get(pk=makeup.pk).status == "cancelled"
     missed.refresh_from_db()
@@ -232,9 +232,9 @@ def test_compensate__resume_from_pause_makes_up_what_passed(make_task, outbox):
     first = task.next_run
     dispatch.materialize(now=first)  # planned, then paused before it went
     task.refresh_from_db()
-    task.pause()
+    actions.pause(task)
     now = first + 2 * DAY + timedelta(hours=1)
-    assert task.resume(now=now) is True
+    assert actions.resume(task, now=now) is True
     assert [(status, code, makeup) for _, status, code, makeup in runs_of(task)] == [
         ("skipped", "paused", False),
         ("scheduled", "", True),

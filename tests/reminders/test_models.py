@@ -4,6 +4,7 @@ import pytest
 from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
+from reminders.engine import actions, planning
 from reminders.models import ScheduledTask, SendLog, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -62,9 +63,9 @@ def test_database_accepts_every_shape_of_member_id():
 def test_database_keeps_one_run_per_task_and_occurrence(make_task):
     task = make_task()
     at = timezone.now()
-    task.new_run(at).save()
+    planning.new_run(task, at).save()
     with pytest.raises(IntegrityError), transaction.atomic():
-        task.new_run(at).save()
+        planning.new_run(task, at).save()
 
 
 def test_database_keeps_one_ledger_row_per_key(make_task):
@@ -75,7 +76,7 @@ def test_database_keeps_one_ledger_row_per_key(make_task):
 
 
 def test_database_rejects_a_leased_run_without_a_lease(make_task):
-    run = make_task().new_run(timezone.now())
+    run = planning.new_run(make_task(), timezone.now())
     run.status = TaskRun.Status.QUEUED
     with pytest.raises(IntegrityError), transaction.atomic():
         run.save()
@@ -116,10 +117,10 @@ def test_ledger_key__is_the_exact_occurrence_for_a_task_firing_twice_a_day(make_
 
 def test_pause_and_resume__only_from_the_right_status(make_task):
     task = make_task("daily_report", cron="0 9 * * *")
-    assert task.resume() is False
-    assert task.pause() is True
-    assert task.pause() is False
-    assert task.resume() is True
+    assert actions.resume(task) is False
+    assert actions.pause(task) is True
+    assert actions.pause(task) is False
+    assert actions.resume(task) is True
     task.refresh_from_db()
     assert task.status == "active"
     assert task.next_run > timezone.now()
@@ -130,8 +131,8 @@ def test_resume__the_latest_occurrence_missed_while_paused_runs_and_the_others_a
 ):
     task = make_task("follow_up", cron="0 * * * *", tz="UTC")
     first = task.next_run
-    task.pause()
-    assert task.resume(now=first + timedelta(hours=3, minutes=30)) is True
+    actions.pause(task)
+    assert actions.resume(task, now=first + timedelta(hours=3, minutes=30)) is True
     runs = list(task.runs.order_by("occurrence").values_list("occurrence", "status", "error_code"))
     assert runs == [
         (first, "skipped", "paused"),
@@ -151,8 +152,8 @@ def test_resume__runs_planned_before_the_pause_follow_the_missed_run_rule_too(ma
     first = task.next_run
     dispatch.materialize(now=first)  # planned, then the task is paused before it goes
     task.refresh_from_db()
-    task.pause()
-    assert task.resume(now=first + timedelta(hours=2, minutes=30)) is True
+    actions.pause(task)
+    assert actions.resume(task, now=first + timedelta(hours=2, minutes=30)) is True
     runs = list(task.runs.order_by("occurrence").values_list("occurrence", "status", "error_code"))
     assert runs == [
         (first, "skipped", "paused"),
@@ -164,27 +165,27 @@ def test_resume__runs_planned_before_the_pause_follow_the_missed_run_rule_too(ma
 def test_resume__a_one_shot_whose_time_passed_while_paused_runs_now(make_task):
     at = timezone.now() + timedelta(minutes=5)
     task = make_task(at=at)
-    task.pause()
-    assert task.resume(now=at + timedelta(hours=1)) is True
+    actions.pause(task)
+    assert actions.resume(task, now=at + timedelta(hours=1)) is True
     assert list(task.runs.values_list("occurrence", "status")) == [(at, "scheduled")]
     task.refresh_from_db()
     assert (task.status, task.next_run) == ("completed", None)
 
 
 def test_retry_now__puts_a_failed_run_back_in_line(make_task):
-    run = make_task().new_run(timezone.now())
+    run = planning.new_run(make_task(), timezone.now())
     run.status = TaskRun.Status.FAILED
     run.next_attempt_at = None
     run.save()
-    assert run.retry_now() is True
+    assert actions.retry_now(run) is True
     run.refresh_from_db()
     assert run.status == "retrying"
     assert run.next_attempt_at <= timezone.now()
-    sent = make_task().new_run(timezone.now())
+    sent = planning.new_run(make_task(), timezone.now())
     sent.status = TaskRun.Status.SENT
     sent.next_attempt_at = None
     sent.save()
-    assert sent.retry_now() is False
+    assert actions.retry_now(sent) is False
 
 
 def test_retry_now__an_unknown_run_is_sent_again_on_the_operators_word(make_task):
@@ -207,7 +208,7 @@ def test_retry_now__an_unknown_run_is_sent_again_on_the_operators_word(make_task
         status="unknown",
     )
     run.refresh_from_db()
-    assert run.retry_now() is True
+    assert actions.retry_now(run) is True
     assert (run.status, run.attempts) == ("retrying", 0)
     assert SendLog.objects.get().status == "failed"
     dispatch.claim("test", 10)
@@ -237,7 +238,7 @@ def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(m
     task.refresh_from_db()
     assert (task.status, task.error_code) == ("error", "unknown_kind")
     with pytest.raises(UnplannableTask) as excinfo:
-        task.resume(now=first + timedelta(minutes=30))
+        actions.resume(task, now=first + timedelta(minutes=30))
     assert excinfo.value.code == "unknown_kind"
     assert "registered_elsewhere" in excinfo.value.message
     task.refresh_from_db()
@@ -245,7 +246,7 @@ def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(m
     # Fixed (the kind registered again): resuming catches up like a resumed pause.
     ScheduledTask.objects.filter(pk=task.pk).update(kind="follow_up")
     task.refresh_from_db()
-    assert task.resume(now=first + timedelta(hours=2, minutes=30)) is True
+    assert actions.resume(task, now=first + timedelta(hours=2, minutes=30)) is True
     task.refresh_from_db()
     assert (task.status, task.error_code, task.error_message, task.error_at) == (
         "active",
@@ -260,11 +261,11 @@ def test_resume__a_task_in_error_is_checked_again_and_says_why_while_still_bad(m
 
 def test_retry_now__refuses_a_run_of_a_cancelled_task(make_task):
     task = make_task()
-    run = task.new_run(timezone.now())
+    run = planning.new_run(task, timezone.now())
     run.status = TaskRun.Status.FAILED
     run.next_attempt_at = None
     run.save()
-    task.cancel()
+    actions.cancel(task)
     run.refresh_from_db()
-    assert run.retry_now() is False
+    assert actions.retry_now(run) is False
     assert TaskRun.objects.get(pk=run.pk).status == "failed"

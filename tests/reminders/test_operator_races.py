@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch, planning
 from reminders.models import MAKEUP_SUFFIX, ScheduledTask, TaskRun
 from reminders.schedule import timing
 from tests.support.locks import Paused, Worker, require_row_locks, statement
@@ -76,12 +76,12 @@ def test_retry_now__racing_the_planners_make_up_only_one_of_them_is_left_to_send
     require_row_locks()
     task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
     nine = task.next_run
-    yesterday = task.new_run(nine - DAY)
+    yesterday = planning.new_run(task, nine - DAY)
     yesterday.status, yesterday.next_attempt_at = TaskRun.Status.FAILED, None
     yesterday.finished_at = nine - DAY + timedelta(minutes=1)
     yesterday.save()
     planner = planner_holding_its_runs(nine)  # its make-up for yesterday, uncommitted
-    retry = Worker(lambda: TaskRun.objects.get(pk=yesterday.pk).retry_now())
+    retry = Worker(lambda: actions.retry_now(TaskRun.objects.get(pk=yesterday.pk)))
     retry.start()
     retry.blocked_or_done()
     planner.resume()
@@ -104,18 +104,18 @@ def test_retry_now__racing_a_resume_that_makes_the_day_up_only_one_of_them_is_le
     require_row_locks()
     task = make_task("daily_report", cron="0 9 * * *", tz="UTC")
     nine = task.next_run
-    yesterday = task.new_run(nine - DAY)
+    yesterday = planning.new_run(task, nine - DAY)
     yesterday.status, yesterday.next_attempt_at = TaskRun.Status.FAILED, None
     yesterday.finished_at = nine - DAY + timedelta(minutes=1)
     yesterday.save()
-    task.pause()
+    actions.pause(task)
 
     def resume() -> bool:
-        return ScheduledTask.objects.get(pk=task.pk).resume(nine + timedelta(minutes=1))
+        return actions.resume(ScheduledTask.objects.get(pk=task.pk), nine + timedelta(minutes=1))
 
     resuming = Paused(resume, after=statement("INSERT", "reminders_taskrun"))
     resuming.hold()  # its make-up for yesterday, uncommitted
-    retry = Worker(lambda: TaskRun.objects.get(pk=yesterday.pk).retry_now())
+    retry = Worker(lambda: actions.retry_now(TaskRun.objects.get(pk=yesterday.pk)))
     retry.start()
     retry.blocked_or_done()
     resuming.resume()

@@ -9,6 +9,7 @@ from django.core import checks
 
 from reminders import kinds
 from reminders.checks import check_settings
+from reminders.engine import planning
 from reminders.exceptions import TransientSendError
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
@@ -81,7 +82,7 @@ def test_stagger__follows_the_kind_s_policy(make_task, settings):
     offsets = set()
     for number in range(30):
         task = make_task(recipient=f"member{number}", at=None, cron="0 9 * * *")
-        run = task.new_run(task.next_run)
+        run = planning.new_run(task, task.next_run)
         offsets.add(run.due_at - run.occurrence)
     assert max(offsets) < timedelta(seconds=600 + 2 * 60)
     assert len(offsets) > 10  # spread, not one moment

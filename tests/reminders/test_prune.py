@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from reminders import api
-from reminders.engine import retention
+from reminders.engine import planning, retention
 from reminders.exceptions import RetentionTooShort
 from reminders.models import JobTake, ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import tick
@@ -48,7 +48,7 @@ def add_run(
 ) -> TaskRun:
     """A run of ``task`` recorded as it would be by now: created an hour before its
     occurrence, finished a minute after it (if finished), its timestamps in the past."""
-    run = task.new_run(occurrence)
+    run = planning.new_run(task, occurrence)
     run.status = status
     run.ledger_key = key or run.ledger_key
     run.next_attempt_at = occurrence if status in TaskRun.WAITING else None

@@ -7,8 +7,8 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from reminders.engine import dispatch, sql
-from reminders.models import RateBucket, SendLog, TaskRun
+from reminders.engine import dispatch
+from reminders.models import RateBucket, SendLog, TaskRun, sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

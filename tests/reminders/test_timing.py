@@ -3,6 +3,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from reminders.engine import planning
 from reminders.schedule import timing
 
 NEW_YORK = "America/New_York"
@@ -119,7 +120,7 @@ def test_stagger__a_recipient_s_messages_keep_the_order_of_their_occurrences(mak
     with override_settings(REMINDERS_KINDS={"follow_up": {"jitter_seconds": 600}}):
         task = make_task("follow_up", "zhangsan", at=None, cron="* * * * *", tz="UTC")
         at = task.next_run
-        runs = [task.new_run(at + timedelta(minutes=n)) for n in range(5)]
+        runs = [planning.new_run(task, at + timedelta(minutes=n)) for n in range(5)]
     dues = [run.due_at for run in runs]
     assert dues == sorted(dues) and len(set(dues)) == 5
 

@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from reminders import api
-from reminders.engine import wake
+from reminders.engine import actions, planning, wake
 from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
 from tests.support.processes import wake_listeners
@@ -195,7 +195,7 @@ def test_schedule__work_due_within_a_tick_wakes_them_later_work_does_not(listeni
 
 def test_schedule__a_paused_task_due_now_wakes_nobody(listening):
     task = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1), key="k")
-    task.pause()
+    actions.pause(task)
     api.schedule("follow_up", "u1", at=timezone.now(), key="k")
     assert ScheduledTask.objects.get().status == "paused"
     assert listening(0.5) is False
@@ -206,26 +206,25 @@ def test_schedule__a_paused_task_due_now_wakes_nobody(listening):
 def test_resume__wakes_the_schedulers(listening):
     task = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1))
     assert listening(0.2) is False
-    task.pause()
-    assert task.resume() is True
+    actions.pause(task)
+    assert actions.resume(task) is True
     assert listening(5) is True
-    assert task.resume() is False  # nothing changed: nobody is woken
+    assert actions.resume(task) is False  # nothing changed: nobody is woken
     assert listening(0.3) is False
 
 
 def test_retry_now__wakes_the_schedulers(listening):
-    run = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1)).new_run(
-        timezone.now()
-    )
+    task = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1))
+    run = planning.new_run(task, timezone.now())
     run.status = TaskRun.Status.FAILED
     run.next_attempt_at = None
     run.save()
     assert listening(0.2) is False
-    assert run.retry_now() is True
+    assert actions.retry_now(run) is True
     assert listening(5) is True
     TaskRun.objects.filter(pk=run.pk).update(status=TaskRun.Status.SENT, next_attempt_at=None)
     run.refresh_from_db()
-    assert run.retry_now() is False  # sent: nothing changed, nobody is woken
+    assert actions.retry_now(run) is False  # sent: nothing changed, nobody is woken
     assert listening(0.3) is False
 
 

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone, translation
 
 from reminders import kinds
+from reminders.engine import planning
 from reminders.messages import wording
 from reminders.models import ScheduledTask
 from reminders.senders import get_sender
@@ -45,7 +46,7 @@ def task(make_task: Make) -> Make:
 
 
 def render(task: ScheduledTask, *, makeup: bool = False) -> kinds.Content:
-    run = task.new_run(NINE_IN_SHANGHAI)
+    run = planning.new_run(task, NINE_IN_SHANGHAI)
     run.is_compensation = makeup
     return kinds.render(task, run)
 
@@ -198,7 +199,7 @@ def test_follow_up__the_due_time_is_the_occurrence_in_the_tasks_zone(make_task):
     at = datetime(2026, 7, 1, 13, 30, tzinfo=UTC)
     task = make_task("follow_up", "lisi", at=at, tz="America/New_York", payload=FOLLOW_UP)
 
-    description = kinds.render(task, task.new_run(at)).body["description"]
+    description = kinds.render(task, planning.new_run(task, at)).body["description"]
 
     assert "Due: 2026-07-01 09:30" in description.splitlines()
 
@@ -449,7 +450,7 @@ def test_render__two_occurrences_never_the_same_bytes(make_task):
     bodies = {
         render_body(c.msgtype, c.body)
         for c in (
-            kinds.render(task, task.new_run(NINE_IN_SHANGHAI + timedelta(days=day)))
+            kinds.render(task, planning.new_run(task, NINE_IN_SHANGHAI + timedelta(days=day)))
             for day in range(3)
         )
     }

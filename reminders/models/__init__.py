@@ -1,0 +1,96 @@
+"""Tasks, their runs (one per occurrence) and the send ledger (one row per idempotency key).
+
+The database holds the invariants: exactly one of ``cron`` and ``run_at``, one run per
+task and occurrence, one ledger row per key, and a task about one CRM object (a content
+type and a primary key, ``about``) or about none, never half of one. Models hold state:
+fields, constraints, QuerySet verbs and small state changes. What acts on them lives in
+the engine: planning (``engine.planning``) and operators' actions (``engine.actions``).
+
+Where each lives: ``tasks`` (``ScheduledTask``), ``runs`` (``TaskRun``), ``ledger``
+(``SendLog``, ``JobTake``), ``upkeep`` (the engine's bookkeeping), ``choices`` (the
+vocabulary they share), ``validators`` (the fields' rules), ``sql`` (the statements
+every message costs); the calendar days are ``reminders.calendars.days``'. Every name
+is importable from ``reminders.models``, the path CRMs and migrations use.
+"""
+
+from ..calendars.days import CalendarDay, CalendarYear, DayKind, DaySource
+from .choices import (
+    CANCELLED_IN_DOUBT,
+    EXPIRED_CODE,
+    LOST_STATUSES,
+    MADE_UP_WITH,
+    MAKEUP_CANCELLED,
+    MAKEUP_OFFSET,
+    MAKEUP_SUFFIX,
+    MISSED,
+    MISSED_CODES,
+    PASSED_IN_ERROR,
+    PASSED_WHILE_PAUSED,
+    RUN_NOW_KEY,
+    Priority,
+    SkipReason,
+)
+from .ledger import JobTake, JobTakeQuerySet, SendLog
+from .runs import REPLANNED_FIELDS, FailedToday, RunQuerySet, TaskRun
+from .tasks import OBJECT_ID_MAX_LENGTH, ScheduledTask, TaskQuerySet
+from .upkeep import (
+    HeartbeatQuerySet,
+    ProviderToken,
+    PrunedOneShot,
+    RateBucket,
+    SchedulerHeartbeat,
+)
+from .validators import (
+    validate_calendar,
+    validate_channel,
+    validate_cron,
+    validate_key,
+    validate_kind,
+    validate_payload,
+    validate_recipient,
+    validate_timezone,
+)
+
+__all__ = [
+    "CANCELLED_IN_DOUBT",
+    "EXPIRED_CODE",
+    "LOST_STATUSES",
+    "MADE_UP_WITH",
+    "MAKEUP_CANCELLED",
+    "MAKEUP_OFFSET",
+    "MAKEUP_SUFFIX",
+    "MISSED",
+    "MISSED_CODES",
+    "OBJECT_ID_MAX_LENGTH",
+    "PASSED_IN_ERROR",
+    "PASSED_WHILE_PAUSED",
+    "REPLANNED_FIELDS",
+    "RUN_NOW_KEY",
+    "CalendarDay",
+    "CalendarYear",
+    "DayKind",
+    "DaySource",
+    "FailedToday",
+    "HeartbeatQuerySet",
+    "JobTake",
+    "JobTakeQuerySet",
+    "Priority",
+    "ProviderToken",
+    "PrunedOneShot",
+    "RateBucket",
+    "RunQuerySet",
+    "ScheduledTask",
+    "SchedulerHeartbeat",
+    "SendLog",
+    "SkipReason",
+    "TaskQuerySet",
+    "TaskRun",
+    "validate_calendar",
+    "validate_channel",
+    "validate_cron",
+    "validate_key",
+    "validate_kind",
+    "validate_payload",
+    "validate_recipient",
+    "validate_timezone",
+]

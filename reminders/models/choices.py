@@ -1,0 +1,104 @@
+"""Priorities, why an occurrence was skipped, and how a make-up run is marked and keyed:
+the vocabulary the models, the planner and delivery share.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import NamedTuple
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+def longest(choices: type[models.TextChoices]) -> int:
+    return max(len(value) for value in choices.values)
+
+
+class Priority(models.TextChoices):
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    LOW = "low", _("Low")
+
+    @property
+    def rank(self) -> int:
+        """Claim order: lower goes first."""
+        return [Priority.HIGH, Priority.NORMAL, Priority.LOW].index(self)
+
+    @classmethod
+    def from_rank(cls, rank: int) -> Priority:
+        """The priority of a run's ``priority`` rank; an unknown rank is bulk work."""
+        ranked = [cls.HIGH, cls.NORMAL, cls.LOW]
+        return ranked[rank] if 0 <= rank < len(ranked) else cls.LOW
+
+
+class SkipReason(NamedTuple):
+    """Why an occurrence was recorded as a ``skipped`` run instead of being run."""
+
+    code: str
+    message: str
+
+
+MISSED = SkipReason("missed", "Occurrence passed while no scheduler was running.")
+
+
+PASSED_WHILE_PAUSED = SkipReason("paused", "Occurrence passed while the task was paused.")
+
+
+PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task could not be planned.")
+
+
+# The error code of a run that reached its deadline unsent.
+EXPIRED_CODE = "deadline"
+
+
+# Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
+CANCELLED_IN_DOUBT = SkipReason(
+    "cancelled_in_doubt",
+    "Cancelled while waiting to send again: an earlier attempt may have delivered it. "
+    "Retry it if it did not arrive.",
+)
+
+
+# Skipped runs whose occurrence passed unsent: the ``compensate`` rule makes them up.
+MISSED_CODES = (MISSED.code, PASSED_WHILE_PAUSED.code, PASSED_IN_ERROR.code)
+
+
+# Runs that ended for good without sending (``TaskRun`` is defined below): the
+# ``compensate`` rule makes them up too.
+LOST_STATUSES = ("failed", "expired")
+
+
+# A make-up run's occurrence is its missed occurrence plus this: one run per task and
+# occurrence holds for both, while its stamp (to the second) and run date are the
+# missed occurrence's. Its ledger key is the missed occurrence's plus the suffix.
+MAKEUP_OFFSET = timedelta(microseconds=1)
+
+
+MAKEUP_SUFFIX = ":makeup"
+
+
+# What a skipped run says of its make-up: which occurrence's run it goes with, or that it
+# was cancelled before it went (the day is then owed again: ``lost_occurrences``).
+MADE_UP_WITH = "It is made up with the occurrence of {when}."
+
+
+MAKEUP_CANCELLED = (
+    "Its make-up was cancelled before it went: the next occurrence the task plans makes it up."
+)
+
+
+_MAKEUP_SENTENCE = re.compile(
+    r" (?:It is made up with the occurrence of|Its make-up was cancelled)[^.]*\."
+)
+
+
+def _saying(message: str, sentence: str) -> str:
+    """``message`` with what it said of its make-up replaced by ``sentence``."""
+    return f"{_MAKEUP_SENTENCE.sub('', message)} {sentence}"
+
+
+# The ledger key of a run made on request (``ScheduledTask.run_now``): one per task and
+# minute.
+RUN_NOW_KEY = "{task}:now:{minute:%Y-%m-%dT%H:%MZ}"

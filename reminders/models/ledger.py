@@ -1,0 +1,112 @@
+"""``SendLog``, the idempotency ledger (one row per key), and ``JobTake``, a job's record
+that it took its runs (see ``engine.delivery``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django.db import models, transaction
+from django.utils.translation import gettext_lazy as _
+
+from .choices import longest
+
+
+class SendLog(models.Model):
+    """The idempotency ledger: one row per key, written before and after each send."""
+
+    class Status(models.TextChoices):
+        SENDING = "sending", _("Sending")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Failed")
+        UNKNOWN = "unknown", _("Unknown")
+
+    key = models.CharField(_("idempotency key"), max_length=100, unique=True)
+    # The ledger outlives a deleted task: it is the record of what was sent.
+    task = models.ForeignKey(
+        "ScheduledTask",
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="send_logs",
+        verbose_name=_("task"),
+    )
+    run = models.ForeignKey(
+        "TaskRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        related_name="send_logs",
+        verbose_name=_("run"),
+    )
+    status = models.CharField(
+        _("status"), max_length=longest(Status), choices=Status.choices, default=Status.SENDING
+    )
+    recipient = models.CharField(_("recipient"), max_length=64)
+    channel = models.CharField(_("channel"), max_length=64)
+    body = models.TextField(_("body"), help_text=_("The exact rendered message."))
+    provider_message_id = models.CharField(_("provider message id"), max_length=128, blank=True)
+    reply_code = models.CharField(_("reply code"), max_length=64, blank=True)
+    reply_detail = models.JSONField(
+        _("reply detail"),
+        default=dict,
+        blank=True,
+        help_text=_("What else the provider said, such as recipients it did not reach."),
+    )
+    error_message = models.TextField(_("error"), blank=True)
+    attempts = models.PositiveSmallIntegerField(_("send attempts"), default=0)
+    created_at = models.DateTimeField(_("reserved"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+    sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("send log entry")
+        verbose_name_plural = _("send log")
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="reminders_sendlog_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} [{self.status}]"
+
+
+class JobTakeQuerySet(models.QuerySet["JobTake"]):
+    def take(self, job: str, token: str, run_ids: Sequence[int]) -> None:
+        """Job ``job`` (its execution's token) took the runs ``run_ids`` claimed under
+        ``token``: recorded in a commit of its own, before it prepares any of them."""
+        with transaction.atomic(using=self.db):
+            self.create(job=job, token=token, run_ids=list(run_ids))
+
+    def lost_runs(self, tokens: Iterable[str]) -> set[int]:
+        """The runs that jobs of the claims ``tokens`` took and never started; those
+        jobs' rows deleted (the caller's claim counts each run once)."""
+        takes = self.filter(token__in=list(tokens))
+        lost = {pk for run_ids in takes.values_list("run_ids", flat=True) for pk in run_ids}
+        if lost:
+            takes.delete()
+        return lost
+
+
+class JobTake(models.Model):
+    """A django-q2 job that took its claim's runs and has not started them yet.
+
+    Written in a commit of its own before the job prepares any run, deleted in the
+    transaction that starts them: one still here when the runs' lease ran out says the
+    job ended before starting them (a builder that hangs until django-q2 kills the
+    worker takes the start's transaction with it). The claim that takes the runs over
+    counts it in each one's ``job_failures`` and deletes it. Runs that only waited in
+    the queue past their lease have none, and are not counted. One row per job, not a
+    write per run: a message costs the rows it did before.
+    """
+
+    job = models.CharField(_("job"), max_length=32, primary_key=True)
+    token = models.CharField(_("claim token"), max_length=32, db_index=True)
+    run_ids = models.JSONField(_("runs"))
+    taken_at = models.DateTimeField(_("taken"), auto_now_add=True)
+
+    objects = JobTakeQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job taking runs")
+        verbose_name_plural = _("jobs taking runs")
+
+    def __str__(self) -> str:
+        return f"{self.job} ({len(self.run_ids)} runs of claim {self.token})"
