@@ -479,6 +479,26 @@ def test_models__every_status_is_on_the_page() -> None:
         assert f"```{{choices}} {path}" in text
 
 
+def loggers_in_the_code() -> set[str]:
+    """``logging.getLogger(__name__)`` (the module's path) and ``getLogger("name")``."""
+    names = set()
+    for root in ("reminders", "ops"):
+        for path in (ROOT / root).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            module = module.removesuffix(".__init__")
+            for argument in re.findall(r"getLogger\((__name__|\"[\w.]+\")\)", path.read_text()):
+                names.add(module if argument == "__name__" else argument.strip('"'))
+    return names
+
+
+def test_logging__the_loggers_the_production_page_names_exist() -> None:
+    text = page_text("how-to/production.md")
+    section = text.split("## Logging", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`((?:reminders|ops)(?:\.\w+)*)`", section)) - {"reminders", "ops"}
+    assert len(named) >= 5
+    assert named - loggers_in_the_code() == set()
+
+
 def test_layout__the_page_is_in_the_explanation() -> None:
     assert "layout" in page_text("explanation/index.md")
     assert page_text("explanation/layout.md").startswith("# Where things live")

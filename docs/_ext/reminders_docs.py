@@ -35,7 +35,6 @@ from docutils import nodes
 from docutils.parsers.rst import Directive
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
-from sphinx.util.typing import ExtensionMetadata
 
 
 def resolve(path: str) -> Any:
@@ -213,7 +212,7 @@ class Exceptions(MarkdownDirective):
         return lines
 
 
-def setup(app: Sphinx) -> ExtensionMetadata:
+def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("settings-table", SettingsTable)
     app.add_directive("django-command", DjangoCommand)
     app.add_directive("signature", Signature)
