@@ -479,6 +479,15 @@ def test_models__every_status_is_on_the_page() -> None:
         assert f"```{{choices}} {path}" in text
 
 
+def test_readme__every_relative_link_reaches_a_file() -> None:
+    """Sphinx checks the links between pages; the README is not one of them."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert len(local) > 20
+    assert [link for link in local if not (ROOT / link).exists()] == []
+
+
 def loggers_in_the_code() -> set[str]:
     """``logging.getLogger(__name__)`` (the module's path) and ``getLogger("name")``."""
     names = set()
