@@ -23,7 +23,7 @@ from django.conf import settings as django_settings
 from ..exceptions import ConfigurationSendError, InDoubtSendError, PayloadSendError
 from ..recipients import member_id_problem
 from .base import BaseSender, Message, Rate, SendResult
-from .http import JsonClient, canonical_json, timeout_setting
+from .client import JsonClient, canonical_json, timeout_setting
 from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
 
 INVALID_KEY = 93000

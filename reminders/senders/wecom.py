@@ -47,7 +47,7 @@ from ..exceptions import (
 )
 from ..messages.stamps import STAMPED_FIELDS
 from .base import BaseSender, Limit, Message, Rate, SendResult
-from .http import JsonClient, Reply, bare_url, canonical_json, timeout_setting
+from .client import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .parts import CONTENT_LIMIT, MAX_PARTS, split_content
 from .parts import size as _size
 from .tokens import SharedToken, token_name
