@@ -268,6 +268,38 @@ def _columns(header: list[str]) -> list[str]:
 def _item(columns: list[str], cells: list[str], defaults: Defaults) -> dict[str, Any]:
     """The ``schedule_many`` item of one row; ``ValidationError`` naming the column."""
     errors: dict[str, str] = {}
+    given, payload = _cells(columns, cells, errors)
+    item: dict[str, Any] = {
+        "kind": defaults.kind,
+        "recipient": given.get("recipient"),
+        "tz": given.get("tz") or defaults.tz,
+        "key": given.get("key"),
+        "priority": given.get("priority"),
+        "channel": given.get("channel") or defaults.channel,
+        "payload": payload,
+    }
+    if "born" in given:
+        return _birthday_item(item, given, errors)
+    if "at" in given:
+        item["at"] = _parse(
+            errors,
+            "at",
+            given["at"],
+            datetime.fromisoformat,
+            _("%(value)r is not an ISO 8601 date and time (YYYY-MM-DD HH:MM)."),
+        )
+    if "cron" in given:
+        item["cron"] = given["cron"]
+    if errors:
+        raise ValidationError(errors)
+    return item
+
+
+def _cells(
+    columns: list[str], cells: list[str], errors: dict[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A row's non-empty cells by column: the task's own (``COLUMNS``), and the rest, its
+    payload. A value under a column with no name is an error (in ``errors``)."""
     given: dict[str, str] = {}
     payload: dict[str, str] = {}
     for position, value in enumerate(cells):
@@ -282,52 +314,35 @@ def _item(columns: list[str], cells: list[str], defaults: Defaults) -> dict[str,
             given[name] = value
         else:
             payload[name] = value
-    item: dict[str, Any] = {
-        "kind": defaults.kind,
-        "recipient": given.get("recipient"),
-        "tz": given.get("tz") or defaults.tz,
-        "key": given.get("key"),
-        "priority": given.get("priority"),
-        "channel": given.get("channel") or defaults.channel,
-        "payload": payload,
-    }
-    if "born" in given:
-        born = _parse(
-            errors,
-            "born",
-            given["born"],
-            date.fromisoformat,
-            _("%(value)r is not an ISO 8601 date (YYYY-MM-DD)."),
-        )
-        at = occasions.BIRTHDAY_TIME
-        if "at" in given:
-            at = _parse(
-                errors,
-                "at",
-                given["at"],
-                time.fromisoformat,
-                _("%(value)r is not an ISO 8601 time of day (HH:MM)."),
-            )
-        if "cron" in given:
-            errors["cron"] = _("Give cron or born, not both.")
-        if errors or born is None or at is None:
-            raise ValidationError(errors)
-        return occasions.birthday_item(
-            item["recipient"], born, at=at, kind=defaults.kind, **_rest(item)
-        )
+    return given, payload
+
+
+def _birthday_item(
+    item: dict[str, Any], given: dict[str, str], errors: dict[str, str]
+) -> dict[str, Any]:
+    """The item of a row with ``born``: a yearly reminder on that day, at ``at`` if the
+    row gives a time of day; ``ValidationError`` with ``errors`` and any of its own."""
+    born = _parse(
+        errors,
+        "born",
+        given["born"],
+        date.fromisoformat,
+        _("%(value)r is not an ISO 8601 date (YYYY-MM-DD)."),
+    )
+    at = occasions.BIRTHDAY_TIME
     if "at" in given:
-        item["at"] = _parse(
+        at = _parse(
             errors,
             "at",
             given["at"],
-            datetime.fromisoformat,
-            _("%(value)r is not an ISO 8601 date and time (YYYY-MM-DD HH:MM)."),
+            time.fromisoformat,
+            _("%(value)r is not an ISO 8601 time of day (HH:MM)."),
         )
     if "cron" in given:
-        item["cron"] = given["cron"]
-    if errors:
+        errors["cron"] = _("Give cron or born, not both.")
+    if errors or born is None or at is None:
         raise ValidationError(errors)
-    return item
+    return occasions.birthday_item(item["recipient"], born, at=at, kind=item["kind"], **_rest(item))
 
 
 def _rest(item: dict[str, Any]) -> dict[str, Any]:
