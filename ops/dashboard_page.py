@@ -28,7 +28,7 @@ from reminders import kinds as kind_registry
 from reminders.models import Priority, TaskRun
 
 from .conf import settings as conf
-from .stats import PENDING, PLAN_HORIZON, Counts, Stats, local_iso
+from .stats import PENDING, PLAN_HORIZON, Bucket, Counts, PriorityPlan, Stats, local_iso
 from .stats import format as fmt
 from .svg import Series, bar_chart, line_chart
 
@@ -124,7 +124,33 @@ def _count_cells(
 def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, Any]:
     links = RunLinks(site, request)
     start, end = stats.start, stats.end
-    kinds = [
+    return {
+        "stats": stats,
+        "columns": [label for _key, label, _s in columns()],
+        "totals": _count_cells(stats.totals, links, start, end),
+        "totals_rate": fmt.rate(stats.totals.success_rate),
+        "duration": (fmt.seconds(stats.duration.p50), fmt.seconds(stats.duration.p95)),
+        "lateness": (fmt.seconds(stats.lateness.p50), fmt.seconds(stats.lateness.p95)),
+        "kinds": _kind_rows(stats, links),
+        "channels": _channel_rows(stats, links),
+        "failures": _failure_rows(stats, links),
+        "latest": _latest_rows(stats, links),
+        "plan": [_plan_row(plan, links, stats.now) for plan in stats.plan],
+        "schedulers": [
+            {"beat": beat, "age": fmt.seconds(beat.age_seconds)} for beat in stats.schedulers
+        ],
+        "workers": stats.workers,
+        "oldest_job": fmt.seconds(stats.workers.oldest_wait_seconds),
+        "heartbeat_max_age": fmt.seconds(stats.heartbeat_max_age),
+        "charts": charts(stats, links),
+        "runs_link": links.due(start, end),
+    }
+
+
+def _kind_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
+    """The day's counts, durations and lateness of each kind."""
+    start, end = stats.start, stats.end
+    return [
         {
             "kind": kind.kind,
             # What ops read: the kind's translated label, not its code.
@@ -136,16 +162,24 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         }
         for kind in stats.kinds
     ]
-    channels = [
+
+
+def _channel_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
+    """Each channel's success rate over the day and over the week."""
+    return [
         {
             "channel": channel.channel,
-            "link": links.due(start, end, task__channel__exact=channel.channel),
+            "link": links.due(stats.start, stats.end, task__channel__exact=channel.channel),
             "day": _rate_cells(channel.day),
             "week": _rate_cells(channel.week),
         }
         for channel in stats.channels
     ]
-    failures = [
+
+
+def _failure_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
+    """The day's failures grouped by status and error code, each with an example."""
+    return [
         {
             "status": group.status,
             "status_label": _status_label(group.status),
@@ -153,11 +187,17 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
             "count": group.count,
             "last": group.last_finished_at,
             "example": group.example,
-            "link": links.due(start, end, (group.status,), error_code__exact=group.code),
+            "link": links.due(
+                stats.start, stats.end, (group.status,), error_code__exact=group.code
+            ),
         }
         for group in stats.failures
     ]
-    latest = [
+
+
+def _latest_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
+    """The latest failed runs, each linked to its page in the admin."""
+    return [
         {
             "run": run,
             "kind_label": kind_registry.label(run.kind),
@@ -166,60 +206,37 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         }
         for run in stats.latest_failures
     ]
-    now = stats.now
-    plan = [
-        {
-            "priority": plan.priority,
-            "label": Priority(plan.priority).label,
-            "next_hour": Cell(
-                str(plan.next_hour),
-                links.runs(
-                    status__in=",".join(TaskRun.WAITING),
-                    priority__exact=str(Priority(plan.priority).rank),
-                    next_attempt_at__gt=local_iso(now),
-                    next_attempt_at__lte=local_iso(now + PLAN_HORIZON),
-                )
-                if plan.next_hour
-                else None,
-            ),
-            "backlog": Cell(
-                str(plan.backlog),
-                links.runs(
-                    status__in=",".join(TaskRun.WAITING),
-                    priority__exact=str(Priority(plan.priority).rank),
-                    next_attempt_at__lte=local_iso(now),
-                )
-                if plan.backlog
-                else None,
-                alert=plan.backlog > 0,
-            ),
-            "oldest": fmt.seconds(plan.oldest_seconds),
-            "queued": plan.queued,
-            "running": plan.running,
-            "paused": plan.paused,
-        }
-        for plan in stats.plan
-    ]
+
+
+def _plan_row(plan: PriorityPlan, links: RunLinks, now: datetime) -> dict[str, Any]:
+    """One priority's plan: what falls due in the next hour, what is overdue (the
+    backlog, marked when there is any), and the queue."""
+    waiting = {
+        "status__in": ",".join(TaskRun.WAITING),
+        "priority__exact": str(Priority(plan.priority).rank),
+    }
     return {
-        "stats": stats,
-        "columns": [label for _key, label, _s in columns()],
-        "totals": _count_cells(stats.totals, links, start, end),
-        "totals_rate": fmt.rate(stats.totals.success_rate),
-        "duration": (fmt.seconds(stats.duration.p50), fmt.seconds(stats.duration.p95)),
-        "lateness": (fmt.seconds(stats.lateness.p50), fmt.seconds(stats.lateness.p95)),
-        "kinds": kinds,
-        "channels": channels,
-        "failures": failures,
-        "latest": latest,
-        "plan": plan,
-        "schedulers": [
-            {"beat": beat, "age": fmt.seconds(beat.age_seconds)} for beat in stats.schedulers
-        ],
-        "workers": stats.workers,
-        "oldest_job": fmt.seconds(stats.workers.oldest_wait_seconds),
-        "heartbeat_max_age": fmt.seconds(stats.heartbeat_max_age),
-        "charts": charts(stats, links),
-        "runs_link": links.due(start, end),
+        "priority": plan.priority,
+        "label": Priority(plan.priority).label,
+        "next_hour": Cell(
+            str(plan.next_hour),
+            links.runs(
+                **waiting,
+                next_attempt_at__gt=local_iso(now),
+                next_attempt_at__lte=local_iso(now + PLAN_HORIZON),
+            )
+            if plan.next_hour
+            else None,
+        ),
+        "backlog": Cell(
+            str(plan.backlog),
+            links.runs(**waiting, next_attempt_at__lte=local_iso(now)) if plan.backlog else None,
+            alert=plan.backlog > 0,
+        ),
+        "oldest": fmt.seconds(plan.oldest_seconds),
+        "queued": plan.queued,
+        "running": plan.running,
+        "paused": plan.paused,
     }
 
 
@@ -238,70 +255,90 @@ def charts(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
     """The three charts, each with the table of its numbers."""
     # With a context: "sent" alone is the alert delivery's field (when it was sent).
     sent, failed = pgettext("runs", "sent"), pgettext("runs", "failed")
-    hour_labels = [hour.label for hour in stats.hours]
-    day_labels = [day.label[5:] for day in stats.days]  # MM-DD
+    return [
+        _hours_chart(stats, links, sent, failed),
+        _lateness_chart(stats),
+        _days_chart(stats, links, sent, failed),
+    ]
 
-    def bars(buckets: list[Any], status: str) -> Series:
-        values = [float(getattr(b.counts, status)) for b in buckets]
-        return Series(
-            sent if status == "sent" else failed,
-            values,
-            [
-                links.due(b.start, b.end, (status,)) if v else None
-                for b, v in zip(buckets, values, strict=True)
+
+def _bars(buckets: list[Bucket], status: str, label: str, links: RunLinks) -> Series:
+    """The runs of ``status`` in each bucket, each bar linked to them."""
+    values = [float(getattr(b.counts, status)) for b in buckets]
+    return Series(
+        label,
+        values,
+        [
+            links.due(b.start, b.end, (status,)) if v else None
+            for b, v in zip(buckets, values, strict=True)
+        ],
+    )
+
+
+def _hours_chart(stats: Stats, links: RunLinks, sent: str, failed: str) -> dict[str, Any]:
+    """Sent and failed runs per hour of the day."""
+    return {
+        "id": "chart-hours",
+        "svg": bar_chart(
+            "chart-hours",
+            title=_("Sent and failed per hour, %(day)s") % {"day": stats.day.isoformat()},
+            desc=_("Runs due in each hour of the day that were sent, and that failed."),
+            labels=[hour.label for hour in stats.hours],
+            series=[
+                _bars(stats.hours, "sent", sent, links),
+                _bars(stats.hours, "failed", failed, links),
             ],
-        )
+            x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
+            y_label=_("runs"),
+        ),
+        "head": [_("hour"), sent, failed],
+        "rows": [(h.label, h.counts.sent, h.counts.failed) for h in stats.hours],
+    }
 
+
+def _lateness_chart(stats: Stats) -> dict[str, Any]:
+    """The 50th and 95th percentile of lateness per hour of the day."""
     p50 = [hour.lateness.p50 if hour.lateness else None for hour in stats.hours]
     p95 = [hour.lateness.p95 if hour.lateness else None for hour in stats.hours]
-    return [
-        {
-            "id": "chart-hours",
-            "svg": bar_chart(
-                "chart-hours",
-                title=_("Sent and failed per hour, %(day)s") % {"day": stats.day.isoformat()},
-                desc=_("Runs due in each hour of the day that were sent, and that failed."),
-                labels=hour_labels,
-                series=[bars(stats.hours, "sent"), bars(stats.hours, "failed")],
-                x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
-                y_label=_("runs"),
+    return {
+        "id": "chart-lateness",
+        "svg": line_chart(
+            "chart-lateness",
+            title=_("Lateness per hour, %(day)s") % {"day": stats.day.isoformat()},
+            desc=_(
+                "50th and 95th percentile of the time from due to sent, of the runs "
+                "due in each hour that were sent; a gap is an hour with none."
             ),
-            "head": [_("hour"), sent, failed],
-            "rows": [(h.label, h.counts.sent, h.counts.failed) for h in stats.hours],
-        },
-        {
-            "id": "chart-lateness",
-            "svg": line_chart(
-                "chart-lateness",
-                title=_("Lateness per hour, %(day)s") % {"day": stats.day.isoformat()},
-                desc=_(
-                    "50th and 95th percentile of the time from due to sent, of the runs "
-                    "due in each hour that were sent; a gap is an hour with none."
-                ),
-                labels=hour_labels,
-                series=[Series("p50", p50), Series("p95", p95)],
-                x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
-                y_label=_("seconds late"),
-                fmt=lambda v: f"{v:g}",
-            ),
-            "head": [_("hour"), "p50", "p95"],
-            "rows": [
-                (h.label, fmt.seconds(a), fmt.seconds(b))
-                for h, a, b in zip(stats.hours, p50, p95, strict=True)
+            labels=[hour.label for hour in stats.hours],
+            series=[Series("p50", p50), Series("p95", p95)],
+            x_label=_("hour due (%(zone)s)") % {"zone": stats.time_zone},
+            y_label=_("seconds late"),
+            fmt=lambda v: f"{v:g}",
+        ),
+        "head": [_("hour"), "p50", "p95"],
+        "rows": [
+            (h.label, fmt.seconds(a), fmt.seconds(b))
+            for h, a, b in zip(stats.hours, p50, p95, strict=True)
+        ],
+    }
+
+
+def _days_chart(stats: Stats, links: RunLinks, sent: str, failed: str) -> dict[str, Any]:
+    """Sent and failed runs per day, the last days."""
+    return {
+        "id": "chart-days",
+        "svg": bar_chart(
+            "chart-days",
+            title=_("Sent and failed per day, the last %(n)d days") % {"n": len(stats.days)},
+            desc=_("Runs due each day that were sent, and that failed."),
+            labels=[day.label[5:] for day in stats.days],  # MM-DD
+            series=[
+                _bars(stats.days, "sent", sent, links),
+                _bars(stats.days, "failed", failed, links),
             ],
-        },
-        {
-            "id": "chart-days",
-            "svg": bar_chart(
-                "chart-days",
-                title=_("Sent and failed per day, the last %(n)d days") % {"n": len(stats.days)},
-                desc=_("Runs due each day that were sent, and that failed."),
-                labels=day_labels,
-                series=[bars(stats.days, "sent"), bars(stats.days, "failed")],
-                x_label=_("day due"),
-                y_label=_("runs"),
-            ),
-            "head": [pgettext("column", "day"), sent, failed],
-            "rows": [(d.label, d.counts.sent, d.counts.failed) for d in stats.days],
-        },
-    ]
+            x_label=_("day due"),
+            y_label=_("runs"),
+        ),
+        "head": [pgettext("column", "day"), sent, failed],
+        "rows": [(d.label, d.counts.sent, d.counts.failed) for d in stats.days],
+    }
