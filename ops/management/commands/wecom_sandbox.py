@@ -67,6 +67,135 @@ def window(value: str) -> Window | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_server_arguments(parser: CommandParser) -> None:
+    """Where it listens, and the corp and the app it plays."""
+    parser.add_argument("--host", default="127.0.0.1", help=_("(default: %(default)r)"))
+    parser.add_argument(
+        "--port", type=port, default=8900, help=_("0 picks a free port (default: %(default)r)")
+    )
+    parser.add_argument(
+        "--corp-id", default=None, help=_("(default: WECOM_CORP_ID, else a development id)")
+    )
+    parser.add_argument(
+        "--corp-secret",
+        default=None,
+        help=_("(default: WECOM_CORP_SECRET, else a development secret; never printed)"),
+    )
+    parser.add_argument(
+        "--agent-id", default=None, help=_("(default: WECOM_AGENT_ID, else a development id)")
+    )
+
+
+def _add_app_arguments(parser: CommandParser) -> None:
+    """The app's pace and its tokens' life, and the robots' keys."""
+    parser.add_argument(
+        "--rate-limit",
+        type=positive,
+        default=None,
+        help=_("app sends a second over all members, beyond which 45009 (default: no limit)"),
+    )
+    parser.add_argument(
+        "--rate-burst",
+        type=positive,
+        default=None,
+        help=_("token bucket size of --rate-limit (default: one second's worth)"),
+    )
+    parser.add_argument(
+        "--token-ttl",
+        type=positive,
+        default=7200.0,
+        help=_("seconds an access token lives (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--robot-key",
+        action="append",
+        dest="robot_keys",
+        default=None,
+        help=_(
+            "a group-robot webhook key; repeat for several "
+            "(default: WECOM_ROBOT_KEY, else a development key)"
+        ),
+    )
+
+
+def _add_limit_arguments(parser: CommandParser) -> None:
+    """What it refuses: beyond the members' and the robots' limits, and over WeCom's
+    length."""
+    parser.add_argument(
+        "--user-limit",
+        action="append",
+        dest="user_limits",
+        type=window,
+        default=None,
+        help=_(
+            "per-member limit COUNT/SECONDS, repeatable (default: %(limits)s; 'none' for no limit)"
+        )
+        % {"limits": ", ".join(str(w) for w in USER_LIMITS)},
+    )
+    parser.add_argument(
+        "--robot-limit",
+        type=window,
+        default=ROBOT_LIMIT,
+        help=_("per-robot limit COUNT/SECONDS or 'none' (default: %(default)s)"),
+    )
+    parser.add_argument(
+        "--overflow",
+        choices=OVERFLOW_CHOICES,
+        default="truncate",
+        help=_(
+            "text or textcard over WeCom's limit: cut it as WeCom documents, "
+            "or answer 45002 (default: %(default)r)"
+        ),
+    )
+
+
+def _add_fault_arguments(parser: CommandParser) -> None:
+    """The faults it answers with now and then, and the members that do not exist."""
+    parser.add_argument(
+        "--busy-rate",
+        type=rate,
+        default=0.0,
+        help=_("chance that a send is answered busy, errcode -1 (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--http-error-rate",
+        type=rate,
+        default=0.0,
+        help=_("chance that a send is answered HTTP 500 (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--lost-reply-rate",
+        type=rate,
+        default=0.0,
+        help=_("chance that a reply is lost after the send took effect (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--slow-reply-rate",
+        type=rate,
+        default=0.0,
+        help=_("chance that a reply comes --slow-reply-delay seconds late (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--slow-reply-delay",
+        type=seconds,
+        default=2.0,
+        help=_("how late a slow reply comes, seconds (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help=_("seed of the random faults: the same seed, the same faults (default: %(default)r)"),
+    )
+    parser.add_argument(
+        "--invalid-user",
+        action="append",
+        dest="invalid_users",
+        default=[],
+        help=_("a user id that does not exist; repeatable"),
+    )
+
+
 class Command(TranslatedCommand):
     help = gettext_noop(
         "Run the local WeCom sandbox: gettoken, message/send, webhook/send and "
@@ -79,123 +208,11 @@ class Command(TranslatedCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default="127.0.0.1", help=_("(default: %(default)r)"))
-        parser.add_argument(
-            "--port", type=port, default=8900, help=_("0 picks a free port (default: %(default)r)")
-        )
-        parser.add_argument(
-            "--corp-id", default=None, help=_("(default: WECOM_CORP_ID, else a development id)")
-        )
-        parser.add_argument(
-            "--corp-secret",
-            default=None,
-            help=_("(default: WECOM_CORP_SECRET, else a development secret; never printed)"),
-        )
-        parser.add_argument(
-            "--agent-id", default=None, help=_("(default: WECOM_AGENT_ID, else a development id)")
-        )
-        parser.add_argument(
-            "--rate-limit",
-            type=positive,
-            default=None,
-            help=_("app sends a second over all members, beyond which 45009 (default: no limit)"),
-        )
-        parser.add_argument(
-            "--rate-burst",
-            type=positive,
-            default=None,
-            help=_("token bucket size of --rate-limit (default: one second's worth)"),
-        )
-        parser.add_argument(
-            "--token-ttl",
-            type=positive,
-            default=7200.0,
-            help=_("seconds an access token lives (default: %(default)r)"),
-        )
-        parser.add_argument(
-            "--robot-key",
-            action="append",
-            dest="robot_keys",
-            default=None,
-            help=_(
-                "a group-robot webhook key; repeat for several "
-                "(default: WECOM_ROBOT_KEY, else a development key)"
-            ),
-        )
-        parser.add_argument(
-            "--user-limit",
-            action="append",
-            dest="user_limits",
-            type=window,
-            default=None,
-            help=_(
-                "per-member limit COUNT/SECONDS, repeatable (default: %(limits)s; 'none' for "
-                "no limit)"
-            )
-            % {"limits": ", ".join(str(w) for w in USER_LIMITS)},
-        )
-        parser.add_argument(
-            "--robot-limit",
-            type=window,
-            default=ROBOT_LIMIT,
-            help=_("per-robot limit COUNT/SECONDS or 'none' (default: %(default)s)"),
-        )
-        parser.add_argument(
-            "--overflow",
-            choices=OVERFLOW_CHOICES,
-            default="truncate",
-            help=_(
-                "text or textcard over WeCom's limit: cut it as WeCom documents, "
-                "or answer 45002 (default: %(default)r)"
-            ),
-        )
-        parser.add_argument(
-            "--busy-rate",
-            type=rate,
-            default=0.0,
-            help=_("chance that a send is answered busy, errcode -1 (default: %(default)r)"),
-        )
-        parser.add_argument(
-            "--http-error-rate",
-            type=rate,
-            default=0.0,
-            help=_("chance that a send is answered HTTP 500 (default: %(default)r)"),
-        )
-        parser.add_argument(
-            "--lost-reply-rate",
-            type=rate,
-            default=0.0,
-            help=_("chance that a reply is lost after the send took effect (default: %(default)r)"),
-        )
-        parser.add_argument(
-            "--slow-reply-rate",
-            type=rate,
-            default=0.0,
-            help=_(
-                "chance that a reply comes --slow-reply-delay seconds late (default: %(default)r)"
-            ),
-        )
-        parser.add_argument(
-            "--slow-reply-delay",
-            type=seconds,
-            default=2.0,
-            help=_("how late a slow reply comes, seconds (default: %(default)r)"),
-        )
-        parser.add_argument(
-            "--seed",
-            type=int,
-            default=0,
-            help=_(
-                "seed of the random faults: the same seed, the same faults (default: %(default)r)"
-            ),
-        )
-        parser.add_argument(
-            "--invalid-user",
-            action="append",
-            dest="invalid_users",
-            default=[],
-            help=_("a user id that does not exist; repeatable"),
-        )
+        # In this order in --help.
+        _add_server_arguments(parser)
+        _add_app_arguments(parser)
+        _add_limit_arguments(parser)
+        _add_fault_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbose = options["verbosity"] >= 2
