@@ -27,6 +27,7 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from .messages import builders, wording
+from .messages.builders import builder
 from .messages.content import Content
 from .messages.stamps import STAMPED_FIELDS as STAMPED_FIELDS
 from .messages.stamps import makeup_line as makeup_line
@@ -41,6 +42,7 @@ __all__ = [
     "Content",
     "Kind",
     "Policy",
+    "builder",
     "get",
     "label",
     "makeup_line",
