@@ -34,7 +34,8 @@ from .config import (
 )
 from .ledger import DELIVERED, LedgerEntry
 from .limits import Window
-from .state import Reply, SandboxState, encode, error_body
+from .replies import Reply, encode, error_body
+from .state import SandboxState
 
 logger = logging.getLogger("ops.sandbox")
 

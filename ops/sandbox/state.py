@@ -1,4 +1,7 @@
-"""WeCom's behaviour, without HTTP: tokens, validation, limits, faults and the ledger.
+"""WeCom's behaviour, without HTTP: tokens, limits, duplicate checks, faults and the
+ledger, over request bodies checked as WeCom checks them (``ops.sandbox.validation``),
+with the fault switches (``ops.sandbox.faults``) and the replies
+(``ops.sandbox.replies``) in modules of their own.
 
 Every public method takes the lock, so the HTTP handler threads may call them at once.
 Each endpoint method returns a ``Reply`` that the handler writes, delays or loses.
@@ -33,103 +36,54 @@ import secrets
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import codes
-from .config import (
-    DEFAULT_DUPLICATE_CHECK_INTERVAL,
-    MARKDOWN_LIMIT,
-    MAX_DUPLICATE_CHECK_INTERVAL,
-    MAX_TOUSER,
-    RECALL_WINDOW,
-    ROBOT_MARKDOWN_LIMIT,
-    ROBOT_TEXT_LIMIT,
-    TEXT_LIMIT,
-    TEXTCARD_DESCRIPTION_LIMIT,
-    TEXTCARD_TITLE_LIMIT,
-    FaultRates,
-    SandboxConfig,
-    mask,
-)
+from .config import RECALL_WINDOW, SandboxConfig, mask
+from .faults import Chance, Faults, draw
 from .ledger import DELIVERED, REJECTED, SUPPRESSED, Ledger, LedgerEntry
 from .limits import TokenBucket, WindowLimit
+from .replies import OK_REPLY, Rejected, Reply, encode, error_body
+from .validation import (
+    APP_MSGTYPES,
+    ROBOT_MSGTYPES,
+    AppRequest,
+    app_request,
+    cut,
+    ids,
+    nbytes,
+    parse,
+    robot_request,
+)
+
+# Importable from here as they were before the request checks, the replies and the
+# faults had modules of their own.
+__all__ = [
+    "APP_MSGTYPES",
+    "GETTOKEN",
+    "MESSAGE_RECALL",
+    "MESSAGE_SEND",
+    "OK_REPLY",
+    "ROBOT_MSGTYPES",
+    "WEBHOOK_SEND",
+    "AppRequest",
+    "Chance",
+    "Faults",
+    "Rejected",
+    "Reply",
+    "SandboxState",
+    "Sent",
+    "cut",
+    "encode",
+    "error_body",
+    "nbytes",
+]
 
 MESSAGE_SEND = "message/send"
 WEBHOOK_SEND = "webhook/send"
 MESSAGE_RECALL = "message/recall"
 GETTOKEN = "gettoken"
-
-APP_MSGTYPES = ("text", "markdown", "textcard")
-ROBOT_MSGTYPES = ("text", "markdown", "image", "news", "file", "template_card")
-OK_REPLY = {"errcode": codes.OK, "errmsg": "ok"}
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What the handler sends back: a JSON body, or nothing at all when ``lose``."""
-
-    body: bytes
-    status: int = 200
-    content_type: str = "application/json; charset=utf-8"
-    lose: bool = False
-    delay: float = 0.0
-
-
-@dataclass
-class Faults:
-    """The switches; counts are "the next N sends", ``slow=None`` means every reply;
-    ``rates`` strike at random."""
-
-    busy: int = 0
-    http_errors: int = 0
-    http_status: int = 500
-    lost_replies: int = 0
-    errcodes: list[int] = field(default_factory=list)
-    gettoken_errcodes: list[int] = field(default_factory=list)
-    delay: float = 0.0
-    slow: int | None = None
-    rates: FaultRates = field(default_factory=FaultRates)
-
-
-@dataclass(frozen=True)
-class Chance:
-    """What the random faults decided for one send."""
-
-    http_error: bool = False
-    busy: bool = False
-    lost_reply: bool = False
-    slow_reply: bool = False
-
-
-class Rejected(Exception):
-    """Raised inside request handling to answer with an errcode."""
-
-    def __init__(self, errcode: int, detail: str = "", **extra: Any) -> None:
-        super().__init__(errcode)
-        self.errcode = errcode
-        self.errmsg = codes.message(errcode, detail)
-        self.extra = extra
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def encode(data: dict[str, Any]) -> bytes:
-    return _ENCODER.encode(data).encode()
-
-
-def error_body(errcode: int, errmsg: str | None = None, **extra: Any) -> bytes:
-    return encode({"errcode": errcode, "errmsg": errmsg or codes.message(errcode), **extra})
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes without splitting a character."""
-    return text.encode()[:limit].decode(errors="ignore")
-
-
-def nbytes(text: str) -> int:
-    return len(text.encode())
 
 
 @dataclass(frozen=True)
@@ -140,20 +94,6 @@ class Sent:
     msgid: str
     entry_id: int
     at: float
-
-
-@dataclass(frozen=True)
-class AppRequest:
-    """A ``message/send`` body that passed validation."""
-
-    body: dict[str, Any]
-    msgtype: str
-    content: str
-    truncated: bool
-    interval: int
-    users: tuple[str, ...]
-    invalid: tuple[str, ...]
-    valid: list[str]
 
 
 class SandboxState:
@@ -207,7 +147,7 @@ class SandboxState:
             self.stats[f"{MESSAGE_RECALL} calls"] += 1
             try:
                 self._check_token(query.get("access_token"))
-                body = self._parse(raw)
+                body = parse(raw)
                 msgid = body.get("msgid")
                 sent = self.msgids.get(msgid) if isinstance(msgid, str) else None
                 if sent is None or self.now() - sent.at > RECALL_WINDOW:
@@ -333,7 +273,7 @@ class SandboxState:
     def _send(self, endpoint: str, query: dict[str, str], raw: bytes) -> Reply:
         with self.lock:
             self.stats[f"{endpoint} calls"] += 1
-            chance = self._chance()
+            chance = draw(self.faults.rates, self.random)
             reply, entry = self._injected(endpoint, chance)
             if reply is None:
                 try:
@@ -346,35 +286,14 @@ class SandboxState:
                     entry = self._reject(endpoint, exc.errcode, exc.errmsg, raw, **exc.extra)
             return self._deliver_reply(reply, entry, chance)
 
-    def _chance(self) -> Chance:
-        """Four draws per send while any rate is set, whatever they decide, so that a
-        seed gives the same faults to the same order of sends; none otherwise."""
-        rates = self.faults.rates
-        if not rates.active:
-            return Chance()
-        draws = [self.random.random() for _ in range(4)]
-        return Chance(
-            http_error=draws[0] < rates.http_error,
-            busy=draws[1] < rates.busy,
-            lost_reply=draws[2] < rates.lost_reply,
-            slow_reply=draws[3] < rates.slow_reply,
-        )
-
-    def _counted(self, name: str) -> bool:
-        """Whether the count of fault ``name`` strikes this send; spends one if so."""
-        left: int = getattr(self.faults, name)
-        if left > 0:
-            setattr(self.faults, name, left - 1)
-        return left > 0
-
     def _injected(self, endpoint: str, chance: Chance) -> tuple[Reply | None, LedgerEntry | None]:
         faults = self.faults
-        if self._counted("http_errors") or chance.http_error:
+        if faults.counted("http_errors") or chance.http_error:
             status = faults.http_status
             text = f"{status} injected by the sandbox"
             reply = Reply(text.encode(), status=status, content_type="text/plain; charset=utf-8")
             return reply, self._record(endpoint, REJECTED, None, text, http_status=status)
-        if self._counted("busy") or chance.busy:
+        if faults.counted("busy") or chance.busy:
             return self._injected_errcode(endpoint, codes.BUSY)
         if faults.errcodes:
             return self._injected_errcode(endpoint, faults.errcodes.pop(0))
@@ -386,7 +305,7 @@ class SandboxState:
 
     def _deliver_reply(self, reply: Reply, entry: LedgerEntry | None, chance: Chance) -> Reply:
         faults = self.faults
-        lose = self._counted("lost_replies") or chance.lost_reply
+        lose = faults.counted("lost_replies") or chance.lost_reply
         if lose:
             self.stats["lost replies"] += 1
         delay = 0.0
@@ -403,7 +322,7 @@ class SandboxState:
 
     def _app_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
         self._check_token(query.get("access_token"))
-        request = self._app_request(raw)
+        request = app_request(raw, self.config, self.invalid_users)
         now = self.now()
         if self.bucket is not None and not self.bucket.admit(now):
             raise Rejected(codes.FREQUENCY_LIMIT, "sandbox rate limit")
@@ -453,54 +372,11 @@ class SandboxState:
         }
         return Reply(encode(reply)), entry
 
-    def _app_request(self, raw: bytes) -> AppRequest:
-        """The request body checked as WeCom checks it, in WeCom's order of errcodes."""
-        body = self._parse(raw)
-        self._check_agent(body.get("agentid"))
-        msgtype = body.get("msgtype")
-        if msgtype not in APP_MSGTYPES:
-            raise Rejected(codes.INVALID_MSGTYPE)
-        content, truncated = self._app_content(msgtype, body.get(msgtype))
-        interval = self._duplicate_interval(body)
-        users = _ids(body.get("touser"))
-        parties, tags = _ids(body.get("toparty")), _ids(body.get("totag"))
-        if len(users) > MAX_TOUSER:
-            raise Rejected(codes.INVALID_PARAMETER, f"touser exceed max count {MAX_TOUSER}")
-        if not (users or parties or tags):
-            raise Rejected(codes.INVALID_PARAMETER, "touser, toparty and totag are all empty")
-        invalid = tuple(u for u in users if u in self.invalid_users)
-        valid = [u for u in users if u not in self.invalid_users]
-        valid += [f"party:{p}" for p in parties] + [f"tag:{t}" for t in tags]
-        if not valid:
-            raise Rejected(codes.ALL_RECIPIENTS_INVALID, invaliduser="|".join(invalid))
-        return AppRequest(body, msgtype, content, truncated, interval, tuple(users), invalid, valid)
-
     def _robot_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
         key = query.get("key", "")
         if key not in self.config.robot_keys:
             raise Rejected(codes.INVALID_WEBHOOK_KEY)
-        body = self._parse(raw)
-        msgtype = body.get("msgtype")
-        if msgtype not in ROBOT_MSGTYPES:
-            raise Rejected(codes.INVALID_MSGTYPE)
-        payload = body.get(msgtype)
-        if not isinstance(payload, dict) or not payload:
-            raise Rejected(codes.EMPTY_CONTENT)
-        content = f"[{msgtype}]"
-        mentioned: tuple[str, ...] = ()
-        if msgtype in ("text", "markdown"):
-            text = payload.get("content")
-            if not isinstance(text, str) or not text:
-                raise Rejected(codes.EMPTY_CONTENT)
-            content = text
-            limit = ROBOT_TEXT_LIMIT if msgtype == "text" else ROBOT_MARKDOWN_LIMIT
-            if nbytes(content) > limit:
-                raise Rejected(
-                    codes.INVALID_PARAMETER, f"{msgtype}.content exceed max length {limit}"
-                )
-        if msgtype == "text":
-            mentioned = tuple(str(m) for m in payload.get("mentioned_list") or ())
-            mentioned += tuple(str(m) for m in payload.get("mentioned_mobile_list") or ())
+        request = robot_request(raw)
         robot_limit = self.config.robot_limit
         if robot_limit is not None:
             limiter = self.robot_limits.setdefault(key, WindowLimit((robot_limit,)))
@@ -511,84 +387,14 @@ class SandboxState:
             DELIVERED,
             codes.OK,
             "ok",
-            msgtype=msgtype,
+            msgtype=request.msgtype,
             robot=mask(key),
-            content=content,
-            mentioned_list=mentioned,
-            request=body,
+            content=request.content,
+            mentioned_list=request.mentioned,
+            request=request.body,
         )
         self.stats["delivered"] += 1
         return Reply(error_body(codes.OK)), entry
-
-    def _parse(self, raw: bytes) -> dict[str, Any]:
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise Rejected(codes.DATA_FORMAT_ERROR) from None
-        if not isinstance(body, dict):
-            raise Rejected(codes.DATA_FORMAT_ERROR)
-        return body
-
-    def _check_agent(self, agentid: Any) -> None:
-        if agentid is None or agentid == "":
-            raise Rejected(codes.MISSING_AGENTID)
-        # WeCom reads a numeric string as the number; anything else cannot match.
-        if isinstance(agentid, bool) or str(agentid) != str(self.config.agent_id):
-            raise Rejected(codes.INVALID_AGENTID)
-
-    def _app_content(self, msgtype: str, payload: Any) -> tuple[str, bool]:
-        if not isinstance(payload, dict):
-            raise Rejected(codes.EMPTY_CONTENT)
-        if msgtype == "textcard":
-            return self._textcard(payload)
-        content = payload.get("content")
-        if not isinstance(content, str) or not content:
-            raise Rejected(codes.EMPTY_CONTENT)
-        limit = TEXT_LIMIT if msgtype == "text" else MARKDOWN_LIMIT
-        if nbytes(content) <= limit:
-            return content, False
-        if msgtype == "text" and self.config.overflow == "truncate":
-            return cut(content, limit), True
-        raise Rejected(codes.CONTENT_TOO_LARGE, f"{msgtype}.content exceed max length {limit}")
-
-    def _textcard(self, payload: dict[str, Any]) -> tuple[str, bool]:
-        title, description, url = (payload.get(k) for k in ("title", "description", "url"))
-        if not (isinstance(title, str) and title and isinstance(description, str) and description):
-            raise Rejected(codes.EMPTY_CONTENT)
-        if not isinstance(url, str) or not url:
-            raise Rejected(codes.INVALID_PARAMETER, "textcard.url missing")
-        truncated = False
-        for name, limit in (
-            ("title", TEXTCARD_TITLE_LIMIT),
-            ("description", TEXTCARD_DESCRIPTION_LIMIT),
-        ):
-            value = title if name == "title" else description
-            if nbytes(value) <= limit:
-                continue
-            if self.config.overflow != "truncate":
-                raise Rejected(
-                    codes.CONTENT_TOO_LARGE, f"textcard.{name} exceed max length {limit}"
-                )
-            truncated = True
-            if name == "title":
-                title = cut(title, limit)
-            else:
-                description = cut(description, limit)
-        return f"{title}\n\n{description}", truncated
-
-    def _duplicate_interval(self, body: dict[str, Any]) -> int:
-        """Seconds the duplicate check holds for this request; 0 when it is off."""
-        if body.get("enable_duplicate_check") not in (1, "1", True):
-            return 0
-        interval = body.get("duplicate_check_interval", DEFAULT_DUPLICATE_CHECK_INTERVAL)
-        if isinstance(interval, bool) or not isinstance(interval, int):
-            raise Rejected(codes.INVALID_PARAMETER, "duplicate_check_interval must be an integer")
-        if not 0 < interval <= MAX_DUPLICATE_CHECK_INTERVAL:
-            raise Rejected(
-                codes.INVALID_PARAMETER,
-                f"duplicate_check_interval must be within 1..{MAX_DUPLICATE_CHECK_INTERVAL}",
-            )
-        return interval
 
     def _earlier(self, user: str, digest: bytes, now: float) -> Sent | None:
         if not digest:
@@ -636,7 +442,7 @@ class SandboxState:
         values: dict[str, Any] = {"request": request}
         if request is not None:
             values["msgtype"] = str(request.get("msgtype") or "")
-            values["touser"] = tuple(_ids(request.get("touser")))
+            values["touser"] = tuple(ids(request.get("touser")))
         if extra.get("invaliduser"):
             values["invaliduser"] = tuple(str(extra["invaliduser"]).split("|"))
         self.stats[f"{endpoint} errcode {errcode}"] += 1
@@ -653,10 +459,3 @@ class SandboxState:
             errmsg=errmsg,
             **values,
         )
-
-
-def _ids(value: Any) -> list[str]:
-    """``"a|b"`` (or a list, which WeCom does not take but a careless caller might) as ids."""
-    if isinstance(value, str):
-        return [part for part in value.split("|") if part]
-    return []
