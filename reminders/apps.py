@@ -28,6 +28,7 @@ class RemindersConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the checks and the settings hook.
+        from . import checks, senders  # noqa: F401
         from .intake import users  # noqa: F401
 
         # django-q2's admin, where it is the engine's machinery only (django_q_owner).
