@@ -6,7 +6,8 @@ type and a primary key, ``about``) or about none, never half of one. Models hold
 fields, constraints, QuerySet verbs and small state changes. What acts on them lives in
 the engine: planning (``engine.planning``) and operators' actions (``engine.actions``).
 
-Where each lives: ``tasks`` (``ScheduledTask``), ``runs`` (``TaskRun``), ``ledger``
+Where each lives: ``tasks`` (``ScheduledTask``), ``runs`` (``TaskRun``) and
+``run_queries`` (its QuerySet verbs), ``ledger``
 (``SendLog``, ``JobTake``), ``upkeep`` (the engine's bookkeeping), ``choices`` (the
 vocabulary they share), ``validators`` (the fields' rules), ``sql`` (the statements
 every message costs); the calendar days are ``reminders.calendars.days``'. Every name
@@ -28,10 +29,12 @@ from .choices import (
     PASSED_WHILE_PAUSED,
     RUN_NOW_KEY,
     Priority,
+    RunStatus,
     SkipReason,
 )
 from .ledger import JobTake, JobTakeQuerySet, SendLog
-from .runs import REPLANNED_FIELDS, FailedToday, RunQuerySet, TaskRun
+from .run_queries import REPLANNED_FIELDS, RunQuerySet
+from .runs import FailedToday, TaskRun
 from .tasks import OBJECT_ID_MAX_LENGTH, ScheduledTask, TaskQuerySet
 from .upkeep import (
     HeartbeatQuerySet,
@@ -79,6 +82,7 @@ __all__ = [
     "PrunedOneShot",
     "RateBucket",
     "RunQuerySet",
+    "RunStatus",
     "ScheduledTask",
     "SchedulerHeartbeat",
     "SendLog",

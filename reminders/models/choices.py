@@ -102,3 +102,34 @@ def _saying(message: str, sentence: str) -> str:
 # The ledger key of a run made on request (``ScheduledTask.run_now``): one per task and
 # minute.
 RUN_NOW_KEY = "{task}:now:{minute:%Y-%m-%dT%H:%MZ}"
+
+
+class RunStatus(models.TextChoices):
+    """A run's status (``TaskRun.Status``), and its groups below."""
+
+    SCHEDULED = "scheduled", _("Scheduled")
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    RETRYING = "retrying", _("Waiting to retry")
+    SENT = "sent", _("Sent")
+    FAILED = "failed", _("Failed")
+    SKIPPED = "skipped", _("Skipped")
+    CANCELLED = "cancelled", _("Cancelled")
+    UNKNOWN = "unknown", _("Outcome unknown")
+    EXPIRED = "expired", _("Expired")
+
+
+WAITING = (RunStatus.SCHEDULED, RunStatus.RETRYING)
+LEASED = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINISHED = (
+    RunStatus.SENT,
+    RunStatus.FAILED,
+    RunStatus.SKIPPED,
+    RunStatus.CANCELLED,
+    RunStatus.UNKNOWN,
+    RunStatus.EXPIRED,
+)
+UNFINISHED = (*WAITING, *LEASED)
+# Ended without a delivery: what ops look after (``mark_handled``) or retry.
+UNSENT_ENDS = (RunStatus.FAILED, RunStatus.UNKNOWN, RunStatus.EXPIRED)
+RETRYABLE = (*WAITING, *UNSENT_ENDS)

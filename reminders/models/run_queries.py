@@ -1,0 +1,337 @@
+"""``TaskRun``'s QuerySet verbs, reused by the scheduler, delivery, the admin and the
+commands: due and claimable runs, planned runs added (a cancelled one revived), the
+pending cancelled (a run in doubt ended ``unknown``), the overdue expired, the stuck
+reported, the abandoned given back.
+
+Each verb is one or a few statements over the selected rows, never a query per run; a
+verb that tells ops (``signals``) does so once its transaction commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from .. import signals
+from ..conf import settings as conf
+from ..schedule import timing
+from .choices import (
+    CANCELLED_IN_DOUBT,
+    EXPIRED_CODE,
+    LEASED,
+    MADE_UP_WITH,
+    MAKEUP_CANCELLED,
+    MAKEUP_SUFFIX,
+    MISSED_CODES,
+    UNSENT_ENDS,
+    WAITING,
+    RunStatus,
+    SkipReason,
+    _saying,
+)
+from .ledger import SendLog
+from .tasks import ScheduledTask
+
+logger = logging.getLogger("reminders.models.runs")
+
+
+# What a re-planned occurrence takes from its new run when its cancelled run is revived.
+REPLANNED_FIELDS = [
+    "status",
+    "due_at",
+    "next_attempt_at",
+    "priority",
+    "ledger_key",
+    "attempts",
+    "error_code",
+    "error_message",
+    "finished_at",
+    "is_compensation",
+    "deadline",
+    "day_source",
+    "day_note",
+]
+
+
+def _say_of_makeups(runs: RunQuerySet, says: dict[tuple[int, str], str]) -> None:
+    """Make the skipped runs of each (task, ledger key) say ``says[...]`` of their
+    make-up instead of what they said."""
+    if not says:
+        return
+    which = Q()
+    for task_id, key in says:
+        which |= Q(task_id=task_id, ledger_key=key)
+    skipped = runs.model.objects.filter(
+        which, status=RunStatus.SKIPPED, error_code__in=MISSED_CODES, is_compensation=False
+    ).only("pk", "task_id", "ledger_key", "error_message")
+    changed = []
+    for run in skipped:
+        message = _saying(run.error_message, says[(run.task_id, run.ledger_key)])
+        if message != run.error_message:
+            run.error_message = message
+            changed.append(run)
+    runs.model.objects.bulk_update(changed, ["error_message"])
+
+
+def _due(now: datetime) -> Q:
+    return Q(status__in=WAITING, next_attempt_at__lte=now)
+
+
+def _abandoned(now: datetime) -> Q:
+    return Q(status__in=LEASED, lease_expires_at__lt=now)
+
+
+class RunQuerySet(models.QuerySet[Any]):
+    # Of ``TaskRun`` (``self.model``), which is defined over this module and imports it:
+    # its rows are typed ``Any`` here rather than the module importing its model back.
+
+    def claimable(self, now: datetime) -> RunQuerySet:
+        """Runs a scheduler may claim: due and waiting (their task not paused), or held
+        under an expired lease."""
+        waiting = _due(now) & ~Q(task__status=ScheduledTask.Status.PAUSED)
+        return self.filter(waiting | _abandoned(now))
+
+    def due_or_abandoned(self, now: datetime) -> RunQuerySet:
+        """``claimable`` on the run's own columns: what a claim's UPDATE re-checks. It
+        reads no other table: on MariaDB an UPDATE joined to the tasks locks run rows
+        well beyond the claim, and deadlocks with workers starting theirs."""
+        return self.filter(_due(now) | _abandoned(now))
+
+    def add_planned(self, runs: Sequence[Any]) -> None:
+        """Save newly planned runs. One another scheduler created first is left as it is
+        (one run per task and occurrence), and an occurrence planned again gets its
+        cancelled run back."""
+        self.model.objects.bulk_create(runs, ignore_conflicts=True)
+        self._revive_cancelled(runs)
+        self._say_made_up(runs)
+
+    def _say_made_up(self, runs: Sequence[Any]) -> None:
+        """The skipped runs that these make-ups cover say which occurrence's run they
+        go with (one planned earlier may have said its make-up was cancelled)."""
+        says: dict[tuple[int, str], str] = {}
+        # A make-up is due with the run it goes with (``new_makeup``).
+        owns = {(run.task_id, run.due_at): run for run in runs if not run.is_compensation}
+        for makeup in runs:
+            if not makeup.is_compensation:
+                continue
+            own = owns.get((makeup.task_id, makeup.due_at))
+            if own is not None:
+                local = own.occurrence.astimezone(timing.zone(own.task.timezone))
+                when = MADE_UP_WITH.format(when=f"{local:%Y-%m-%d %H:%M}")
+                says[(makeup.task_id, makeup.ledger_key.removesuffix(MAKEUP_SUFFIX))] = when
+        _say_of_makeups(self, says)
+
+    def _revive_cancelled(self, runs: Sequence[Any]) -> None:
+        """A schedule moved away and back (09:00 → 10:00 → 09:00) plans an occurrence whose
+        run was cancelled; the unique (task, occurrence) makes ``bulk_create`` drop the new
+        one, so the old row is put back in line instead."""
+        wanted = {(run.task_id, run.occurrence): run for run in runs if run.status == "scheduled"}
+        if not wanted:
+            return
+        cancelled = self.model.objects.filter(
+            status=RunStatus.CANCELLED,
+            task_id__in={task_id for task_id, _ in wanted},
+            occurrence__in={occurrence for _, occurrence in wanted},
+        )
+        revived = []
+        for old in cancelled:
+            new = wanted.get((old.task_id, old.occurrence))
+            if new is None:
+                continue
+            for field in REPLANNED_FIELDS:
+                setattr(old, field, getattr(new, field))
+            revived.append(old)
+        self.model.objects.bulk_update(revived, REPLANNED_FIELDS)
+
+    def skip_all_but_latest_due(
+        self, now: datetime, skip: SkipReason, *, keep_latest_since: datetime | None
+    ) -> int:
+        """Record the waiting runs due by ``now`` as skipped for ``skip``, but the latest
+        occurrence when it is at or after ``keep_latest_since`` (None: none is left);
+        returns how many were skipped. Make-up runs and runs made on request are left
+        to run (their deadline decides)."""
+        due = self.filter(status__in=WAITING, next_attempt_at__lte=now).exclude(
+            Q(is_compensation=True) | Q(is_manual=True)
+        )
+        latest = due.order_by("-occurrence").values_list("occurrence", flat=True).first()
+        if latest is None:
+            return 0
+        if keep_latest_since is not None and latest >= keep_latest_since:
+            due = due.filter(occurrence__lt=latest)
+        return due.update(
+            status=RunStatus.SKIPPED,
+            error_code=skip.code,
+            error_message=skip.message,
+            next_attempt_at=None,
+            finished_at=now,
+        )
+
+    def pending(self) -> RunQuerySet:
+        return self.filter(status__in=(*WAITING, RunStatus.QUEUED))
+
+    def cancel_pending(self) -> int:
+        """Cancel these runs that have not started; returns how many ended so.
+
+        A run in doubt (waiting to send again what an earlier attempt may have
+        delivered: its own ledger row ``sending`` or ``unknown``) is not cancelled but
+        ends ``unknown``, its row too, and ops are told (``run_unknown``) once the
+        transaction commits. Cancelled, it would say nothing went out, and the run that
+        replaces it, a duplicate of its key or its day, would be skipped pointing to a
+        run no one can retry; ``unknown``, it is the open question ops settle by
+        retrying it or marking it handled. A make-up cancelled no longer covers its
+        occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``)."""
+        now = timezone.now()
+        pending = self.pending()
+        own_row_in_doubt = SendLog.objects.filter(
+            run=models.OuterRef("pk"),
+            key=models.OuterRef("ledger_key"),
+            status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
+        )
+        # One read of the few that need more than a status: runs in doubt, make-ups.
+        special = list(
+            pending.annotate(in_doubt=models.Exists(own_row_in_doubt))
+            .filter(Q(in_doubt=True) | Q(is_compensation=True))
+            .values_list("pk", "in_doubt")
+        )
+        doubtful = [pk for pk, in_doubt in special if in_doubt]
+        makeups = [pk for pk, in_doubt in special if not in_doubt]
+        ended = 0
+        if doubtful:
+            ended = self._end_in_doubt(doubtful, now)
+        ended += pending.exclude(pk__in=doubtful).update(
+            status=RunStatus.CANCELLED,
+            next_attempt_at=None,
+            lease_token="",
+            lease_expires_at=None,
+            finished_at=now,
+        )
+        if makeups:
+            cancelled = self.model.objects.filter(
+                pk__in=makeups, status=RunStatus.CANCELLED, finished_at=now
+            ).values_list("task_id", "ledger_key")
+            _say_of_makeups(
+                self,
+                {
+                    (task, key.removesuffix(MAKEUP_SUFFIX)): MAKEUP_CANCELLED
+                    for task, key in cancelled
+                },
+            )
+        return ended
+
+    def _end_in_doubt(self, doubtful: list[int], now: datetime) -> int:
+        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told."""
+        ended = (
+            self.model.objects.filter(pk__in=doubtful)
+            .pending()
+            .update(
+                status=RunStatus.UNKNOWN,
+                error_code=CANCELLED_IN_DOUBT.code,
+                error_message=CANCELLED_IN_DOUBT.message,
+                next_attempt_at=None,
+                lease_owner="",
+                lease_token="",
+                lease_expires_at=None,
+                finished_at=now,
+            )
+        )
+        SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
+            status=SendLog.Status.UNKNOWN, updated_at=now
+        )
+        told = self.model.objects.filter(
+            pk__in=doubtful, status=RunStatus.UNKNOWN, finished_at=now
+        ).select_related("task")
+        for run in told:
+            signals.after_commit(signals.run_unknown, self.model, run=run)
+        return ended
+
+    def failed(self) -> RunQuerySet:
+        return self.filter(status=RunStatus.FAILED)
+
+    def mark_handled(self, by: str, now: datetime) -> int:
+        """Record that ``by`` (a username) looked after these runs at ``now``: those that
+        ended unsent and nobody handled yet; returns how many."""
+        return self.filter(status__in=UNSENT_ENDS, handled_at__isnull=True).update(
+            handled_at=now, handled_by=by[:150]
+        )
+
+    def overdue(self, now: datetime) -> RunQuerySet:
+        """Waiting runs past their deadline that no worker may have sent: none whose own
+        ledger row is ``sending`` or ``unknown`` (delivery decides those)."""
+        in_doubt = SendLog.objects.filter(
+            run=models.OuterRef("pk"),
+            status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
+        )
+        return self.filter(status__in=WAITING, deadline__lt=now).exclude(models.Exists(in_doubt))
+
+    def expire_overdue(self, now: datetime, limit: int = 500) -> list[Any]:
+        """End ``overdue`` runs as ``expired`` (up to ``limit``) and tell ops through
+        ``signals.run_expired`` once the transaction commits; returns them.
+
+        The rows are locked (``SKIP LOCKED``) and the UPDATE re-checks their state, so a
+        run is expired, and told, once however many schedulers tick; it reads only the
+        run's own columns, never the ledger, so that it locks no more than it changes.
+        """
+        with transaction.atomic():
+            candidates = self.overdue(now).order_by("deadline").values_list("pk", flat=True)
+            if connection.features.has_select_for_update_skip_locked:
+                candidates = candidates.select_for_update(skip_locked=True)
+            ids = list(candidates[:limit])
+            if not ids:
+                return []
+            self.model.objects.filter(pk__in=ids, status__in=WAITING, deadline__lt=now).update(
+                status=RunStatus.EXPIRED,
+                error_code=EXPIRED_CODE,
+                error_message="Its deadline passed before it could be sent.",
+                next_attempt_at=None,
+                finished_at=now,
+            )
+            expired = list(
+                self.model.objects.filter(
+                    pk__in=ids, status=RunStatus.EXPIRED, finished_at=now
+                ).select_related("task")
+            )
+            for run in expired:
+                signals.after_commit(signals.run_expired, self.model, run=run)
+        return expired
+
+    def stuck(self, now: datetime, timeout: float) -> RunQuerySet:
+        """Runs ``running`` for more than ``timeout`` seconds, not yet reported."""
+        return self.filter(
+            status=RunStatus.RUNNING,
+            started_at__lt=now - timedelta(seconds=timeout),
+            stuck_reported_at__isnull=True,
+        )
+
+    def report_stuck(self, now: datetime, limit: int = 500) -> list[Any]:
+        """Record and tell (``signals.run_stuck``) the runs running for longer than
+        ``REMINDERS_RUN_TIMEOUT``, each once: a compare-and-set on the attempt in hand,
+        so several schedulers report it once. The run is otherwise left to its lease."""
+        reported = []
+        for run in self.stuck(now, conf.RUN_TIMEOUT).select_related("task")[:limit]:
+            if run.mark_stuck(now):
+                reported.append(run)
+        return reported
+
+    def release(self, owner: str) -> int:
+        """Hand back runs this owner claimed but no worker started yet."""
+        return self.filter(lease_owner=owner).give_back()
+
+    def give_back(self) -> int:
+        """Put these runs, where claimed and not started (``queued``), back in line as
+        they were before the claim; returns how many. Narrow the selection to the
+        holder's (its owner, or its claim's token) first."""
+        return self.filter(status=RunStatus.QUEUED).update(
+            status=models.Case(
+                models.When(attempts=0, then=models.Value(RunStatus.SCHEDULED)),
+                default=models.Value(RunStatus.RETRYING),
+            ),
+            lease_owner="",
+            lease_token="",
+            lease_expires_at=None,
+        )
