@@ -50,7 +50,6 @@ from ..conf import settings as conf
 from ..models import JobTake, ScheduledTask
 from ..senders import SendResult
 from ..senders.base import Limit
-from . import records, reservations
 from .job_outage import given_back_when_back, settled_when_back
 from .jobs import BUSY_WAIT_SECONDS, Budget, Job, defer, logger
 from .records import record_sent, record_sent_surely, recording, write_sent
@@ -212,10 +211,3 @@ def _finish_apart(
         )
     except DatabaseError:
         logger.exception("could not stamp the tasks' last run time")
-
-
-# And these by the names they had when this module held every piece of a job.
-_hand_back = reservations.hand_back
-_record_failure = records.record_failure
-_record_sent = records.record_sent
-_record_throttled = records.record_throttled

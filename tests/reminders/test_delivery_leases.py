@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from reminders import api, kinds, ratelimit
 from reminders.engine import actions, dispatch
-from reminders.engine.delivery import _record_failure, _record_sent, deliver, reserve, start
+from reminders.engine.delivery import deliver, reserve, start
+from reminders.engine.records import record_failure, record_sent
 from reminders.exceptions import TransientSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.base import Message, SendResult
@@ -106,7 +107,7 @@ def test_a_stale_holder_s_send_is_recorded_and_the_new_holder_sends_nothing(make
     later = timezone.now() + timedelta(seconds=400)
     dispatch.claim("other", 10, now=later)
     # The slow first worker's reply arrives after all: the ledger says what happened...
-    _record_sent([(ready[0], SendResult("m-1"))])
+    record_sent([(ready[0], SendResult("m-1"))])
     assert SendLog.objects.get().status == "sent"
     assert task.runs.get().status == "queued"
     # ...and the run's new holder closes it without a second message.
@@ -120,7 +121,7 @@ def test_a_stale_holder_s_failure_is_left_to_the_run_s_new_holder(make_task, out
     claim = claim_all()
     ready, _ = reserve(start(claim.token, claim.run_ids))
     dispatch.claim("other", 10, now=timezone.now() + timedelta(seconds=400))
-    _record_failure(ready[0], TransientSendError("busy", code="-1"))
+    record_failure(ready[0], TransientSendError("busy", code="-1"))
     run = task.runs.get()
     assert (run.status, run.lease_owner, run.error_code) == ("queued", "other", "")
     # Still in doubt, as the new holder will find it: its send may have arrived.

@@ -16,7 +16,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from reminders.engine import dispatch
-from reminders.engine.delivery import _hand_back, _record_throttled, deliver, reserve, start
+from reminders.engine.delivery import deliver, reserve, start
+from reminders.engine.records import record_throttled
+from reminders.engine.reservations import hand_back
 from reminders.exceptions import InDoubtSendError, ThrottledSendError
 from reminders.models import SendLog, TaskRun
 from reminders.senders.base import Message, SendResult
@@ -128,7 +130,7 @@ def test_a_stale_holder_s_hand_back_leaves_the_new_holder_s_key_alone(make_task,
     make_task(channel="memory_dedup")
     stale, current = taken_over(settings)
     deferred: list[Any] = []
-    _hand_back([stale], deferred, time.time())
+    hand_back([stale], deferred, time.time())
     row = SendLog.objects.get()
     assert (row.status, row.run_id, row.attempts) == ("sending", current.run.pk, 2)
 
@@ -137,7 +139,7 @@ def test_a_stale_holder_s_hand_back_of_a_known_key_leaves_it_alone(make_task, se
     make_task(channel="memory_dedup")
     stale, _ = taken_over(settings)
     stale.fresh = False  # as a key tried before: put back to failed or unknown
-    _hand_back([stale], [], time.time())
+    hand_back([stale], [], time.time())
     row = SendLog.objects.get()
     assert (row.status, row.attempts) == ("sending", 2)
 
@@ -145,7 +147,7 @@ def test_a_stale_holder_s_hand_back_of_a_known_key_leaves_it_alone(make_task, se
 def test_a_stale_holder_s_throttled_reply_leaves_the_new_holder_s_key_alone(make_task, settings):
     make_task(channel="memory_dedup")
     stale, _ = taken_over(settings)
-    _record_throttled(stale, ThrottledSendError("api freq out of limit", code="45009"))
+    record_throttled(stale, ThrottledSendError("api freq out of limit", code="45009"))
     row = SendLog.objects.get()
     assert (row.status, row.reply_code) == ("sending", "")
 
@@ -156,8 +158,8 @@ def test_a_current_holder_s_hand_back_and_throttled_reply_still_change_its_rows(
     claim = claim_all()
     jobs = start(claim.token, claim.run_ids)
     ready, _ = reserve(jobs)
-    _record_throttled(ready[0], ThrottledSendError("api freq out of limit", code="45009"))
-    _hand_back(ready[1:], [], time.time())
+    record_throttled(ready[0], ThrottledSendError("api freq out of limit", code="45009"))
+    hand_back(ready[1:], [], time.time())
     assert list(SendLog.objects.values_list("status", "reply_code")) == [("failed", "45009")]
 
 
