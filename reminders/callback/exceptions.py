@@ -1,0 +1,49 @@
+"""The refusals of WeCom's callback protocol: one base, ``CallbackError``, under the app's.
+
+What we receive and refuse is a ``SuspiciousOperation`` as well: a view that lets one
+through answers 400, and Django logs it under ``django.security.<class name>``. A bad
+EncodingAESKey is ours to fix: an ``ImproperlyConfigured``.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
+
+from ..exceptions import RemindersError
+
+
+class CallbackError(RemindersError):
+    """Base class of every error of WeCom's callback protocol."""
+
+
+class BadEncodingAESKey(CallbackError, ImproperlyConfigured):
+    """An EncodingAESKey that is not 43 characters of base64 (32 bytes once decoded)."""
+
+
+class CallbackRefused(CallbackError, SuspiciousOperation):
+    """A callback, or the message inside it, refused: nothing of it may be used."""
+
+
+class BadSignature(CallbackRefused):
+    """A msg_signature that does not sign the token, timestamp, nonce and ciphertext."""
+
+
+class BadCiphertext(CallbackRefused):
+    """A ciphertext that is not what WeCom encrypts: its base64, blocks, padding, frame
+    or text."""
+
+
+class WrongReceiveId(CallbackRefused):
+    """A message framed for another receive id (corp id) than ours."""
+
+
+class MalformedXml(CallbackRefused):
+    """XML that is not well-formed, declares a DTD, or is not shaped as WeCom's."""
+
+
+class MissingField(MalformedXml):
+    """A field WeCom always sends, missing; ``field`` names it."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
