@@ -33,8 +33,8 @@ from xml.etree.ElementTree import Element, ParseError
 from xml.sax.saxutils import escape
 
 # No stubs and no py.typed: ``fromstring`` returns the standard library's Element.
-import defusedxml  # type: ignore[import-untyped]
-import defusedxml.ElementTree  # type: ignore[import-untyped]
+import defusedxml
+import defusedxml.ElementTree
 
 from .crypto import Credentials, Sealed, check_signature, decrypt, seal
 from .exceptions import MalformedXml, MissingField
