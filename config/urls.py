@@ -11,5 +11,6 @@ urlpatterns = [
     path("admin/ops/", ops.dashboard.urls(admin.site)),
     path("admin/", admin.site.urls),
     path("", include("ops.urls")),
+    path("reminders/", include("reminders.urls")),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

@@ -34,6 +34,8 @@ from django.utils.translation import gettext, ngettext
 
 from . import calendars, kinds
 from .calendars import coverage as calendar_coverage
+from .callback.crypto import Credentials
+from .callback.exceptions import BadEncodingAESKey
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
 from .messages import builders
@@ -94,6 +96,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors.extend(_check_builders())
     errors.extend(_check_kinds_calendars())
     errors.extend(_check_rate_limit_cache())
+    errors.extend(_check_callback())
     return errors
 
 
@@ -479,3 +482,24 @@ def _uncovered_warning(name: str, years: list[int]) -> Warning:
         ),
         id="reminders.W005",
     )
+
+
+def _check_callback() -> list[CheckMessage]:
+    """The callback is set up whole or not at all, with a key WeCom could have given."""
+    token = getattr(django_settings, "WECOM_CALLBACK_TOKEN", "")
+    key = getattr(django_settings, "WECOM_CALLBACK_AES_KEY", "")
+    if not token and not key:
+        return []
+    problem = ""
+    if not token or not key:
+        problem = gettext(
+            "WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY are set together or not at all."
+        )
+    elif not getattr(django_settings, "WECOM_CORP_ID", ""):
+        problem = gettext("The callback needs WECOM_CORP_ID: WeCom encrypts for the corp.")
+    else:
+        try:
+            Credentials(token=token, encoding_aes_key=key, receive_id="")
+        except BadEncodingAESKey as exc:
+            problem = str(exc)
+    return [Error(problem, id="reminders.E015")] if problem else []

@@ -125,6 +125,14 @@ class Settings:
         return _positive_number("REMINDERS_TICK_SECONDS", self._get("TICK_SECONDS", 1.0))
 
     @property
+    def CALLBACK_MAX_SKEW_SECONDS(self) -> float:
+        """How far a callback's timestamp may be from our clock, either way: an older
+        request is refused as a replay (its nonce is not kept longer than this)."""
+        return _positive_number(
+            "REMINDERS_CALLBACK_MAX_SKEW_SECONDS", self._get("CALLBACK_MAX_SKEW_SECONDS", 300)
+        )
+
+    @property
     def CLAIM_BATCH(self) -> int:
         """Runs claimed per scheduler tick, at most."""
         return int(_positive_number("REMINDERS_CLAIM_BATCH", self._get("CLAIM_BATCH", 500)))
@@ -562,6 +570,24 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "The WeCom app's agent id (an integer): the default of a WeCom channel's "
         "``agent_id`` option.",
+    ),
+    Setting(
+        "WECOM_CALLBACK_TOKEN",
+        "",
+        "The Token of the app's callback (WeCom's admin console, receive messages): with "
+        "WECOM_CALLBACK_AES_KEY, it turns the callback URL on. Empty: the URL answers 404.",
+    ),
+    Setting(
+        "WECOM_CALLBACK_AES_KEY",
+        "",
+        "The EncodingAESKey of the app's callback: 43 characters, as the console shows it "
+        "(reminders.E015).",
+    ),
+    Setting(
+        "REMINDERS_CALLBACK_MAX_SKEW_SECONDS",
+        300,
+        "How far a callback's timestamp may be from this clock, either way; an older "
+        "request is refused as a replay.",
     ),
     Setting(
         "WECOM_API_BASE",

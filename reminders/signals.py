@@ -31,6 +31,11 @@ The arguments, besides ``sender`` (the model class):
                               not cover yet, and the fallback rule decided its day
                               (``weekdays``: Monday to Friday sent; ``skip``: skipped);
                               sent for each one
+``run_acted``                 ``run`` (the run whose card was clicked), ``action`` (the
+                              button's key: ``done``, ``snooze_1h``, ``take`` or a
+                              CRM's own), ``member`` (who clicked), ``acted_at``: sent
+                              once per run, by a scheduler after the callback recorded
+                              it (``engine.announce``), never inside WeCom's request
 ============================  =======================================================
 """
 
@@ -52,6 +57,7 @@ run_expired = Signal()
 run_stuck = Signal()
 task_error = Signal()
 calendar_uncovered = Signal()
+run_acted = Signal()
 
 
 def after_commit(signal: Signal, sender: type, **kwargs: Any) -> None:

@@ -336,3 +336,32 @@ def mark_handled(run: TaskRun, by: str, now: datetime | None = None) -> bool:
     if done:
         run.refresh_from_db(fields=["handled_at", "handled_by"])
     return bool(done)
+
+
+# A snoozed run's ledger key: one snooze per run (``RunAction`` is one per run).
+SNOOZE_KEY = "{task}:snooze:{run}"
+
+
+def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
+    """A run of ``run``'s task due at ``until``, made on ``by``'s request from a card:
+    the same message again, later, as a message of its own (its own occurrence, stamp and
+    key), under its kind's deadline counted from ``until``. Saved; the schedulers are
+    woken once it commits if it is due within a tick."""
+    task = run.task
+    occurrence = _manual_occurrence(task, until)
+    later = TaskRun(
+        task=task,
+        occurrence=occurrence,
+        run_date=timing.local_date(occurrence, task.timezone),
+        due_at=until,
+        next_attempt_at=until,
+        priority=task.priority_rank,
+        ledger_key=SNOOZE_KEY.format(task=task.pk, run=run.pk),
+        deadline=planning.policy_of(task).deadline(occurrence, until, task.timezone),
+        is_manual=True,
+        requested_by=by[:150],
+    )
+    later.save()
+    if until <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
+        wake.notify()
+    return later

@@ -8,13 +8,15 @@ the engine: planning (``engine.planning``) and operators' actions (``engine.acti
 
 Where each lives: ``tasks`` (``ScheduledTask``), ``runs`` (``TaskRun``) and
 ``run_queries`` (its QuerySet verbs), ``ledger``
-(``SendLog``, ``JobTake``), ``upkeep`` (the engine's bookkeeping), ``choices`` (the
+(``SendLog``, ``JobTake``), ``upkeep`` (the engine's bookkeeping), ``acting``
+(what people did with their cards), ``choices`` (the
 vocabulary they share), ``validators`` (the fields' rules), ``sql`` (the statements
 every message costs); the calendar days are ``reminders.calendars.days``'. Every name
 is importable from ``reminders.models``, the path CRMs and migrations use.
 """
 
 from ..calendars.days import CalendarDay, CalendarYear, DayKind, DaySource
+from .acting import CallbackNonce, RunAction
 from .choices import (
     CANCELLED_IN_DOUBT,
     EXPIRED_CODE,
@@ -71,6 +73,7 @@ __all__ = [
     "RUN_NOW_KEY",
     "CalendarDay",
     "CalendarYear",
+    "CallbackNonce",
     "DayKind",
     "DaySource",
     "FailedToday",
@@ -81,6 +84,7 @@ __all__ = [
     "ProviderToken",
     "PrunedOneShot",
     "RateBucket",
+    "RunAction",
     "RunQuerySet",
     "RunStatus",
     "ScheduledTask",

@@ -1,0 +1,112 @@
+"""A click on a card, as the callback reads it, applied to the run the card was for.
+
+The click is WeCom's word, already authenticated and decrypted by the view; here it is
+checked against our rows and acted on, in one transaction with the callback's nonce, so
+a request refused or rolled back leaves nothing behind and WeCom may send it again.
+
+Invariants:
+
+* A click acts on a run that was sent to the member who clicked, only: the card's
+  ``task_id`` names the run (``models.acting.card_id``), and its recipient must be the clicking
+  member. Anything else is refused, with nothing changed.
+* One action per run (``RunAction``, unique in the database): the first click acts, and
+  every later one (WeCom's retries, a double click, another button afterwards) changes
+  nothing and is answered as done, so WeCom stops retrying.
+* ``done`` and ``take`` cancel what the action makes moot: the inquiry's escalation (the
+  task keyed ``<key>:escalation``), whose runs not yet started are cancelled.
+  ``snooze_1h`` makes a run of the same message an hour after the click.
+* The CRM hears of the action through ``signals.run_acted``, sent by a scheduler once
+  this has committed (``engine.announce``), never within WeCom's request, so the
+  callback answers within WeCom's time limit whatever the CRM's receivers do.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..callback.events import TemplateCardEvent
+from ..engine import actions
+from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
+from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
+from .occasions import escalation_key
+
+SNOOZE_FOR = timedelta(hours=1)
+
+
+class Outcome(enum.Enum):
+    ACTED = "acted"  # the first click: recorded and acted on
+    ALREADY = "already"  # the run was acted on before: nothing changed
+    REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
+    UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
+    NOT_RECIPIENT = "not_recipient"  # the clicking member is not the run's recipient
+
+
+@dataclass(frozen=True)
+class Applied:
+    outcome: Outcome
+    action: RunAction | None = None
+
+
+def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
+    """Record the request's nonce and act on ``event``, in one transaction; nothing of
+    either is kept when the click is refused (the nonce of a refused click is kept:
+    the same request again is a replay)."""
+    try:
+        with transaction.atomic():
+            CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
+            pk = run_pk(event.task_id)
+            run = (
+                TaskRun.objects.select_related("task")
+                .filter(pk=pk, status=TaskRun.Status.SENT)
+                .first()
+                if pk is not None
+                else None
+            )
+            if run is None or card_id(run) != event.task_id:
+                return Applied(Outcome.UNKNOWN_RUN)
+            if run.task.recipient != event.from_user_name:
+                return Applied(Outcome.NOT_RECIPIENT)
+            return _act(run, event)
+    except IntegrityError:
+        return Applied(Outcome.REPLAYED)
+
+
+def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
+    now = timezone.now()
+    # The run's row lock: two clicks racing on one run act once.
+    TaskRun.objects.select_for_update().filter(pk=run.pk).exists()
+    done = RunAction.objects.filter(run=run).first()
+    if done is not None:
+        return Applied(Outcome.ALREADY, done)
+    action = RunAction(
+        run=run,
+        action=event.event_key[:128],
+        member=event.from_user_name,
+        acted_at=_clicked_at(event, now),
+        response_code=event.response_code[:128],
+    )
+    if event.event_key in (DONE, TAKE):
+        _cancel_escalation(run.task)
+    elif event.event_key == SNOOZE:
+        action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
+    action.save()
+    return Applied(Outcome.ACTED, action)
+
+
+def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
+    """When the member clicked, as WeCom says, unless that is in the future."""
+    return min(event.created_at, now)
+
+
+def _cancel_escalation(task: ScheduledTask) -> None:
+    if not task.key:
+        return
+    for escalation in ScheduledTask.objects.filter(key=escalation_key(task.key)).exclude(
+        status__in=ScheduledTask.ENDED
+    ):
+        actions.cancel(escalation)

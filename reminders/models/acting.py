@@ -1,0 +1,91 @@
+"""What people did with the cards they got, and the callback's replay guard.
+
+* ``RunAction``: a member clicked a button of a run's card (``done``, ``snooze_1h``,
+  ``take``, or a CRM's own key). One per run, in the database: the first click acts and
+  every later one, WeCom's retries and double clicks alike, changes nothing. It keeps
+  who acted, how and when, the card's response code (to update the card, once, within
+  72 hours), the run a snooze made, and when the CRM was told (``run_acted``, sent by a
+  scheduler once the action has committed, never inside WeCom's request).
+* ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
+  inside the accepted window, unique: the same request replayed is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from .runs import TaskRun
+
+# What the built-in buttons' keys are (``messages.cards`` names them on the cards).
+DONE, SNOOZE, TAKE = "done", "snooze_1h", "take"
+_CARD_ID = re.compile(r"r([1-9][0-9]{0,18})-[0-9a-f]{10}")
+
+
+def card_id(run: TaskRun) -> str:
+    """The ``task_id`` of ``run``'s card, as WeCom allows one (at most 128 of
+    ``0-9a-zA-Z_-@``, unique within the app): the run's id and a digest of its ledger
+    key, so a re-send of the run is byte-identical, two runs never share one, and a
+    click names its run (``run_pk``)."""
+    digest = hashlib.sha1(run.ledger_key.encode()).hexdigest()[:10]  # noqa: S324 - a name, not a secret
+    return f"r{run.pk}-{digest}"
+
+
+def run_pk(task_id: str) -> int | None:
+    """The run a card's ``task_id`` names (``card_id``), or None for any other text."""
+    match = _CARD_ID.fullmatch(task_id)
+    return int(match.group(1)) if match else None
+
+
+class RunAction(models.Model):
+    run = models.OneToOneField(
+        "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
+    )
+    action = models.CharField(_("action"), max_length=128)
+    member = models.CharField(_("acted by"), max_length=64)
+    acted_at = models.DateTimeField(_("acted at"))
+    received_at = models.DateTimeField(_("received"), auto_now_add=True)
+    response_code = models.CharField(_("response code"), max_length=128, blank=True)
+    follow_up = models.ForeignKey(
+        "TaskRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("reminder it made"),
+    )
+    announced_at = models.DateTimeField(_("CRM told"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("action on a card")
+        verbose_name_plural = _("actions on cards")
+        indexes = [
+            # The schedulers' scan for actions the CRM has not been told of yet.
+            models.Index(
+                fields=["received_at"],
+                name="reminders_action_untold_idx",
+                condition=Q(announced_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.member} on run {self.run_id}"
+
+
+class CallbackNonce(models.Model):
+    nonce = models.CharField(_("nonce"), max_length=64, unique=True)
+    timestamp = models.BigIntegerField(_("timestamp"))
+    received_at = models.DateTimeField(_("received"), auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name = _("callback nonce")
+        verbose_name_plural = _("callback nonces")
+
+    def __str__(self) -> str:
+        return self.nonce
