@@ -57,7 +57,9 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "lateness",
         "is_compensation",
         "handled",
+        "acted",
     )
+    readonly_fields = ("acted",)
     list_filter = (
         DueDayFilter,
         "status",
@@ -67,7 +69,7 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "is_manual",
         HandledFilter,
     )
-    list_select_related = ("task",)
+    list_select_related = ("task", "action")
     search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
     ordering = ("-due_at", "-pk")
     actions = ("retry_runs", "mark_handled")
@@ -106,6 +108,19 @@ class TaskRunAdmin(ReadOnlyAdmin):
             return "-"
         when = timezone.localtime(run.handled_at)
         return f"{run.handled_by}, {when:%Y-%m-%d %H:%M}"
+
+    @admin.display(description=_("acted on"), ordering="action__acted_at")
+    def acted(self, run: TaskRun) -> str:
+        """Who clicked a button of the run's card, which, and when (``RunAction``)."""
+        action = getattr(run, "action", None)
+        if action is None:
+            return "-"
+        when = timezone.localtime(action.acted_at)
+        return gettext("%(action)s by %(member)s, %(when)s") % {
+            "action": action.said,
+            "member": action.member,
+            "when": f"{when:%Y-%m-%d %H:%M}",
+        }
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         # A state change of its own, though the history cannot be edited in a form.

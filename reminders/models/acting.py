@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 # What the built-in buttons' keys are (``messages.cards`` names them on the cards).
 DONE, SNOOZE, TAKE = "done", "snooze_1h", "take"
+# What ops read for each, in the active language; a CRM's own key reads as itself.
+SAID = {DONE: _("done"), SNOOZE: _("remind me in 1 hour"), TAKE: _("taken on")}
 _CARD_ID = re.compile(r"r([1-9][0-9]{0,18})-[0-9a-f]{10}")
 
 
@@ -76,6 +78,11 @@ class RunAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.member} on run {self.run_id}"
+
+    @property
+    def said(self) -> str:
+        """The action as ops read it: a built-in button's words, or a CRM's key."""
+        return str(SAID.get(self.action, self.action))
 
 
 class CallbackNonce(models.Model):

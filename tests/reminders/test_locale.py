@@ -58,6 +58,7 @@ TRANSLATED = {
         "reminders/management/commands/reminders_prune.py",
         "reminders/management/commands/run_reminders.py",
         "reminders/models/__init__.py",
+        "reminders/models/acting.py",
         "reminders/models/choices.py",
         "reminders/models/ledger.py",
         "reminders/models/runs.py",

@@ -308,3 +308,23 @@ def test_check__a_whole_callback_or_none_is_fine(settings: Any) -> None:
     assert not [m for m in checks.check_settings() if m.id == "reminders.E015"]
     settings.WECOM_CALLBACK_TOKEN = settings.WECOM_CALLBACK_AES_KEY = ""
     assert not [m for m in checks.check_settings() if m.id == "reminders.E015"]
+
+
+# --- What ops see ----------------------------------------------------------------------
+
+
+def test_admin__the_run_list_and_page_say_who_acted_how_and_when(
+    client: Client, admin_client: Client, make_task
+) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    untouched = sent_run(make_task("follow_up", "bob"))
+    post(client, event_xml(run, EventKey="snooze_1h"))
+    acted = timezone.localtime(RunAction.objects.get(run=run).acted_at)
+
+    listing = admin_client.get("/admin/reminders/taskrun/").content.decode()
+    said = f"remind me in 1 hour by alice, {acted:%Y-%m-%d %H:%M}"
+    assert said in listing
+    page = admin_client.get(f"/admin/reminders/taskrun/{run.pk}/change/").content.decode()
+    assert said in page
+    other = admin_client.get(f"/admin/reminders/taskrun/{untouched.pk}/change/").content.decode()
+    assert "remind me in 1 hour by" not in other
