@@ -50,7 +50,7 @@ from ..exceptions import UnplannableTask
 from ..intake import about, scheduling
 from ..models import ScheduledTask
 from ..schedule import cron_text
-from . import display
+from . import display, preview
 from .filters import KindListFilter
 from .run_now import RunNowMixin
 from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm, wall_clock
@@ -79,7 +79,25 @@ STATE_FIELDS = (
     "updated_at",
 )
 # Shown on a saved task's change form: its schedule in words and what comes next.
-PREVIEW_FIELDS = ("schedule_in_words", "upcoming")
+PREVIEW_FIELDS = ("schedule_in_words", "upcoming", "next_message")
+# The name of the form's "Preview" button.
+PREVIEW = "_preview"
+
+
+class PreviewingForm(forms.ModelForm):
+    """The task's form when "Preview" was pressed: valid, it shows the next message of
+    the task as entered; either way it is refused, so nothing is saved."""
+
+    request: HttpRequest
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # type: ignore[misc]  # private, so not in django-stubs
+        if not self.errors:
+            task = self.instance
+            self.request.reminders_preview = preview.next_message(  # type: ignore[attr-defined]
+                task, timezone.now()
+            )
+        self.add_error(None, gettext("Preview only: nothing was saved."))
 
 
 @admin.register(ScheduledTask)
@@ -209,6 +227,10 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     def upcoming(self, task: ScheduledTask) -> str:
         return display.upcoming(task, timezone.now()) if task.pk else "-"
 
+    @admin.display(description=_("next message"))
+    def next_message(self, task: ScheduledTask) -> str:
+        return preview.next_message(task, timezone.now()) if task.pk else "-"
+
     @admin.display(description=_("last runs"))
     def recent_runs(self, task: ScheduledTask) -> str:
         return display.recent_runs(task, timezone.now()) if task.pk else "-"
@@ -221,6 +243,45 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
                 (name, opts) for name, opts in fieldsets if not saved_only & set(opts["fields"])
             ]
         return fieldsets
+
+    # Preview (reminders.admin.preview): the form's "Preview" button renders the task's
+    # next message as entered, and saves nothing.
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and PREVIEW in request.POST:
+            request.reminders_preview = ""  # type: ignore[attr-defined]
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_form(
+        self,
+        request: HttpRequest,
+        obj: ScheduledTask | None = None,
+        change: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if not hasattr(request, "reminders_preview"):
+            return form
+        return type("Previewing" + form.__name__, (PreviewingForm, form), {"request": request})
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: ScheduledTask | None = None,
+    ) -> HttpResponse:
+        context["reminders_preview"] = getattr(request, "reminders_preview", "")
+        context["reminders_preview_button"] = PREVIEW
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description=_("runs"))
     def runs_link(self, task: ScheduledTask) -> str:

@@ -41,6 +41,7 @@ TRANSLATED = {
         "reminders/admin/read_only.py",
         "reminders/admin/confirm.py",
         "reminders/admin/display.py",
+        "reminders/admin/preview.py",
         "reminders/admin/filters.py",
         "reminders/admin/run_now.py",
         "reminders/admin/calendar.py",
