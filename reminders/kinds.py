@@ -28,6 +28,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .messages import builders, wording
 from .messages.builders import builder
+from .messages.cards import buttons
 from .messages.content import Content
 from .messages.stamps import STAMPED_FIELDS as STAMPED_FIELDS
 from .messages.stamps import makeup_line as makeup_line
@@ -43,6 +44,7 @@ __all__ = [
     "Kind",
     "Policy",
     "builder",
+    "buttons",
     "get",
     "label",
     "makeup_line",

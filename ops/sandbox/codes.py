@@ -19,6 +19,7 @@ MISSING_CORPID = 41002
 MISSING_SECRET = 41004
 MISSING_AGENTID = 41011
 TOKEN_EXPIRED = 42001
+TASK_ID_INVALID = 42014
 REQUIRE_POST = 43002
 EMPTY_CONTENT = 44004
 CONTENT_TOO_LARGE = 45002
@@ -42,6 +43,7 @@ MESSAGES: dict[int, str] = {
     MISSING_SECRET: "corpsecret missing",
     MISSING_AGENTID: "agentid missing",
     TOKEN_EXPIRED: "access_token expired",
+    TASK_ID_INVALID: "taskid has existed or empty or exceed max len",
     REQUIRE_POST: "require POST method",
     EMPTY_CONTENT: "empty content",
     CONTENT_TOO_LARGE: "content size out of limit",

@@ -28,6 +28,27 @@ MAX_DUPLICATE_CHECK_INTERVAL = 4 * 3600
 DEFAULT_DUPLICATE_CHECK_INTERVAL = 1800
 RECALL_WINDOW = 24 * 3600
 
+# A template card of card_type button_interaction, as WeCom documents it (发送应用消息,
+# 模板卡片消息, 按钮交互型): task_id at most 128 bytes of 0-9a-zA-Z_-@, unique within
+# the app; 1 to 6 buttons, each key at most 1,024 bytes and unique; at most 6
+# horizontal lines. The texts' lengths are what WeCom recommends, in 字 (a half-width
+# character counts half): the sandbox refuses a longer one, a reading stricter than
+# WeCom's documentation, which does not say what it does with one.
+CARD_TYPES = ("button_interaction",)
+CARD_TASK_ID_BYTES = 128
+CARD_MAX_BUTTONS = 6
+CARD_KEY_BYTES = 1024
+CARD_MAX_LINES = 6
+CARD_TEXT_LIMITS = {
+    "source.desc": 20,
+    "main_title.title": 36,
+    "main_title.desc": 44,
+    "sub_title_text": 160,
+    "horizontal_content_list.keyname": 5,
+    "horizontal_content_list.value": 30,
+    "button_list.text": 10,
+}
+
 OVERFLOW_CHOICES = ("truncate", "reject")
 
 

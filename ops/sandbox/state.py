@@ -13,6 +13,10 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
 * The duplicate check compares the request body byte for byte, per recipient: a
   re-send that is not byte-identical is a new message and is delivered again. A
   suppressed duplicate answers errcode 0 with the msgid of the first delivery.
+* A template card's ``task_id`` is taken once per app (until a reset): a card with one
+  delivered before is refused with 42014, checked right after the body, before limits
+  and the duplicate check. A delivered button card's reply carries a
+  ``response_code``, as WeCom's does.
 * Over a per-member limit the whole request is refused with 45009 and nothing is
   delivered (the documentation says such messages are dropped; answering 45009 is the
   visible reading), and that member is blocked for the window's length.
@@ -203,6 +207,7 @@ class SandboxState:
         self.user_limits: dict[str, WindowLimit] = {}
         self.robot_limits: dict[str, WindowLimit] = {}
         self.sent: dict[tuple[str, bytes], Sent] = {}
+        self.task_ids: dict[str, Sent] = {}
         self.sent_sweep_at = 50_000
         self.msgids: dict[str, Sent] = {}
         self.stats: Counter[str] = Counter()
@@ -323,6 +328,8 @@ class SandboxState:
     def _app_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
         self._check_token(query.get("access_token"))
         request = app_request(raw, self.config, self.invalid_users)
+        if request.task_id and request.task_id in self.task_ids:
+            raise Rejected(codes.TASK_ID_INVALID, f"task_id {request.task_id} has existed")
         now = self.now()
         if self.bucket is not None and not self.bucket.admit(now):
             raise Rejected(codes.FREQUENCY_LIMIT, "sandbox rate limit")
@@ -357,6 +364,8 @@ class SandboxState:
             )
             sent = Sent(until=now + request.interval, msgid=msgid, entry_id=entry.id, at=now)
             self._remember(fresh, digest, sent)
+            if request.task_id:
+                self.task_ids[request.task_id] = sent
             self.stats["delivered"] += 1
         else:
             msgid = next(iter(earlier.values())).msgid
@@ -370,6 +379,8 @@ class SandboxState:
             "unlicenseduser": "",
             "msgid": msgid,
         }
+        if request.task_id and fresh:
+            reply["response_code"] = secrets.token_urlsafe(48)
         return Reply(encode(reply)), entry
 
     def _robot_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:

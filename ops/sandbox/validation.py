@@ -5,7 +5,8 @@ Invariants: lengths are counted in UTF-8 bytes, as WeCom counts them; a text or 
 textcard over WeCom's limit is cut as WeCom documents (never inside a character) when
 the sandbox's ``overflow`` is ``truncate``, else refused with 45002 (a markdown is
 always refused); a message to no valid recipient at all is 81013, naming the invalid
-ones. Nothing here changes the sandbox's state.
+ones. A ``template_card`` is checked by ``ops.sandbox.cards`` (the card types the
+sandbox takes and WeCom's rules for them). Nothing here changes the sandbox's state.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import codes
+from .cards import template_card
 from .config import (
     DEFAULT_DUPLICATE_CHECK_INTERVAL,
     MARKDOWN_LIMIT,
@@ -30,7 +32,7 @@ from .config import (
 )
 from .replies import Rejected
 
-APP_MSGTYPES = ("text", "markdown", "textcard")
+APP_MSGTYPES = ("text", "markdown", "textcard", "template_card")
 ROBOT_MSGTYPES = ("text", "markdown", "image", "news", "file", "template_card")
 
 
@@ -55,6 +57,8 @@ class AppRequest:
     users: tuple[str, ...]
     invalid: tuple[str, ...]
     valid: list[str]
+    # A template card's task_id, which the app may use once.
+    task_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,12 @@ def app_request(raw: bytes, config: SandboxConfig, invalid_users: Collection[str
     msgtype = body.get("msgtype")
     if msgtype not in APP_MSGTYPES:
         raise Rejected(codes.INVALID_MSGTYPE)
-    content, truncated = _app_content(msgtype, body.get(msgtype), config.overflow)
+    task_id = ""
+    if msgtype == "template_card" and isinstance(body.get(msgtype), dict) and body[msgtype]:
+        content, task_id = template_card(body[msgtype])
+        truncated = False
+    else:
+        content, truncated = _app_content(msgtype, body.get(msgtype), config.overflow)
     interval = _duplicate_interval(body)
     users = ids(body.get("touser"))
     parties, tags = ids(body.get("toparty")), ids(body.get("totag"))
@@ -99,7 +108,9 @@ def app_request(raw: bytes, config: SandboxConfig, invalid_users: Collection[str
     valid += [f"party:{p}" for p in parties] + [f"tag:{t}" for t in tags]
     if not valid:
         raise Rejected(codes.ALL_RECIPIENTS_INVALID, invaliduser="|".join(invalid))
-    return AppRequest(body, msgtype, content, truncated, interval, tuple(users), invalid, valid)
+    return AppRequest(
+        body, msgtype, content, truncated, interval, tuple(users), invalid, valid, task_id
+    )
 
 
 def robot_request(raw: bytes) -> RobotRequest:

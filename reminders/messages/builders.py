@@ -19,7 +19,9 @@ Invariants:
 
 * What a builder returns becomes a ``Content`` (``content.as_content``) or an error; a
   builder that raises or returns anything else raises ``BuilderFailed``, whose message
-  names the builder and the kind and says what it raised or returned. That fails the
+  names the builder and the kind and says what it raised or returned (a
+  ``BuilderFailed`` raised inside it, by a card's buttons hook, ``messages.cards``,
+  passes as it is: it names its hook). That fails the
   one run being rendered, code ``render`` (``reminders.engine.delivery`` renders each run apart
   and catches every ``Exception``: never a worker or a tick), and refuses a task at
   scheduling on ``payload`` (``reminders.intake.validation``).
@@ -93,6 +95,8 @@ def build(kind: str, default: Builder, task: ScheduledTask, run: TaskRun) -> Con
     name, func = found if found is not None else (name_of(default), default)
     try:
         value = func(task, run)
+    except BuilderFailed:
+        raise  # a part of the message (a card's buttons hook) already says what failed
     except Exception as exc:
         raise BuilderFailed(
             f"Builder {name} of kind {kind!r} raised {type(exc).__name__}: {exc}"

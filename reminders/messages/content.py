@@ -37,6 +37,7 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "text": ("content",),
     "markdown": ("content",),
     "textcard": ("title", "description", "url"),
+    "template_card": ("card_type", "task_id", "sub_title_text"),
 }
 SHAPES = 'a Content, a str (sent as text) or a dict {"msgtype": ..., <msgtype>: {...}}'
 

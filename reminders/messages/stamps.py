@@ -21,11 +21,13 @@ from .content import Content
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
 
-# Where the stamp goes in each message type that has room for it.
+# Where the stamp goes in each message type that has room for it (a template card's
+# ``sub_title_text``: ``messages.cards`` never leaves it empty).
 STAMPED_FIELDS: dict[str, str] = {
     "text": "content",
     "markdown": "content",
     "textcard": "description",
+    "template_card": "sub_title_text",
 }
 
 

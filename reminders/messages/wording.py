@@ -17,22 +17,27 @@ Each public function is a kind's default builder (``Kind.render``, replaceable p
 
 Invariants:
 
-* A message with a link is a ``textcard`` (title, description, url, button) where the
-  task's channel carries one (``BaseSender.accepts``: a WeCom app does, a group robot
-  does not), else ``text`` with the link on a line of its own; without a link, ``text``.
+* A follow-up and an inquiry alert are a card with buttons (``messages.cards``: done,
+  remind me in an hour, and for an inquiry I'll take it) where the task's channel
+  carries one (``BaseSender.carries_cards``: a WeCom app does, a group robot does not).
+* Elsewhere, and for the other kinds, a message with a link is a ``textcard`` (title,
+  description, url, button) where the task's channel carries one
+  (``BaseSender.accepts``: a WeCom app does, a group robot does not), else ``text``
+  with the link on a line of its own; without a link, ``text``.
 * Every word comes from gettext, in the language ``kinds.render`` made active (the
   task's); the catalogs are in ``reminders/locale``.
 * What the CRM wrote (customer, subject, name) is shown as one line of plain text: runs
   of whitespace and control characters become one space. Nothing is escaped: WeCom shows
   text as given (a textcard description knows a few ``<div class="gray">`` tags, which
   these messages do not use), so an escaped ``&amp;`` would show as such.
-* It fits: a textcard's title in 128 bytes and description in 512, a text in 2,048,
-  counting the make-up line and the stamp that ``kinds.render`` adds under it
-  (``stamps.tail``), which are never cut. What gives is the CRM's text: its fields
-  share the room left equally (a short one keeps all of itself), each cut at a
-  character (never inside one, nor between one and its accent or emoji modifier) and
-  marked "…". The engine's words and the link are never cut (a cut link is a broken
-  one: one over 2,048 bytes, or not http(s), is a bad payload).
+* It fits: a textcard's title in 128 bytes and description in 512, a text in 2,048, a
+  card's texts in the lengths WeCom recommends (``senders.template_card``), counting the
+  make-up line and the stamp that ``kinds.render`` adds under it (``stamps.tail``),
+  which are never cut. What gives is the CRM's text: its fields share the room left
+  equally (a short one keeps all of itself), each cut at a character (never inside one,
+  nor between one and its accent or emoji modifier) and marked "…"
+  (``messages.fitting``). The engine's words and the link are never cut (a cut link is
+  a broken one: one over 2,048 bytes, or not http(s), is a bad payload).
 * Deterministic: a function of the task, the run, the settings and the catalogs; never
   of the clock, so a run rendered again is the same bytes.
 """
@@ -41,7 +46,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -53,8 +58,13 @@ from ..links import link_problem
 from ..recipients import MEMBER_ID
 from ..schedule import timing
 from ..senders import get_sender
-from . import stamps
+from . import cards, stamps
 from .content import Content
+from .fitting import ELLIPSIS as ELLIPSIS
+from .fitting import Line, fit
+from .fitting import cut as cut
+from .fitting import shares as shares
+from .fitting import size as size
 
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
@@ -63,24 +73,6 @@ if TYPE_CHECKING:
 TITLE_LIMIT = 128
 DESCRIPTION_LIMIT = 512
 TEXT_LIMIT = 2048
-ELLIPSIS = "…"
-# What attaches to the character before it: cutting before one splits a character.
-_ATTACHED = frozenset("\u200d\ufe0e\ufe0f") | {chr(c) for c in range(0x1F3FB, 0x1F400)}
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of a message: a translated template with ``%(name)s`` placeholders, the
-    engine's values (``fixed``, never cut) and the CRM's text (``crm``, cut to fit)."""
-
-    template: str
-    fixed: Mapping[str, object] = field(default_factory=dict)
-    crm: Mapping[str, str] = field(default_factory=dict)
-
-    def format(self, crm: Mapping[str, str]) -> str:
-        if not self.fixed and not self.crm:
-            return self.template
-        return self.template % {**self.fixed, **crm}
 
 
 @dataclass(frozen=True)
@@ -130,8 +122,12 @@ def follow_up(task: ScheduledTask, run: TaskRun) -> Content:
     untitled = pgettext("message title", "Follow-up reminder")
     title = Line(titled, crm={"customer": customer}) if customer else Line(untitled)
     due = run.occurrence.astimezone(timing.zone(task.timezone)).strftime("%Y-%m-%d %H:%M")
-    lines = [*_about(customer, subject), Line(gettext("Due: %(due)s"), fixed={"due": due})]
+    due_line = Line(gettext("Due: %(due)s"), fixed={"due": due})
     headline = Line(gettext("You have a customer follow-up due."))
+    if cards.carried(task):
+        face = cards.Face(title, headline, [*_subject(subject), due_line], customer, link(task))
+        return cards.card(task, run, face)
+    lines = [*_about(customer, subject), due_line]
     button = pgettext("textcard button, at most 4 characters", "View")
     draft = Draft(title, lines, headline=headline, url=link(task), button=button)
     return compose(task, run, draft)
@@ -149,18 +145,23 @@ def inquiry_timeout(task: ScheduledTask, run: TaskRun) -> Content:
         untitled = pgettext("message title", "Inquiry waiting too long")
         headline = gettext("A customer inquiry has been waiting too long for your reply.")
     title = Line(titled, crm={"customer": customer}) if customer else Line(untitled)
-    lines = _about(customer, subject)
+    details: list[Line] = []
     if minutes is not None:
         waited = ngettext(
             "Waiting for a reply: %(minutes)d minute",
             "Waiting for a reply: %(minutes)d minutes",
             minutes,
         )
-        lines.append(Line(waited, fixed={"minutes": minutes}))
+        details.append(Line(waited, fixed={"minutes": minutes}))
     if first:
         escalated = gettext("Escalated from: %(member)s, the first recipient")
-        lines.append(Line(escalated, fixed={"member": first}))
+        details.append(Line(escalated, fixed={"member": first}))
+    if cards.carried(task):
+        lines = [*_subject(subject), *details]
+        face = cards.Face(title, Line(headline), lines, customer, link(task))
+        return cards.card(task, run, face)
     button = pgettext("textcard button, at most 4 characters", "View")
+    lines = [*_about(customer, subject), *details]
     draft = Draft(title, lines, headline=Line(headline), url=link(task), button=button)
     return compose(task, run, draft)
 
@@ -169,9 +170,11 @@ def _about(customer: str, subject: str) -> list[Line]:
     lines = []
     if customer:
         lines.append(Line(gettext("Customer: %(customer)s"), crm={"customer": customer}))
-    if subject:
-        lines.append(Line(gettext("Subject: %(subject)s"), crm={"subject": subject}))
-    return lines
+    return [*lines, *_subject(subject)]
+
+
+def _subject(subject: str) -> list[Line]:
+    return [Line(gettext("Subject: %(subject)s"), crm={"subject": subject})] if subject else []
 
 
 # The message ----------------------------------------------------------------------------
@@ -202,47 +205,6 @@ def carries(task: ScheduledTask, msgtype: str) -> bool:
         return get_sender(task.channel).accepts(msgtype)
     except (RemindersError, ImproperlyConfigured, TypeError):
         return True
-
-
-def fit(lines: Sequence[Line], limit: int, tail: Sequence[str] = ()) -> str:
-    """``lines`` joined, with the CRM's values cut so that they and ``tail`` (joined
-    under them) take at most ``limit`` UTF-8 bytes."""
-    blank = [line.format(dict.fromkeys(line.crm, "")) for line in lines]
-    room = limit - size("\n".join([*blank, *tail]))
-    values = iter(shares([value for line in lines for value in line.crm.values()], room))
-    return "\n".join(line.format({name: next(values) for name in line.crm}) for line in lines)
-
-
-def shares(values: Sequence[str], budget: int) -> list[str]:
-    """``values`` cut to take at most ``budget`` bytes together: each keeps as much of
-    itself as an equal share of what the shorter ones leave allows."""
-    allowed = [0] * len(values)
-    left = max(budget, 0)
-    order = sorted(range(len(values)), key=lambda index: size(values[index]))
-    for rank, index in enumerate(order):
-        allowed[index] = min(size(values[index]), left // (len(values) - rank))
-        left -= allowed[index]
-    return [cut(value, room) for value, room in zip(values, allowed, strict=True)]
-
-
-def cut(text: str, budget: int) -> str:
-    """``text`` in at most ``budget`` UTF-8 bytes: whole, or cut at a character boundary
-    that splits nothing and ended with "…" (empty when not even that fits)."""
-    if size(text) <= budget:
-        return text
-    room = budget - size(ELLIPSIS)
-    if room <= 0:
-        return ""
-    end = len(text.encode()[:room].decode(errors="ignore"))
-    while end > 0 and (
-        unicodedata.combining(text[end]) or text[end] in _ATTACHED or text[end - 1] == "\u200d"
-    ):
-        end -= 1
-    return text[:end].rstrip() + ELLIPSIS
-
-
-def size(text: str) -> int:
-    return len(text.encode())
 
 
 # The payload ----------------------------------------------------------------------------

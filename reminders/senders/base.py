@@ -180,6 +180,9 @@ class BaseSender(ABC):
     recipient_rate: ClassVar[Rate | None] = None
     # The message types the provider takes; None: any (the provider decides).
     msgtypes: ClassVar[frozenset[str] | None] = None
+    # Whether it carries WeCom's ``template_card`` of ``card_type`` ``button_interaction``
+    # (a card with buttons, ``messages.cards``): only a WeCom app does.
+    carries_cards: ClassVar[bool] = False
 
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias

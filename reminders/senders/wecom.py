@@ -14,15 +14,24 @@ different reminders with identical text to the same user inside the interval wou
 merged too, which is why ``reminders.kinds.render`` stamps every message with its
 occurrence, and why each part of a split text carries that stamp (``split_content``).
 
-A message type with no field the stamp goes in (``news``, ``template_card``, ``file``,
-``image`` and the other types outside ``stamps.STAMPED_FIELDS``) is sent *without* the
-duplicate check: two occurrences of it are the same bytes, and WeCom would drop the
-second while our ledger says ``sent``. Making them distinct in some other field would
-bet on which fields WeCom compares, which it does not document (a ``file`` or an
-``image`` has no such field at all). So for those messages this channel is one without
-de-duplication (``deduplicates`` is false): the engine never re-sends one whose delivery
-is in doubt (it ends ``unknown`` for ops, unless the channel sets ``retry_in_doubt``),
-and never reserves its key in a batch.
+A card with buttons (``template_card``, ``button_interaction``: ``messages.cards``) is
+held unique by its ``task_id`` instead, which WeCom refuses to take twice from one app
+(errcode 42014): each run's card has its own, the same on every attempt. So a re-send of
+a card whose first attempt reached WeCom (its reply lost) is answered 42014, and this
+sender reports it as delivered before (``template_card.delivered_before``: no failure,
+no second card); such cards, like the stamped types, are ones the provider does not
+deliver twice (``deduplicates``). They go without the body check, which their
+``task_id`` makes needless.
+
+A message type with no field the stamp goes in (``news``, ``file``, ``image`` and the
+other types outside ``stamps.STAMPED_FIELDS``), and a template card without a
+``task_id``, is sent *without* the duplicate check: two occurrences of it may be the
+same bytes, and WeCom would drop the second while our ledger says ``sent``. Making them
+distinct in some other field would bet on which fields WeCom compares, which it does not
+document (a ``file`` or an ``image`` has no such field at all). So for those messages
+this channel is one without de-duplication (``deduplicates`` is false): the engine
+never re-sends one whose delivery is in doubt (it ends ``unknown`` for ops, unless the
+channel sets ``retry_in_doubt``), and never reserves its key in a batch.
 
 Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` lists them.
 """
@@ -46,6 +55,7 @@ from ..exceptions import (
     TransientSendError,
 )
 from ..messages.stamps import STAMPED_FIELDS
+from . import template_card
 from .base import BaseSender, Limit, Message, Rate, SendResult
 from .client import JsonClient, Reply, bare_url, canonical_json, timeout_setting
 from .parts import CONTENT_LIMIT, MAX_PARTS, split_content
@@ -67,8 +77,10 @@ CONFIGURATION_CODES = frozenset(
     {40001, 40013, 40091, 40056, 41011, 50003, 48002, 301002, 60020, 41002, 41004}
 )
 RECIPIENT_CODES = frozenset({81013, 82001, 40003, 40031, 40032, 60011, 50002})
-# 47001 (data format error): the same bytes are malformed the next time too.
-PAYLOAD_CODES = frozenset({40008, 40035, 40058, 44004, 45002, 40033, 47001})
+# 47001 (data format error): the same bytes are malformed the next time too. 42014 (a
+# card's task_id empty, too long or used before) reaches here only for a task_id we did
+# not check; a checked one used before is a card delivered before (``send``).
+PAYLOAD_CODES = frozenset({40008, 40035, 40058, 44004, 45002, 40033, 47001, 42014})
 
 # -- what WeCom accepts ------------------------------------------------------------------
 FIELD_LIMITS: dict[str, dict[str, int]] = {
@@ -91,6 +103,9 @@ APP_MSGTYPES = frozenset(
     }
 )
 MAX_DUPLICATE_CHECK_SECONDS = 4 * 3600
+# The types sent with WeCom's duplicate check, which compares bodies: those carrying the
+# stamp in a text of their own. A template card is held unique by its task_id instead.
+BODY_CHECKED = frozenset(STAMPED_FIELDS) - {"template_card"}
 
 
 def classify(errcode: int, errmsg: str, what: str) -> SendError:
@@ -115,7 +130,8 @@ def classify(errcode: int, errmsg: str, what: str) -> SendError:
 
 
 class WeComSender(BaseSender):
-    """App messages (``text``, ``markdown``, ``textcard``) to WeCom users.
+    """App messages (``text``, ``markdown``, ``textcard``, ``template_card``) to WeCom
+    users.
 
     OPTIONS (each defaults to its ``WECOM_*`` setting, read when the sender is built):
     ``api_base``, ``corp_id``, ``corp_secret``, ``agent_id``, ``timeout`` (connect and
@@ -130,6 +146,7 @@ class WeComSender(BaseSender):
     # WeCom's per-member limit of 30 a minute and 1,000 an hour, for the shared limiter.
     recipient_rate: ClassVar[Rate | None] = Rate.at_most(30, 60)
     msgtypes: ClassVar[frozenset[str] | None] = APP_MSGTYPES
+    carries_cards: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -284,12 +301,16 @@ class WeComSender(BaseSender):
         # list in ``touser`` would reach the whole company or past the per-member limit.
         self.validate_recipient(message.recipient)
         bodies = [self._payload(message, agent_id, part) for part in self._parts(message)]
+        task_id = template_card.card_task_id(message)
         replies: list[dict[str, Any]] = []
         for index, body in enumerate(bodies, 1):
             what = "WeCom message/send"
             if len(bodies) > 1:
                 what += f" (part {index}/{len(bodies)}, {index - 1} delivered before it)"
-            reply = self._send_body(body, what)
+            reply = self._send_body(body, what, card=task_id is not None)
+            if task_id is not None and reply["errcode"] == template_card.TASK_ID_USED:
+                # Our task_id is valid and no other run's: this card reached WeCom before.
+                return template_card.delivered_before(task_id)
             self._check_recipients(message.recipient, reply, what)
             replies.append(reply)
         return self._result(replies)
@@ -305,6 +326,10 @@ class WeComSender(BaseSender):
             raise PayloadSendError(
                 f"{what}: WeCom app messages have no type {message.msgtype!r}.", code="msgtype"
             )
+        if message.msgtype == "template_card" and body.get("card_type") == template_card.CARD_TYPE:
+            problem = template_card.problem(body)
+            if problem:
+                raise PayloadSendError(f"{what}: {problem}.", code="card")
         for name, limit in FIELD_LIMITS.get(message.msgtype, {}).items():
             size = _size(str(body.get(name, "")))
             if size > limit:
@@ -336,9 +361,10 @@ class WeComSender(BaseSender):
         return [{**body, "content": part} for part in parts]
 
     def deduplicates(self, message: Message) -> bool:
-        """Only the types whose messages carry the stamp go with WeCom's duplicate check
-        (see the module's docstring)."""
-        return message.msgtype in STAMPED_FIELDS
+        """WeCom does not deliver this message twice: a type that carries the stamp, sent
+        with WeCom's duplicate check, or a card with a valid ``task_id`` (see the
+        module's docstring)."""
+        return message.msgtype in BODY_CHECKED or template_card.card_task_id(message) is not None
 
     def _payload(self, message: Message, agent_id: int, body: dict[str, Any]) -> bytes:
         payload: dict[str, Any] = {
@@ -347,14 +373,16 @@ class WeComSender(BaseSender):
             message.msgtype: body,
             "agentid": agent_id,
         }
-        if self.deduplicates(message):
+        if message.msgtype in BODY_CHECKED:
             payload["enable_duplicate_check"] = 1
             payload["duplicate_check_interval"] = self.duplicate_check_seconds
         if self.safe:
             payload["safe"] = self.safe
         return canonical_json(payload)
 
-    def _send_body(self, body: bytes, what: str) -> dict[str, Any]:
+    def _send_body(self, body: bytes, what: str, *, card: bool = False) -> dict[str, Any]:
+        """WeCom's reply to ``body`` (errcode 0), or the error it means; a ``card``'s
+        "task_id used" (42014) is a reply too, for ``send`` to read."""
         token = self.token.get()
         data = self._post(token, body, what)
         if data["errcode"] in TOKEN_CODES:
@@ -367,6 +395,8 @@ class WeComSender(BaseSender):
                     f"(errcode {data['errcode']}).",
                     code=str(data["errcode"]),
                 )
+        if data["errcode"] == template_card.TASK_ID_USED and card:
+            return data
         if data["errcode"] != 0:
             raise classify(data["errcode"], self.client.redact(str(data.get("errmsg", ""))), what)
         return data
@@ -420,6 +450,9 @@ class WeComSender(BaseSender):
             values = sorted({str(r[name]) for r in replies if r.get(name)})
             if values:
                 detail[name] = "|".join(values)
+        if len(replies) == 1 and replies[0].get("response_code"):
+            # A card with buttons: the code that updates it once, within 72 hours.
+            detail["response_code"] = str(replies[0]["response_code"])
         return SendResult(message_id=msgids[0], code="0", detail=detail)
 
 

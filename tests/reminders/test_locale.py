@@ -77,6 +77,7 @@ TRANSLATED = {
         "reminders/intake/users.py",
         "reminders/intake/validation.py",
         "reminders/messages/wording.py",
+        "reminders/messages/cards.py",
         "reminders/templates/admin/reminders/confirm.html",
         "reminders/templates/admin/reminders/scheduledtask/change_form.html",
         "reminders/templates/admin/reminders/scheduledtask/change_list.html",

@@ -1,6 +1,7 @@
 """The five built-in kinds' messages: what each says in English and Simplified Chinese, a
 textcard where there is a link and the channel carries one, text otherwise, and always
-within WeCom's limits with the stamp last."""
+within WeCom's limits with the stamp last. (A follow-up's or an inquiry's card with
+buttons, on a channel that carries one, is tests/reminders/test_cards.py's.)"""
 
 # Chinese text is written with Chinese (full-width) punctuation.
 # ruff: noqa: RUF001
@@ -285,7 +286,7 @@ def test_inquiry_timeout__an_escalation_says_so_and_whom_it_was_first_sent_to(
 def test_long_fields__are_cut_in_bytes_to_a_textcards_limits_and_the_stamp_stays_last(task):
     # 200 characters each, 600 bytes: under 512 characters, over 512 bytes.
     customer, subject = "华" * 200, "续约报价。" * 40
-    card = task("follow_up", channel="wecom", customer=customer, subject=subject, url=LINK)
+    card = task("follow_up", customer=customer, subject=subject, url=LINK)
 
     content = render(card)
 
@@ -478,7 +479,7 @@ def sandbox(settings: Any) -> Iterator[Any]:
         yield box
 
 
-def test_e2e__long_chinese_fields_arrive_whole_as_a_textcard_and_as_robot_text(make_task, sandbox):
+def test_e2e__long_chinese_fields_arrive_whole_as_a_card_and_as_robot_text(make_task, sandbox):
     payload = {**INQUIRY, "customer": "环球贸易" * 100, "escalated_from": "zhangsan"}
     for channel in ("wecom", "robot"):
         make_task(
@@ -494,9 +495,10 @@ def test_e2e__long_chinese_fields_arrive_whole_as_a_textcard_and_as_robot_text(m
     [card] = sandbox.delivered(to="lisi")
     robot = [e for e in sandbox.ledger() if e.endpoint == "webhook/send"]
     assert [e.status for e in robot] == ["delivered"]
-    for entry in (card, robot[0]):
-        assert not entry.truncated
-        assert "升级自：zhangsan（首位接收人）" in entry.content
-        assert entry.content.splitlines()[-1].startswith("— ")
-    assert card.msgtype == "textcard" and robot[0].msgtype == "text"
+    assert card.msgtype == "template_card" and robot[0].msgtype == "text"
+    sub_title = card.request["template_card"]["sub_title_text"]
+    for text in (sub_title, robot[0].content):
+        assert "升级自：zhangsan（首位接收人）" in text
+        assert text.splitlines()[-1].startswith("— ")
+    assert not robot[0].truncated
     assert_ledger_matches(sandbox)

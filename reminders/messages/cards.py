@@ -1,0 +1,225 @@
+"""Cards people act on: a follow-up or an inquiry alert as WeCom's ``template_card`` of
+``card_type`` ``button_interaction``, whose buttons come back through WeCom's callback
+when clicked (the button's ``key`` is the click's ``EventKey``, the card's ``task_id``
+names the run).
+
+The built-in wording (``messages.wording``) writes one where the task's channel carries
+it (``carried``: the sender's ``carries_cards``, true for a WeCom app, false for a group
+robot and anything else, which get text as before). What a card shows (``card``):
+
+* ``source.desc``: the kind's label; ``main_title``: the title (``Follow-up: Acme``) and
+  the headline under it; ``sub_title_text``: the details (subject, due time, how long it
+  has waited, from whom it was escalated), and under them the lines ``kinds.render``
+  adds to every message (a make-up run's mark, the stamp of the occurrence and task);
+* ``horizontal_content_list``: the customer, and the record's link (``payload["url"]``);
+* ``button_list``: the kind's buttons (``defaults``): ``done`` ("Done") and
+  ``snooze_1h`` ("Remind me in 1 hour"), and first for an inquiry ``take`` ("I'll take
+  it"), in the task's language; a CRM changes them per kind with ``buttons``.
+
+Invariants:
+
+* ``task_id(run)`` is ``r<run id>-<10 hex of the SHA-1 of the run's ledger key>``: a
+  re-send of a run is the same card, byte for byte, and two runs never share one, which
+  WeCom requires within the app. ``run_pk`` reads the run's id back (the callback does).
+* The stamp rule holds on a card too: ``sub_title_text`` is never empty (a card without
+  details shows its headline there), so ``kinds.render`` always has a line to put the
+  stamp under (``stamps.STAMPED_FIELDS``), and two occurrences never look alike.
+* It fits: every text within the length WeCom gives it (``senders.template_card``),
+  counting the lines ``kinds.render`` adds; what gives is the CRM's text (cut and marked
+  "…"), never the engine's words, the stamp or the link.
+* A CRM's buttons are held to WeCom's rules (1 to 6, a text, a style of 1 to 4, a key
+  of at most 1,024 bytes, unique). A hook that raises, or returns anything else, fails
+  the message with ``BuilderFailed`` naming the hook, the kind and the rule, as a
+  builder that fails does (``messages.builders``).
+* Deterministic: a function of the task, the run, the hooks and the catalogs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import pgettext
+
+from ..exceptions import BuilderFailed, RemindersError
+from ..links import short
+from ..registry import label
+from ..senders import get_sender
+from ..senders.template_card import CARD_TYPE, buttons_problem, problem, room, width
+from . import stamps
+from .builders import name_of
+from .content import Content
+from .fitting import Line, cut, fit
+
+if TYPE_CHECKING:
+    from ..models import ScheduledTask, TaskRun
+
+# The keys of the built-in buttons: what a click on each comes back with.
+DONE = "done"
+SNOOZE = "snooze_1h"
+TAKE = "take"
+
+_TASK_ID = re.compile(r"r([1-9][0-9]{0,18})-[0-9a-f]{10}")
+
+
+@dataclass(frozen=True)
+class Button:
+    """A button of a card: its ``key`` (the click's ``EventKey``), its ``text`` and
+    WeCom's ``style`` (1 to 4; 1 is WeCom's default). With a ``url`` it opens that
+    page instead of calling back, and needs no key."""
+
+    key: str
+    text: str
+    style: int = 1
+    url: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The button as WeCom's ``button_list`` takes it."""
+        if self.url:
+            return {"type": 1, "text": self.text, "style": self.style, "url": self.url}
+        return {"key": self.key, "text": self.text, "style": self.style}
+
+
+# A buttons hook: the buttons of a run's card, given the kind's own.
+ButtonsHook: TypeAlias = "Callable[[ScheduledTask, TaskRun, list[Button]], list[Button]]"
+H = TypeVar("H", bound=Callable[..., Any])
+
+_hooks: dict[str, ButtonsHook] = {}
+
+
+def buttons(kind: str) -> Callable[[H], H]:
+    """Decorator: ``func(task, run, defaults)`` returns the buttons of ``kind``'s cards
+    (``defaults`` are the kind's own, in the task's language); a later one for the same
+    kind replaces it, as ``builders.builder`` does. Register it in code every process
+    imports (an ``AppConfig.ready()``)."""
+
+    def register(func: H) -> H:
+        _hooks[kind] = func
+        return func
+
+    return register
+
+
+def unregister(kind: str) -> None:
+    """Forget the buttons hook registered for ``kind``, if any."""
+    _hooks.pop(kind, None)
+
+
+def task_id(run: TaskRun) -> str:
+    """The card's ``task_id`` for ``run``: ``r<run id>-<first 10 hex characters of the
+    SHA-1 of its ledger key>``, at most 32 bytes of WeCom's ``0-9a-zA-Z_-@``. A run not
+    saved yet (a message checked when its task is scheduled, never sent) has id 0."""
+    digest = hashlib.sha1(run.ledger_key.encode()).hexdigest()[:10]  # noqa: S324 - a name
+    return f"r{run.pk or 0}-{digest}"
+
+
+def run_pk(value: str) -> int | None:
+    """The id of the run a card's ``task_id`` names (``task_id``); None for anything
+    else, a run never saved among them."""
+    match = _TASK_ID.fullmatch(value) if isinstance(value, str) else None
+    return int(match.group(1)) if match else None
+
+
+def defaults(kind: str) -> list[Button]:
+    """The kind's own buttons, in the active language: ``done`` and ``snooze_1h``, and
+    first for an inquiry alert ``take``."""
+    done = pgettext("card button, at most 10 characters", "Done")
+    snooze = Button(SNOOZE, pgettext("card button, at most 10 characters", "Remind me in 1 hour"))
+    if kind == "inquiry_timeout":
+        take = Button(TAKE, pgettext("card button, at most 10 characters", "I'll take it"))
+        return [take, Button(DONE, done, style=2), Button(snooze.key, snooze.text, style=2)]
+    return [Button(DONE, done), Button(snooze.key, snooze.text, style=2)]
+
+
+def chosen(task: ScheduledTask, run: TaskRun) -> list[Button]:
+    """The buttons of the run's card: its kind's hook's, else the kind's own.
+    ``BuilderFailed`` naming the hook and the kind when it raises or returns buttons
+    WeCom would refuse."""
+    kind = task.kind
+    own = defaults(kind)
+    hook = _hooks.get(kind)
+    if hook is None:
+        return own
+    name = name_of(hook)
+    try:
+        value = hook(task, run, list(own))
+    except Exception as exc:
+        raise BuilderFailed(
+            f"Buttons hook {name} of kind {kind!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(value, list | tuple) or not all(isinstance(b, Button) for b in value):
+        raise BuilderFailed(
+            f"Buttons hook {name} of kind {kind!r} returned {short(value)}; a buttons "
+            "hook returns a list of reminders.messages.cards.Button"
+        )
+    found = buttons_problem([button.as_dict() for button in value])
+    if found:
+        raise BuilderFailed(f"Buttons hook {name} of kind {kind!r} returned {found}.")
+    return list(value)
+
+
+def carried(task: ScheduledTask) -> bool:
+    """Whether the task's channel carries these cards (its sender's ``carries_cards``);
+    a channel that cannot be built is taken to carry none (it says so where channels
+    are checked)."""
+    try:
+        return bool(get_sender(task.channel).carries_cards)
+    except (RemindersError, ImproperlyConfigured, TypeError):
+        return False
+
+
+@dataclass(frozen=True)
+class Face:
+    """What a card shows, before it is fitted: the ``title``, the ``headline`` under it,
+    the detail ``lines`` (none: the headline takes their place), the CRM's ``customer``
+    and the record's ``url``."""
+
+    title: Line
+    headline: Line
+    lines: Sequence[Line]
+    customer: str = ""
+    url: str = ""
+
+
+def card(task: ScheduledTask, run: TaskRun, face: Face) -> Content:
+    """The run's card: ``face`` fitted to WeCom's lengths, with room under its details
+    for the lines ``kinds.render`` adds (``stamps.tail``), its ``task_id`` and buttons."""
+    details = list(face.lines) or [face.headline]
+    main_title = {"title": fit([face.title], room("main_title.title"), measure=width)}
+    if face.lines:
+        main_title["desc"] = fit([face.headline], room("main_title.desc"), measure=width)
+    body: dict[str, Any] = {
+        "card_type": CARD_TYPE,
+        "source": {"desc": cut(label(task.kind), room("source.desc"), width)},
+        "main_title": main_title,
+        "sub_title_text": fit(
+            details, room("sub_title_text"), stamps.tail(task, run), measure=width
+        ),
+        "task_id": task_id(run),
+        "button_list": [button.as_dict() for button in chosen(task, run)],
+    }
+    lines = _lines(face)
+    if lines:
+        body["horizontal_content_list"] = lines
+    found = problem(body)
+    if found:
+        raise ValueError(f"the card of kind {task.kind!r} is one WeCom refuses: {found}")
+    return Content("template_card", body)
+
+
+def _lines(face: Face) -> list[dict[str, Any]]:
+    """The customer and the link, as lines of a name and a value."""
+    lines: list[dict[str, Any]] = []
+    if face.customer:
+        name = pgettext("card line name, at most 5 characters", "Customer")
+        value = cut(face.customer, room("horizontal_content_list.value"), width)
+        lines.append({"keyname": name, "value": value})
+    if face.url:
+        name = pgettext("card line name, at most 5 characters", "Link")
+        view = pgettext("textcard button, at most 4 characters", "View")
+        lines.append({"type": 1, "keyname": name, "value": view, "url": face.url})
+    return lines
