@@ -12,8 +12,9 @@ keys: without the stamp, two occurrences of one CRM-written text to one member i
 the window would be merged and the second silently dropped. So two different
 occurrences never render byte-identical bodies for one recipient, while a run rendered
 again renders the same bytes (the stamp is a function of the task and the occurrence).
-The stamp goes in ``text`` and ``markdown`` content and a ``textcard`` description; a
-kind with another ``msgtype`` must tell its occurrences apart itself. The bytes depend
+The stamp goes in ``text`` and ``markdown`` content, a ``textcard`` description and a
+button card's ``sub_title_text``; a kind with another ``msgtype`` must tell its
+occurrences apart itself. The bytes depend
 on the task, the occurrence, the settings and the translation catalogs only: a run
 rendered again after a change of ``LANGUAGE_CODE``, ``REMINDERS_BUILDERS`` or a catalog
 may differ, as after any change of wording.

@@ -160,10 +160,11 @@ def page_undone() -> Iterator[None]:
     from django.contrib import admin
 
     from reminders import kinds, signals
-    from reminders.messages import builders
+    from reminders.messages import builders, cards
 
     registered = dict(kinds._registry)
     decorated = dict(builders._decorated)
+    hooks = dict(cards._hooks)
     all_signals = [value for value in vars(signals).values() if isinstance(value, signals.Signal)]
     receivers = {signal: list(signal.receivers) for signal in all_signals}
     index_template = admin.site.index_template
@@ -174,6 +175,8 @@ def page_undone() -> Iterator[None]:
         kinds._registry.update(registered)
         builders._decorated.clear()
         builders._decorated.update(decorated)
+        cards._hooks.clear()
+        cards._hooks.update(hooks)
         for signal, before in receivers.items():
             with signal.lock:
                 signal.receivers[:] = before

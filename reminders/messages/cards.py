@@ -36,8 +36,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -47,6 +45,7 @@ from django.utils.translation import pgettext
 
 from ..exceptions import BuilderFailed, RemindersError
 from ..links import short
+from ..models import acting
 from ..registry import label
 from ..senders import get_sender
 from ..senders.template_card import CARD_TYPE, buttons_problem, problem, room, width
@@ -58,12 +57,12 @@ from .fitting import Line, cut, fit
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
 
-# The keys of the built-in buttons: what a click on each comes back with.
-DONE = "done"
-SNOOZE = "snooze_1h"
-TAKE = "take"
-
-_TASK_ID = re.compile(r"r([1-9][0-9]{0,18})-[0-9a-f]{10}")
+# The keys of the built-in buttons (what a click on each comes back with), and the
+# card's task_id of a run and back: the models' (``models.acting``), which the callback
+# reads clicks by.
+DONE, SNOOZE, TAKE = acting.DONE, acting.SNOOZE, acting.TAKE
+task_id = acting.card_id
+run_pk = acting.run_pk
 
 
 @dataclass(frozen=True)
@@ -107,21 +106,6 @@ def buttons(kind: str) -> Callable[[H], H]:
 def unregister(kind: str) -> None:
     """Forget the buttons hook registered for ``kind``, if any."""
     _hooks.pop(kind, None)
-
-
-def task_id(run: TaskRun) -> str:
-    """The card's ``task_id`` for ``run``: ``r<run id>-<first 10 hex characters of the
-    SHA-1 of its ledger key>``, at most 32 bytes of WeCom's ``0-9a-zA-Z_-@``. A run not
-    saved yet (a message checked when its task is scheduled, never sent) has id 0."""
-    digest = hashlib.sha1(run.ledger_key.encode()).hexdigest()[:10]  # noqa: S324 - a name
-    return f"r{run.pk or 0}-{digest}"
-
-
-def run_pk(value: str) -> int | None:
-    """The id of the run a card's ``task_id`` names (``task_id``); None for anything
-    else, a run never saved among them."""
-    match = _TASK_ID.fullmatch(value) if isinstance(value, str) else None
-    return int(match.group(1)) if match else None
 
 
 def defaults(kind: str) -> list[Button]:

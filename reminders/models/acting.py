@@ -31,17 +31,28 @@ _CARD_ID = re.compile(r"r([1-9][0-9]{0,18})-[0-9a-f]{10}")
 
 
 def card_id(run: TaskRun) -> str:
-    """The ``task_id`` of ``run``'s card, as WeCom allows one (at most 128 of
-    ``0-9a-zA-Z_-@``, unique within the app): the run's id and a digest of its ledger
-    key, so a re-send of the run is byte-identical, two runs never share one, and a
-    click names its run (``run_pk``)."""
-    digest = hashlib.sha1(run.ledger_key.encode()).hexdigest()[:10]  # noqa: S324 - a name, not a secret
-    return f"r{run.pk}-{digest}"
+    """The ``task_id`` of ``run``'s card, as WeCom allows one (at most 128 bytes of
+    ``0-9a-zA-Z_-@``, unique within the app): ``r<run id>-<digest>``, the digest the
+    first 10 hex characters of the SHA-1 of the run's ledger key and creation time.
+
+    A re-send of the run is byte-identical (both are stored); two runs never share one;
+    a click names its run (``run_pk``). The creation time is there because WeCom takes
+    a task_id once per app, for good, and answers a second send of it "taken" (42014),
+    which delivery reads as "delivered before": a database restored from a backup, or
+    reset under the same app, hands out run ids and ledger keys again, and without it a
+    new run could carry an old card's id and be recorded delivered unsent. A run not
+    saved yet (a message checked or previewed, never sent) has id 0, which ``run_pk``
+    reads as no run."""
+    created = run.created_at.isoformat() if run.created_at else ""
+    name = f"{run.ledger_key}|{created}".encode()
+    digest = hashlib.sha1(name).hexdigest()[:10]  # noqa: S324 - a name, not a secret
+    return f"r{run.pk or 0}-{digest}"
 
 
 def run_pk(task_id: str) -> int | None:
-    """The run a card's ``task_id`` names (``card_id``), or None for any other text."""
-    match = _CARD_ID.fullmatch(task_id)
+    """The run a card's ``task_id`` names (``card_id``), or None for any other text, a
+    run never saved among them."""
+    match = _CARD_ID.fullmatch(task_id) if isinstance(task_id, str) else None
     return int(match.group(1)) if match else None
 
 

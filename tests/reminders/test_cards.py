@@ -86,7 +86,9 @@ def stamp(task: ScheduledTask) -> str:
 
 
 def task_id(run: TaskRun) -> str:
-    return f"r{run.pk}-{hashlib.sha1(run.ledger_key.encode()).hexdigest()[:10]}"  # noqa: S324
+    created = run.created_at.isoformat() if run.created_at else ""
+    name = f"{run.ledger_key}|{created}"
+    return f"r{run.pk}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"  # noqa: S324
 
 
 # -- what each card says -------------------------------------------------------------------
@@ -299,6 +301,19 @@ def test_task_id__names_its_run_and_reads_back(task):
     assert cards.task_id(run) == task_id(run) == render(follow_up, run).body["task_id"]
     assert cards.run_pk(cards.task_id(run)) == run.pk
     assert len(cards.task_id(run).encode()) <= 128
+
+
+def test_task_id__differs_for_a_run_made_again_under_the_same_id_and_key(task):
+    # A database restored from a backup hands out run ids and ledger keys again; WeCom
+    # keeps every task_id it took for good: the new run's card must not carry the old id.
+    run = planning.new_run(task("follow_up"), NINE_IN_SHANGHAI)
+    run.save()
+    before = cards.task_id(run)
+    TaskRun.objects.filter(pk=run.pk).update(created_at=run.created_at + timedelta(days=30))
+    run.refresh_from_db()
+
+    assert cards.task_id(run) != before
+    assert cards.run_pk(cards.task_id(run)) == run.pk
 
 
 @pytest.mark.parametrize(

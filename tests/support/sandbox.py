@@ -75,7 +75,8 @@ def ledger_mismatches(
     """What our ledger claims that the sandbox's contradicts, one line each.
 
     Each ``sent`` row of ``channels`` must name (in ``provider_message_id``, or every part
-    in ``reply_detail["msgids"]``) a delivery to its recipient, and no delivery may be
+    in ``reply_detail["msgids"]``, or for a card WeCom said was delivered before the
+    ``task_id`` of a delivered card) a delivery to its recipient, and no delivery may be
     claimed by two rows with different keys: a message the sandbox suppressed as a
     duplicate answers with the msgid of the earlier delivery it was merged into. A text
     the sender splits (``split_content``) must claim one delivery per part, each of
@@ -84,6 +85,9 @@ def ledger_mismatches(
     """
     entries = [e for e in entries if e.endpoint == APP_SEND]
     delivered = {e.msgid: e for e in entries if e.status == DELIVERED and e.msgid}
+    # A card re-sent after its first reply was lost is answered "task_id taken" (42014):
+    # the row names no msgid, but the card's task_id, whose first send was delivered.
+    cards = {_card_task_id(e): e.msgid for e in delivered.values() if _card_task_id(e)}
     problems: list[str] = []
     claimed: dict[str, set[str]] = defaultdict(set)
     rows = SendLog.objects.filter(status=SendLog.Status.SENT, channel__in=channels)
@@ -91,6 +95,8 @@ def ledger_mismatches(
         "key", "recipient", "provider_message_id", "reply_detail", "body"
     ):
         msgids = (detail or {}).get("msgids") or [msgid]
+        if (detail or {}).get("delivered_before"):
+            msgids = [cards.get(str(detail.get("task_id")), "")]
         texts = _parts(body)
         if texts is not None and len(texts) != len(msgids):
             problems.append(
@@ -124,6 +130,11 @@ def ledger_mismatches(
                 f"{sorted(keys)}; the others were suppressed as duplicates"
             )
     return problems
+
+
+def _card_task_id(entry: LedgerEntry) -> str:
+    card = (entry.request or {}).get("template_card")
+    return str(card.get("task_id") or "") if isinstance(card, dict) else ""
 
 
 def _parts(body: str) -> list[str] | None:

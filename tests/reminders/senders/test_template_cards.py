@@ -364,8 +364,6 @@ def test_e2e__a_follow_up_card_arrives_once_with_its_run_named(make_task: Any, s
 def test_e2e__a_card_whose_reply_was_lost_is_sent_again_and_arrives_once(
     make_task: Any, settings: Any
 ) -> None:
-    # A bare sandbox: the ledger check of tests/support/sandbox.py matches sent rows by
-    # msgid, which WeCom does not give back for a card it refuses as delivered before.
     with WeComSandbox(**DEFAULTS) as box:
         use(box, settings)
         make_task("inquiry_timeout", "wangwu", channel="wecom", payload={"minutes": 30})
@@ -386,3 +384,5 @@ def test_e2e__a_card_whose_reply_was_lost_is_sent_again_and_arrives_once(
         assert [entry.status for entry in box.ledger()] == ["delivered", "rejected"]
         assert box.ledger()[1].errcode == 42014
         assert len(box.delivered(to="wangwu")) == 1
+        # The ledger check finds the card's first delivery by its task_id.
+        assert_ledger_matches(box)
