@@ -53,27 +53,26 @@ class Applied:
 
 
 def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
-    """Record the request's nonce and act on ``event``, in one transaction; nothing of
-    either is kept when the click is refused (the nonce of a refused click is kept:
-    the same request again is a replay)."""
-    try:
-        with transaction.atomic():
-            CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
-            pk = run_pk(event.task_id)
-            run = (
-                TaskRun.objects.select_related("task")
-                .filter(pk=pk, status=TaskRun.Status.SENT)
-                .first()
-                if pk is not None
-                else None
-            )
-            if run is None or card_id(run) != event.task_id:
-                return Applied(Outcome.UNKNOWN_RUN)
-            if run.task.recipient != event.from_user_name:
-                return Applied(Outcome.NOT_RECIPIENT)
-            return _act(run, event)
-    except IntegrityError:
-        return Applied(Outcome.REPLAYED)
+    """Record the request's nonce and act on ``event``, in one transaction. The nonce is
+    kept whatever the click comes to (the same request again is a replay); an error
+    rolls both back, so that WeCom may send the request again."""
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
+        except IntegrityError:
+            return Applied(Outcome.REPLAYED)
+        pk = run_pk(event.task_id)
+        run = (
+            TaskRun.objects.select_related("task").filter(pk=pk, status=TaskRun.Status.SENT).first()
+            if pk is not None
+            else None
+        )
+        if run is None or card_id(run) != event.task_id:
+            return Applied(Outcome.UNKNOWN_RUN)
+        if run.task.recipient != event.from_user_name:
+            return Applied(Outcome.NOT_RECIPIENT)
+        return _act(run, event)
 
 
 def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
@@ -90,11 +89,15 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         acted_at=_clicked_at(event, now),
         response_code=event.response_code[:128],
     )
-    if event.event_key in (DONE, TAKE):
-        _cancel_escalation(run.task)
-    elif event.event_key == SNOOZE:
-        action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
-    action.save()
+    try:
+        with transaction.atomic():
+            if event.event_key in (DONE, TAKE):
+                _cancel_escalation(run.task)
+            elif event.event_key == SNOOZE:
+                action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
+            action.save()
+    except IntegrityError:  # a click on this run committed first, where rows lock not
+        return Applied(Outcome.ALREADY, RunAction.objects.filter(run=run).first())
     return Applied(Outcome.ACTED, action)
 
 
