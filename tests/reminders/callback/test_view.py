@@ -328,3 +328,14 @@ def test_admin__the_run_list_and_page_say_who_acted_how_and_when(
     assert said in page
     other = admin_client.get(f"/admin/reminders/taskrun/{untouched.pk}/change/").content.decode()
     assert "remind me in 1 hour by" not in other
+
+
+def test_nonces__are_forgotten_once_their_requests_would_be_refused_by_age() -> None:
+    now = timezone.now()
+    window = timedelta(seconds=300)
+    CallbackNonce.objects.create(nonce="old", timestamp=1)
+    CallbackNonce.objects.create(nonce="recent", timestamp=2)
+    CallbackNonce.objects.filter(nonce="old").update(received_at=now - 2 * window - timedelta(1))
+    assert announce.forget_nonces(now) == 1
+    assert announce.forget_nonces(now) == 0
+    assert list(CallbackNonce.objects.values_list("nonce", flat=True)) == ["recent"]
