@@ -40,9 +40,16 @@ def announce(now: datetime | None = None) -> int:
             pending = pending.select_for_update(skip_locked=True)
         else:
             pending = pending.select_for_update()
-        actions = list(pending.select_related("run", "run__task")[:BATCH])
-        if actions:
-            RunAction.objects.filter(pk__in=[a.pk for a in actions]).update(announced_at=now)
+        # Only the actions' rows are locked: the runs and tasks they name are the
+        # planner's and delivery's to lock, and are read apart.
+        claimed = list(pending.values_list("pk", flat=True)[:BATCH])
+        if claimed:
+            RunAction.objects.filter(pk__in=claimed).update(announced_at=now)
+        actions = list(
+            RunAction.objects.filter(pk__in=claimed)
+            .select_related("run", "run__task")
+            .order_by("received_at")
+        )
         for action in actions:
             signals.after_commit(
                 signals.run_acted,
