@@ -34,6 +34,7 @@ from .replies import Rejected
 
 APP_MSGTYPES = ("text", "markdown", "textcard", "template_card")
 ROBOT_MSGTYPES = ("text", "markdown", "image", "news", "file", "template_card")
+ROBOT_CARD_TYPES = ("text_notice", "news_notice")
 
 
 def cut(text: str, limit: int) -> str:
@@ -123,6 +124,14 @@ def robot_request(raw: bytes) -> RobotRequest:
     payload = body.get(msgtype)
     if not isinstance(payload, dict) or not payload:
         raise Rejected(codes.EMPTY_CONTENT)
+    if msgtype == "template_card" and payload.get("card_type") not in ROBOT_CARD_TYPES:
+        # WeCom's robot API documents text_notice and news_notice cards only; the code
+        # of its refusal of another type is not documented: 40058 is the closest.
+        raise Rejected(
+            codes.INVALID_PARAMETER,
+            f"template_card.card_type {payload.get('card_type')!r} is not one a group robot "
+            f"takes ({', '.join(ROBOT_CARD_TYPES)})",
+        )
     content = f"[{msgtype}]"
     mentioned: tuple[str, ...] = ()
     if msgtype in ("text", "markdown"):

@@ -29,6 +29,9 @@ from .wecom import CONTENT_LIMIT, DEFAULT_API_BASE, classify
 INVALID_KEY = 93000
 MARKDOWN_LIMIT = 4096  # bytes; WeCom rejects longer markdown from a robot
 # What a group robot posts: no textcard, which is an app message.
+# The template cards a group robot posts (WeCom's 群机器人 API): no button card, since a
+# robot has no callback to take the clicks.
+ROBOT_CARD_TYPES = ("text_notice", "news_notice")
 ROBOT_MSGTYPES = frozenset(
     {"text", "markdown", "markdown_v2", "image", "news", "file", "voice", "template_card"}
 )
@@ -135,6 +138,13 @@ class WeComRobotSender(BaseSender):
                 code="msgtype",
             )
         self._check_content(message.msgtype, body, what)
+        if message.msgtype == "template_card" and body.get("card_type") not in ROBOT_CARD_TYPES:
+            raise PayloadSendError(
+                f"{what}: a group robot posts template cards of type "
+                f"{' and '.join(ROBOT_CARD_TYPES)} only, not {body.get('card_type')!r} "
+                "(no buttons: it has no callback).",
+                code="msgtype",
+            )
         if message.msgtype == "text":
             if self.mention_recipient and message.recipient:
                 mentioned = body.get("mentioned_list") or []

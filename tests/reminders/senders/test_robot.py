@@ -222,3 +222,25 @@ def test_engine__an_unknown_errcode_from_a_robot_is_unknown_not_retried(
     assert SendLog.objects.get().status == "unknown"
     assert received == [("run_unknown", run.pk, "unknown")]
     assert len(stub.calls(WEBHOOK)) == 1
+
+
+def test_check_message__a_robot_posts_no_button_card(
+    robot: WeComRobotSender, stub: StubServer
+) -> None:
+    # A CRM's builder may return a button card for a robot channel: WeCom's robots take
+    # text_notice and news_notice cards only, and have no callback for the clicks.
+    card = {
+        "card_type": "button_interaction",
+        "main_title": {"title": "Follow-up"},
+        "task_id": "r7-0123456789",
+        "button_list": [{"key": "done", "text": "Done"}],
+    }
+    message = Message("ops", "template_card", card, "a")
+
+    with pytest.raises(PayloadSendError, match="text_notice and news_notice only") as caught:
+        robot.send(message)
+    assert caught.value.code == "msgtype"
+    assert stub.calls(WEBHOOK) == []
+    notice = {"card_type": "text_notice", "main_title": {"title": "Daily report"}}
+    robot.send(Message("ops", "template_card", notice, "b"))
+    assert len(stub.calls(WEBHOOK)) == 1

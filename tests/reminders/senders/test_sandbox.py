@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import requests
 from django.db import connection
 from django.test import TestCase
 from django.utils import timezone
@@ -491,3 +492,20 @@ def test_sandbox__robot_over_twenty_a_minute_is_throttled(
 
     assert caught.value.code == "45009"
     assert caught.value.pause_seconds >= 60
+
+
+def test_sandbox__a_robot_refuses_a_button_card(sandbox: WeComSandbox) -> None:
+    # As WeCom's robots do: text_notice and news_notice cards only, no buttons.
+    def post(card: dict[str, Any]) -> dict[str, Any]:
+        reply = requests.post(
+            f"{sandbox.base_url}/cgi-bin/webhook/send",
+            params={"key": ROBOT_KEY},
+            json={"msgtype": "template_card", "template_card": card},
+            timeout=5,
+        )
+        return dict(reply.json())
+
+    button = {"card_type": "button_interaction", "task_id": "r7-0123456789"}
+    assert post(button)["errcode"] == 40058
+    assert post({"card_type": "text_notice", "main_title": {"title": "Daily"}})["errcode"] == 0
+    assert [entry.status for entry in sandbox.ledger()] == ["rejected", "delivered"]
