@@ -339,3 +339,11 @@ def test_nonces__are_forgotten_once_their_requests_would_be_refused_by_age() -> 
     assert announce.forget_nonces(now) == 1
     assert announce.forget_nonces(now) == 0
     assert list(CallbackNonce.objects.values_list("nonce", flat=True)) == ["recent"]
+
+
+def test_a_body_larger_than_a_callback__400(client, make_task) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    padding = "<Padding>" + "x" * (70 * 1024) + "</Padding>"
+    body = f"<xml><Encrypt>abc</Encrypt>{padding}</xml>"
+    assert post(client, event_xml(run), body=body).status_code == 400
+    assert nothing_changed(run)
