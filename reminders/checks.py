@@ -34,8 +34,6 @@ from django.utils.translation import gettext, ngettext
 
 from . import calendars, kinds
 from .calendars import coverage as calendar_coverage
-from .callback.crypto import Credentials
-from .callback.exceptions import BadEncodingAESKey
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
 from .messages import builders
@@ -486,20 +484,8 @@ def _uncovered_warning(name: str, years: list[int]) -> Warning:
 
 def _check_callback() -> list[CheckMessage]:
     """The callback is set up whole or not at all, with a key WeCom could have given."""
-    token = getattr(django_settings, "WECOM_CALLBACK_TOKEN", "")
-    key = getattr(django_settings, "WECOM_CALLBACK_AES_KEY", "")
-    if not token and not key:
-        return []
-    problem = ""
-    if not token or not key:
-        problem = gettext(
-            "WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY are set together or not at all."
-        )
-    elif not getattr(django_settings, "WECOM_CORP_ID", ""):
-        problem = gettext("The callback needs WECOM_CORP_ID: WeCom encrypts for the corp.")
-    else:
-        try:
-            Credentials(token=token, encoding_aes_key=key, receive_id="")
-        except BadEncodingAESKey as exc:
-            problem = str(exc)
-    return [Error(problem, id="reminders.E015")] if problem else []
+    try:
+        _callback = conf.CALLBACK  # read, it raises what is wrong
+    except ImproperlyConfigured as exc:  # BadEncodingAESKey is one
+        return [Error(str(exc), id="reminders.E015")]
+    return []

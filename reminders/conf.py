@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .callback.crypto import Credentials
 from .i18n import early_gettext as _
 from .links import link_problem
 
@@ -123,6 +124,27 @@ class Settings:
     @property
     def TICK_SECONDS(self) -> float:
         return _positive_number("REMINDERS_TICK_SECONDS", self._get("TICK_SECONDS", 1.0))
+
+    @property
+    def CALLBACK(self) -> Credentials | None:
+        """The WeCom callback's credentials (``WECOM_CALLBACK_TOKEN``,
+        ``WECOM_CALLBACK_AES_KEY`` and ``WECOM_CORP_ID``, the receive id), or None while
+        neither of the first two is set. Half a set-up, no corp id or a key WeCom could
+        not have given is ``ImproperlyConfigured`` (system check ``reminders.E015``)."""
+        token = getattr(django_settings, "WECOM_CALLBACK_TOKEN", "")
+        key = getattr(django_settings, "WECOM_CALLBACK_AES_KEY", "")
+        if not token and not key:
+            return None
+        if not token or not key:
+            raise ImproperlyConfigured(
+                _("WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY are set together or not at all.")
+            )
+        corp = str(getattr(django_settings, "WECOM_CORP_ID", ""))
+        if not corp:
+            raise ImproperlyConfigured(
+                _("The callback needs WECOM_CORP_ID: WeCom encrypts for the corp.")
+            )
+        return Credentials(token=token, encoding_aes_key=key, receive_id=corp)
 
     @property
     def CALLBACK_MAX_SKEW_SECONDS(self) -> float:

@@ -347,3 +347,10 @@ def test_a_body_larger_than_a_callback__400(client, make_task) -> None:
     body = f"<xml><Encrypt>abc</Encrypt>{padding}</xml>"
     assert post(client, event_xml(run), body=body).status_code == 400
     assert nothing_changed(run)
+
+
+def test_a_callback_set_up_wrong__404_saying_why(client: Client, settings: Any) -> None:
+    settings.WECOM_CALLBACK_AES_KEY = KEY[:-1]  # 42 characters: no key WeCom gives
+    response = client.get(URL, {"msg_signature": "x", "timestamp": "1", "nonce": "1"})
+    assert response.status_code == 404
+    assert b"43 characters" in response.content
