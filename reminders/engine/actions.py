@@ -182,16 +182,24 @@ def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:
 
 def new_manual_run(task: ScheduledTask, now: datetime, by: str = "") -> TaskRun:
     """The unsaved run ``run_now`` makes at ``now``, asked for by ``by``."""
-    occurrence = _manual_occurrence(task, now)
+    key = RUN_NOW_KEY.format(task=task.pk, minute=now.astimezone(timing.UTC))
+    return _requested_run(task, now, key, by)
+
+
+def _requested_run(task: ScheduledTask, due: datetime, key: str, by: str) -> TaskRun:
+    """An unsaved run made on ``by``'s request, due at ``due`` under ``key``: not an
+    occurrence of the schedule (``is_manual``), at a second no other run stamps, under
+    its kind's deadline counted from ``due``."""
+    occurrence = _manual_occurrence(task, due)
     return TaskRun(
         task=task,
         occurrence=occurrence,
         run_date=timing.local_date(occurrence, task.timezone),
-        due_at=now,
-        next_attempt_at=now,
+        due_at=due,
+        next_attempt_at=due,
         priority=task.priority_rank,
-        ledger_key=RUN_NOW_KEY.format(task=task.pk, minute=now.astimezone(timing.UTC)),
-        deadline=planning.policy_of(task).deadline(occurrence, now, task.timezone),
+        ledger_key=key,
+        deadline=planning.policy_of(task).deadline(occurrence, due, task.timezone),
         is_manual=True,
         requested_by=by[:150],
     )
@@ -347,20 +355,7 @@ def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     the same message again, later, as a message of its own (its own occurrence, stamp and
     key), under its kind's deadline counted from ``until``. Saved; the schedulers are
     woken once it commits if it is due within a tick."""
-    task = run.task
-    occurrence = _manual_occurrence(task, until)
-    later = TaskRun(
-        task=task,
-        occurrence=occurrence,
-        run_date=timing.local_date(occurrence, task.timezone),
-        due_at=until,
-        next_attempt_at=until,
-        priority=task.priority_rank,
-        ledger_key=SNOOZE_KEY.format(task=task.pk, run=run.pk),
-        deadline=planning.policy_of(task).deadline(occurrence, until, task.timezone),
-        is_manual=True,
-        requested_by=by[:150],
-    )
+    later = _requested_run(run.task, until, SNOOZE_KEY.format(task=run.task_id, run=run.pk), by)
     later.save()
     if until <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
         wake.notify()
