@@ -6,6 +6,11 @@
   who acted, how and when, the card's response code (to update the card, once, within
   72 hours), the run a snooze made, and when the CRM was told (``run_acted``, sent by a
   scheduler once the action has committed, never inside WeCom's request).
+  The card is then updated (``engine.cards``), where WeCom gave a response code and the
+  action is a built-in one: its buttons become one that cannot be clicked, "Done by
+  alice". ``card_state`` follows that: ``pending`` until a scheduler updated it
+  (``updated``), WeCom refused (``failed``), or 72 hours passed (``expired``: WeCom
+  takes a response code within 72 hours); blank for an action that updates no card.
 * ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
   inside the accepted window, unique: the same request replayed is refused.
 """
@@ -57,6 +62,13 @@ def run_pk(task_id: str) -> int | None:
 
 
 class RunAction(models.Model):
+    class CardState(models.TextChoices):
+        NONE = "", _("not updated")
+        PENDING = "pending", _("to update")
+        UPDATED = "updated", _("updated")
+        FAILED = "failed", _("update failed")
+        EXPIRED = "expired", _("too late to update")
+
     run = models.OneToOneField(
         "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
     )
@@ -74,6 +86,13 @@ class RunAction(models.Model):
         verbose_name=_("reminder it made"),
     )
     announced_at = models.DateTimeField(_("CRM told"), null=True, blank=True)
+    card_state = models.CharField(
+        _("card"), max_length=7, choices=CardState.choices, default="", blank=True
+    )
+    # What the card reads now, or why it could not be updated.
+    card_detail = models.TextField(_("card update"), blank=True)
+    # When a scheduler last took the update on: another takes it over a while later.
+    card_attempted_at = models.DateTimeField(_("card update tried"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("action on a card")
@@ -84,7 +103,20 @@ class RunAction(models.Model):
                 fields=["received_at"],
                 name="reminders_action_untold_idx",
                 condition=Q(announced_at__isnull=True),
-            )
+            ),
+            # The schedulers' scan for cards to update.
+            models.Index(
+                fields=["card_attempted_at"],
+                name="reminders_action_card_idx",
+                condition=Q(card_state="pending"),
+            ),
+        ]
+        constraints = [
+            # A card is updated with the response code WeCom gave: none, no update.
+            models.CheckConstraint(
+                condition=Q(card_state="") | ~Q(response_code=""),
+                name="reminders_action_card_needs_code",
+            ),
         ]
 
     def __str__(self) -> str:

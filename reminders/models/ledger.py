@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from django.db import models, transaction
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from .choices import longest
@@ -56,16 +57,43 @@ class SendLog(models.Model):
     created_at = models.DateTimeField(_("reserved"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
+    # Taken back from the recipient (``engine.recall``): when, by whom and why. The
+    # message ids recalled so far (every part of a split message, one by one), and what
+    # the provider said to the last attempt that failed.
+    recalled_at = models.DateTimeField(_("recalled"), null=True, blank=True)
+    recalled_by = models.CharField(_("recalled by"), max_length=150, blank=True)
+    recall_reason = models.TextField(_("why recalled"), blank=True)
+    recalled_ids = models.JSONField(_("message ids recalled"), default=list, blank=True)
+    recall_error = models.TextField(_("recall error"), blank=True)
 
     class Meta:
         verbose_name = _("send log entry")
         verbose_name_plural = _("send log")
+        permissions = [("recall_sendlog", _("Can recall a sent message"))]
         indexes = [
             models.Index(fields=["status", "created_at"], name="reminders_sendlog_status_idx"),
+            # The dashboard's count of recalls.
+            models.Index(
+                fields=["recalled_at"],
+                name="reminders_sendlog_recall_idx",
+                condition=Q(recalled_at__isnull=False),
+            ),
+        ]
+        constraints = [
+            # Only a message delivered is recalled, and always by someone, for a reason.
+            models.CheckConstraint(
+                condition=Q(recalled_at__isnull=True)
+                | (Q(status="sent") & ~Q(recalled_by="") & ~Q(recall_reason="")),
+                name="reminders_sendlog_recall_sent",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.key} [{self.status}]"
+
+    @property
+    def recalled(self) -> bool:
+        return self.recalled_at is not None
 
 
 class JobTakeQuerySet(models.QuerySet["JobTake"]):

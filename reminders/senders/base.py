@@ -8,10 +8,11 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from ..conf import settings as conf
-from ..exceptions import RecipientSendError
+from ..exceptions import PermanentSendError, RecipientSendError
 from ..recipients import member_id_problem
 
 REDACTED = "***"
@@ -183,6 +184,9 @@ class BaseSender(ABC):
     # Whether it carries WeCom's ``template_card`` of ``card_type`` ``button_interaction``
     # (a card with buttons, ``messages.cards``): only a WeCom app does.
     carries_cards: ClassVar[bool] = False
+    # How long after its sending a delivered message can be taken back (``recall``);
+    # None: never (WeCom's app: 24 hours; a group robot: never).
+    recall_window: ClassVar[timedelta | None] = None
 
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias
@@ -282,6 +286,19 @@ class BaseSender(ABC):
         problem = member_id_problem(recipient)
         if problem is not None:
             raise RecipientSendError(f"Channel {self.alias!r}: {problem}", code="recipient")
+
+    def recall(self, message_id: str) -> None:
+        """Take back a message this channel delivered, by the id the provider gave it
+        (``SendResult.message_id``); a ``SendError`` when the provider refuses (too late,
+        unknown, taken back already). Only a channel with a ``recall_window`` can."""
+        raise PermanentSendError(f"Channel {self.alias!r} cannot recall a message.", code="recall")
+
+    def update_card(self, recipient: str, response_code: str, replace_name: str) -> None:
+        """Turn the buttons of a card delivered to ``recipient`` into one that cannot be
+        clicked, reading ``replace_name`` (WeCom's ``update_template_card``), with the
+        ``response_code`` the provider gave for it; a ``SendError`` when it refuses.
+        Only a channel that ``carries_cards`` can."""
+        raise PermanentSendError(f"Channel {self.alias!r} cannot update a card.", code="card")
 
     def check_message(self, message: Message) -> None:  # noqa: B027 - optional hook
         """Raise ``PayloadSendError`` when this channel cannot carry ``message`` (empty,

@@ -23,6 +23,15 @@ before is not delivered again: it goes to ``suppressed`` and the reply says it w
 delivered before (``template_card.delivered_before``), as the WeCom app sender reports
 WeCom's errcode 42014.
 
+It takes a message back (``recall``) and updates a card (``update_card``) as the WeCom
+app does, and no more forgivingly. A recall names a message id it delivered, within 24
+hours (``recall_window``), once; the message moves to ``recalled``. A delivered card's
+reply carries a ``response_code``, as WeCom's does, and ``click_code(task_id)`` issues
+another as a click on the card would (for a test to put in its callback event); an
+update takes a code it issued, once, within 72 hours, for the card's recipient, and is
+kept in ``card_updates``. Both need the option ``cards``: a channel without it is one that
+recalls nothing and updates no card (a group robot).
+
 With the option ``oversize="split"`` it sends a text over WeCom's 2,048 bytes as the
 WeCom app channel does, in parts (``reminders.senders.parts``), and judges each part on
 its own, as WeCom does: a part identical to one delivered before is dropped even where
@@ -32,26 +41,47 @@ the rest of the message is new. ``outbox`` and ``suppressed`` then hold the part
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..exceptions import PayloadSendError
+from ..exceptions import PayloadSendError, PermanentSendError, RecipientSendError
 from . import template_card
 from .base import BaseSender, Message, SendResult
 from .parts import CONTENT_LIMIT, size, split_content
-from .wecom import BODY_CHECKED
+from .wecom import BODY_CHECKED, RECALL_WINDOW
+
+# WeCom takes a card's response code once, within 72 hours of its issue.
+RESPONSE_CODE_SECONDS = 72 * 3600
+
+
+@dataclass
+class _Code:
+    """A response code issued for a card: whose card, when, and whether it was used."""
+
+    scope: str
+    task_id: str
+    recipient: str
+    issued_at: float
+    used: bool = False
 
 
 class MemorySender(BaseSender):
     outbox: ClassVar[list[Message]] = []
     suppressed: ClassVar[list[Message]] = []
+    recalled: ClassVar[list[Message]] = []
+    # (recipient, task_id, replace_name) of every card updated
+    card_updates: ClassVar[list[tuple[str, str, str]]] = []
     script: ClassVar[list[BaseException | SendResult | float | None]] = []
     duplicate_check_seconds = 3600
     # (rate scope, recipient, rendered body) -> (when it was delivered, its message id)
     _deliveries: ClassVar[dict[tuple[str, str, str], tuple[float, str]]] = {}
     # (rate scope, task_id) -> the message id of the card delivered with it
     _task_ids: ClassVar[dict[tuple[str, str], str]] = {}
+    # message id -> (rate scope, when it was delivered, the message)
+    _sent: ClassVar[dict[str, tuple[str, float, Message]]] = {}
+    _codes: ClassVar[dict[str, _Code]] = {}
     _ids = itertools.count(1)
 
     def __init__(
@@ -66,6 +96,7 @@ class MemorySender(BaseSender):
         super().__init__(alias, **options)
         self.supports_duplicate_check = duplicate_check  # type: ignore[misc]
         self.carries_cards = cards  # type: ignore[misc]
+        self.recall_window = RECALL_WINDOW if cards else None  # type: ignore[misc]
         self.split = oversize == "split"
 
     @classmethod
@@ -75,6 +106,10 @@ class MemorySender(BaseSender):
         cls.script.clear()
         cls._deliveries.clear()
         cls._task_ids.clear()
+        cls.recalled.clear()
+        cls.card_updates.clear()
+        cls._sent.clear()
+        cls._codes.clear()
 
     def send(self, message: Message) -> SendResult:
         outcome = self.script.pop(0) if self.script else None
@@ -115,9 +150,69 @@ class MemorySender(BaseSender):
         result = outcome or SendResult(message_id=f"memory-{next(self._ids)}")
         self.outbox.append(message)
         self._deliveries[self._dedup_key(message)] = (time.time(), result.message_id)
+        self._sent[result.message_id] = (self.rate_scope, time.time(), message)
         if task_id is not None:
             self._task_ids[(self.rate_scope, task_id)] = result.message_id
+            if self.carries_cards and message.body.get("card_type") == template_card.CARD_TYPE:
+                code = self._issue(task_id, message.recipient)
+                result = replace(result, detail={**result.detail, "response_code": code})
         return result
+
+    # -- after the send ---------------------------------------------------------------
+
+    def recall(self, message_id: str) -> None:
+        """As WeCom's ``message/recall``: a message this app delivered, within 24 hours,
+        once; the channel must recall at all (``cards``, as a WeCom app)."""
+        window = self.recall_window
+        if window is None:
+            return super().recall(message_id)
+        sent = self._sent.get(message_id)
+        if sent is None or sent[0] != self.rate_scope:
+            raise PermanentSendError(f"Recall {message_id}: no such message.", code="40058")
+        if time.time() - sent[1] > window.total_seconds():
+            raise PermanentSendError(f"Recall {message_id}: sent over 24 hours ago.", code="40058")
+        del self._sent[message_id]
+        self.recalled.append(sent[2])
+
+    @classmethod
+    def click_code(cls, task_id: str) -> str:
+        """A response code for the card ``task_id`` delivered, as a click on it brings."""
+        for (scope, used_id), message_id in cls._task_ids.items():
+            if used_id == task_id and message_id in cls._sent:
+                return cls._issue_in(scope, task_id, cls._sent[message_id][2].recipient)
+        raise LookupError(f"no card {task_id} was delivered")
+
+    def update_card(self, recipient: str, response_code: str, replace_name: str) -> None:
+        """As WeCom's ``update_template_card``: a code issued for this app's card to
+        ``recipient``, used once, within 72 hours; the text held to a button's length."""
+        if not self.carries_cards:
+            return super().update_card(recipient, response_code, replace_name)
+        code = self._codes.get(response_code)
+        if (
+            code is None
+            or code.scope != self.rate_scope
+            or code.used
+            or time.time() - code.issued_at > RESPONSE_CODE_SECONDS
+        ):
+            raise PermanentSendError("update_template_card: invalid response_code.", code="40058")
+        if code.recipient != recipient:
+            raise RecipientSendError(
+                f"update_template_card: {recipient} did not get the card.", code="invaliduser"
+            )
+        found = template_card.text_problem("button_list.text", replace_name, "button.replace_name")
+        if found:
+            raise PermanentSendError(f"update_template_card: {found}.", code="45002")
+        code.used = True
+        self.card_updates.append((recipient, code.task_id, replace_name))
+
+    def _issue(self, task_id: str, recipient: str) -> str:
+        return self._issue_in(self.rate_scope, task_id, recipient)
+
+    @classmethod
+    def _issue_in(cls, scope: str, task_id: str, recipient: str) -> str:
+        code = secrets.token_urlsafe(24)
+        cls._codes[code] = _Code(scope, task_id, recipient, time.time())
+        return code
 
     def _parts(self, message: Message) -> list[Message]:
         """The messages the provider gets: with ``oversize="split"`` a text over WeCom's

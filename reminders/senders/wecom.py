@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -103,6 +104,7 @@ APP_MSGTYPES = frozenset(
     }
 )
 MAX_DUPLICATE_CHECK_SECONDS = 4 * 3600
+RECALL_WINDOW = timedelta(hours=24)
 # The types sent with WeCom's duplicate check, which compares bodies: those carrying the
 # stamp in a text of their own. A template card is held unique by its task_id instead.
 BODY_CHECKED = frozenset(STAMPED_FIELDS) - {"template_card"}
@@ -147,6 +149,8 @@ class WeComSender(BaseSender):
     recipient_rate: ClassVar[Rate | None] = Rate.at_most(30, 60)
     msgtypes: ClassVar[frozenset[str] | None] = APP_MSGTYPES
     carries_cards: ClassVar[bool] = True
+    # WeCom's message/recall takes back an app message within 24 hours of its sending.
+    recall_window: ClassVar[timedelta | None] = RECALL_WINDOW
 
     def __init__(
         self,
@@ -383,33 +387,73 @@ class WeComSender(BaseSender):
     def _send_body(self, body: bytes, what: str, *, card: bool = False) -> dict[str, Any]:
         """WeCom's reply to ``body`` (errcode 0), or the error it means; a ``card``'s
         "task_id used" (42014) is a reply too, for ``send`` to read."""
+        passing = (template_card.TASK_ID_USED,) if card else ()
+        return self._call("message/send", body, what, passing=passing)
+
+    def _call(
+        self, endpoint: str, body: bytes, what: str, *, passing: tuple[int, ...] = ()
+    ) -> dict[str, Any]:
+        """WeCom's reply to ``body`` posted to ``/cgi-bin/<endpoint>`` (errcode 0, or one
+        of ``passing``), or the error it means. A token WeCom expired or revoked early is
+        fetched afresh once, and the same bytes posted again."""
         token = self.token.get()
-        data = self._post(token, body, what)
+        data = self._post(endpoint, token, body, what)
         if data["errcode"] in TOKEN_CODES:
-            # Expired or revoked early: one fresh token, one more try of the same bytes.
             token = self.token.get(stale=token)
-            data = self._post(token, body, what)
+            data = self._post(endpoint, token, body, what)
             if data["errcode"] in TOKEN_CODES:
                 raise TransientSendError(
                     f"{what}: WeCom rejected a freshly fetched token too "
                     f"(errcode {data['errcode']}).",
                     code=str(data["errcode"]),
                 )
-        if data["errcode"] == template_card.TASK_ID_USED and card:
-            return data
-        if data["errcode"] != 0:
+        if data["errcode"] != 0 and data["errcode"] not in passing:
             raise classify(data["errcode"], self.client.redact(str(data.get("errmsg", ""))), what)
         return data
 
-    def _post(self, token: str, body: bytes, what: str) -> dict[str, Any]:
+    def _post(self, endpoint: str, token: str, body: bytes, what: str) -> dict[str, Any]:
         reply = self.client.call(
             "POST",
-            f"{self.api_base}/cgi-bin/message/send",
+            f"{self.api_base}/cgi-bin/{endpoint}",
             what=what,
             params={"access_token": token},
             body=body,
         )
         return self._errcode_reply(reply, what)
+
+    # -- after the send: recall, and a card's update ----------------------------------
+
+    def recall(self, message_id: str) -> None:
+        """WeCom's ``message/recall`` of one message (one part of a split one): an app
+        message, within 24 hours of its sending, which WeCom checks too."""
+        self._require_credentials()
+        what = f"WeCom message/recall of {message_id}"
+        self._call("message/recall", canonical_json({"msgid": message_id}), what)
+
+    def update_card(self, recipient: str, response_code: str, replace_name: str) -> None:
+        """WeCom's ``update_template_card``: the buttons of the card ``response_code``
+        names, as ``recipient`` sees it, become one that cannot be clicked, reading
+        ``replace_name``. WeCom takes a response code once, within 72 hours."""
+        agent_id = self._require_credentials()
+        self.validate_recipient(recipient)
+        what = "WeCom message/update_template_card"
+        body = canonical_json(
+            {
+                "userids": [recipient],
+                "agentid": agent_id,
+                "response_code": response_code,
+                "button": {"replace_name": replace_name},
+            }
+        )
+        reply = self._call("message/update_template_card", body, what)
+        refused = reply.get("invaliduser") or []
+        if isinstance(refused, str):
+            refused = refused.split("|")
+        if recipient.lower() in {str(user).lower() for user in refused}:
+            raise RecipientSendError(
+                f"{what}: WeCom did not update the card of {recipient} (invaliduser).",
+                code="invaliduser",
+            )
 
     def _errcode_reply(self, reply: Reply, what: str) -> dict[str, Any]:
         self.client.check_status(reply, what)

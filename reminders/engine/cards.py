@@ -1,0 +1,152 @@
+"""Updating a card after someone acted on it: its buttons become one that cannot be
+clicked, reading what was done ("Done by alice", "Taken by bob", "Reminder at 10:12").
+
+The callback records the click with WeCom's response code and, for a built-in action,
+``card_state`` ``pending`` (``intake.clicks``). A scheduler's tick takes the pending
+ones (``claim``) and a job of the high queue updates them (``update``) through the
+channel's sender (``BaseSender.update_card``, WeCom's ``update_template_card``), so no
+WeCom call is made inside WeCom's request nor holds up a tick.
+
+Invariants:
+
+* One job at a time updates a card: a claim sets ``card_attempted_at`` under the rows'
+  lock, and only actions not tried within ``LEASE`` are claimed, so a job that died
+  (its host, its worker) is taken over a lease later; never two at once.
+* WeCom takes a response code once, within 72 hours: an update WeCom refused for good
+  is ``failed`` with its reason and never tried again; one that may pass (busy, a lost
+  reply) is tried again a lease later, until the 72 hours are over (``expired``). A code
+  spent by an attempt whose reply was lost is refused on the next: ``failed``, saying
+  so. A card is cosmetic: its update never changes what the action did.
+* The words are the task's language (``builders.language``), fitted to a button's
+  length (``senders.template_card``): a long member id is cut, never the words.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone, translation
+from django.utils.translation import pgettext
+
+from ..exceptions import SendError, TransientSendError
+from ..messages.builders import language
+from ..messages.fitting import cut
+from ..models import RunAction, SendLog
+from ..models.acting import DONE, SNOOZE, TAKE
+from ..schedule import timing
+from ..senders import get_sender
+from ..senders.template_card import room, width
+from . import cluster
+
+logger = logging.getLogger(__name__)
+
+UPDATE = "reminders.engine.cards.update"
+# How long a job has to update a card before another may take it over.
+LEASE = timedelta(seconds=60)
+# WeCom takes a response code within 72 hours of the click that gave it.
+CODE_LIFETIME = timedelta(hours=72)
+BATCH = 20
+PENDING = RunAction.CardState.PENDING
+
+
+def claim(now: datetime | None = None) -> list[int]:
+    """Take the cards due an update (up to ``BATCH``) and queue a job for them; the
+    actions' ids. Those past WeCom's 72 hours are marked ``expired`` instead. Safe in
+    any number of schedulers at once."""
+    now = now or timezone.now()
+    due = RunAction.objects.filter(card_state=PENDING).filter(
+        Q(card_attempted_at__isnull=True) | Q(card_attempted_at__lt=now - LEASE)
+    )
+    # A read first: a tick with no card to update takes no lock (SQLite has one writer).
+    if not due.exists():
+        return []
+    RunAction.objects.filter(card_state=PENDING, received_at__lt=now - CODE_LIFETIME).update(
+        card_state=RunAction.CardState.EXPIRED,
+        card_detail="WeCom takes a response code within 72 hours of the click.",
+    )
+    with transaction.atomic():
+        locked = due.order_by("received_at")
+        if connection.features.has_select_for_update_skip_locked:
+            locked = locked.select_for_update(skip_locked=True)
+        else:
+            locked = locked.select_for_update()
+        claimed = list(locked.values_list("pk", flat=True)[:BATCH])
+        if claimed:
+            RunAction.objects.filter(pk__in=claimed).update(card_attempted_at=now)
+            cluster.enqueue(cluster.high_queue(), UPDATE, claimed, task_name=f"cards-{claimed[0]}")
+    return claimed
+
+
+def update(action_ids: Sequence[int]) -> int:
+    """The job: update the cards of ``action_ids`` still pending; how many were updated.
+    One card's failure is its own: the others are updated all the same."""
+    updated = 0
+    actions = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
+    for action in actions.select_related("run", "run__task").order_by("received_at"):
+        updated += _update_one(action)
+    return updated
+
+
+def _update_one(action: RunAction) -> int:
+    task = action.run.task
+    text = replace_name(action)
+    try:
+        sender = get_sender(_channel(action))
+        sender.update_card(task.recipient, action.response_code, text)
+    except TransientSendError as exc:
+        # Tried again once the lease is over, while WeCom still takes the code.
+        logger.warning("card of run %s not updated yet: %s", action.run_id, exc)
+        return 0
+    except SendError as exc:
+        _finish(action, RunAction.CardState.FAILED, str(exc))
+        return 0
+    except Exception as exc:  # a channel no longer configured, a sender's bug
+        logger.exception("card of run %s not updated", action.run_id)
+        _finish(action, RunAction.CardState.FAILED, f"{type(exc).__name__}: {exc}")
+        return 0
+    return _finish(action, RunAction.CardState.UPDATED, text)
+
+
+def _finish(action: RunAction, state: str, detail: str) -> int:
+    return RunAction.objects.filter(pk=action.pk, card_state=PENDING).update(
+        card_state=state, card_detail=detail[:2000]
+    )
+
+
+def _channel(action: RunAction) -> str:
+    """The channel the card went out on: its ledger row's, else the task's."""
+    sent = (
+        SendLog.objects.filter(run_id=action.run_id, status=SendLog.Status.SENT)
+        .values_list("channel", flat=True)
+        .first()
+    )
+    return sent or action.run.task.channel
+
+
+def replace_name(action: RunAction) -> str:
+    """What the card's button reads once acted on, in the task's language, within a
+    button's length: the member's id is cut to fit, never the words."""
+    task = action.run.task
+    with translation.override(language(task)):
+        if action.action == DONE:
+            words = pgettext(
+                "card button after a click, at most 10 characters", "Done by %(member)s"
+            )
+        elif action.action == TAKE:
+            words = pgettext(
+                "card button after a click, at most 10 characters", "Taken by %(member)s"
+            )
+        elif action.action == SNOOZE and action.follow_up is not None:
+            at = action.follow_up.occurrence.astimezone(timing.zone(task.timezone))
+            words = pgettext(
+                "card button after a click, at most 10 characters", "Again at %(time)s"
+            )
+            return words % {"time": at.strftime("%H:%M")}
+        else:
+            words = "%(member)s: " + action.action
+    fixed = width(words % {"member": ""})
+    return words % {"member": cut(action.member, room("button_list.text") - fixed, width)}
