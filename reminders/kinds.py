@@ -2,7 +2,7 @@
 
 A CRM adds its own with :func:`register`. Each kind's builder writes a message from its
 task's payload, in the task's language (``reminders.messages.builders``: a CRM may plug in its
-own for any kind; the five built in are worded in ``reminders.messages.wording``);
+own for any kind; the six built in are worded in ``reminders.messages.wording``);
 ``payload["content"]`` overrides the built-in kinds' wording.
 
 Invariant: :func:`render`, which every caller goes through, stamps the message with its
@@ -136,6 +136,15 @@ register(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
         wording.inquiry_timeout,
+        Policy(priority="high", max_lateness_seconds=30 * 60),
+        content_override=True,
+    )
+)
+register(
+    Kind(
+        "inquiry_taken",
+        _("Inquiry taken on"),
+        wording.inquiry_taken,
         Policy(priority="high", max_lateness_seconds=30 * 60),
         content_override=True,
     )

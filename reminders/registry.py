@@ -3,7 +3,7 @@
 A module below the models, so that they may read it (a kind's label, its policy's
 ``key_per``, the names a task's ``kind`` may take) without importing what writes the
 messages. ``reminders.kinds`` is the public face: it re-exports all of this, renders
-messages and registers the five built-in kinds.
+messages and registers the six built-in kinds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Kind:
     ``render`` returns a message from: ``reminders.messages.builders``) and its policy.
 
     ``content_override``: ``payload["content"]``, when set, is the message (as text)
-    instead of what any builder of the kind writes. The five built-in kinds have it; a
+    instead of what any builder of the kind writes. The six built-in kinds have it; a
     CRM's kind reads its payload itself unless it asks for it.
     """
 

@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from ..conf import settings as conf
 from ..models import SchedulerHeartbeat
-from . import announce, cluster, dispatch, wake
+from . import announce, cards, cluster, dispatch, wake
 
 logger = logging.getLogger(__name__)
 
@@ -167,16 +167,18 @@ class ReminderWorker:
     # One tick --------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> bool:
-        """Materialize, expire, report, tell the CRM of actions on cards (``announce``)
-        and claim once; True when there was more work than one tick takes: more tasks
-        due than one plan takes (planning goes on under back-pressure: a wave of 100,000
-        is planned at once, not a batch a tick), or a full claim batch."""
+        """Materialize, expire, report, tell the CRM of actions on cards (``announce``),
+        queue the cards to update (``cards``) and claim once; True when there was more
+        work than one tick takes: more tasks due than one plan takes (planning goes on
+        under back-pressure: a wave of 100,000 is planned at once, not a batch a tick),
+        or a full claim batch."""
         now = now or timezone.now()
         self._beat(now)
         more_to_plan = dispatch.plan(now).tasks == dispatch.PLAN_BATCH
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         announce.announce(now)
+        cards.claim(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
         limit = min(room, conf.CLAIM_BATCH)
         self._pressed = limit <= 0

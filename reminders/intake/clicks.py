@@ -14,7 +14,12 @@ Invariants:
   nothing and is answered as done, so WeCom stops retrying.
 * ``done`` and ``take`` cancel what the action makes moot: the inquiry's escalation (the
   task keyed ``<key>:escalation``), whose runs not yet started are cancelled.
+  ``take`` also tells the inquiry's owner (``payload["owner"]``, else the member an
+  escalation came from), unless the owner is the one who took it: a one-off of kind
+  ``inquiry_taken`` keyed by the run, so that it is made once.
   ``snooze_1h`` makes a run of the same message an hour after the click.
+* A built-in action that came with WeCom's response code leaves the card to update
+  (``card_state`` pending): a scheduler does it (``engine.cards``), not this request.
 * The CRM hears of the action through ``signals.run_acted``, sent by a scheduler once
   this has committed (``engine.announce``), never within WeCom's request, so the
   callback answers within WeCom's time limit whatever the CRM's receivers do.
@@ -23,9 +28,11 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -33,7 +40,10 @@ from ..callback.events import TemplateCardEvent
 from ..engine import actions
 from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
-from .occasions import escalation_key
+from . import scheduling
+from .occasions import TAKEN_KIND, escalation_key
+
+logger = logging.getLogger(__name__)
 
 SNOOZE_FOR = timedelta(hours=1)
 
@@ -89,10 +99,14 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         acted_at=_clicked_at(event, now),
         response_code=event.response_code[:128],
     )
+    if event.event_key in (DONE, TAKE, SNOOZE) and action.response_code:
+        action.card_state = RunAction.CardState.PENDING
     try:
         with transaction.atomic():
             if event.event_key in (DONE, TAKE):
                 _cancel_escalation(run.task)
+            if event.event_key == TAKE:
+                _tell_owner(run, event.from_user_name, now)
             elif event.event_key == SNOOZE:
                 action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
             action.save()
@@ -109,7 +123,41 @@ def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
 def _cancel_escalation(task: ScheduledTask) -> None:
     if not task.key:
         return
-    for escalation in ScheduledTask.objects.filter(key=escalation_key(task.key)).exclude(
-        status__in=ScheduledTask.ENDED
-    ):
+    # A one-off whose run was planned is ``completed``: its run, due later, is cancelled
+    # all the same (as ``api.cancel_for`` does).
+    escalations = ScheduledTask.objects.filter(key=escalation_key(task.key)).exclude(
+        status=ScheduledTask.Status.CANCELLED
+    )
+    for escalation in escalations:
         actions.cancel(escalation)
+
+
+def _tell_owner(run: TaskRun, taker: str, now: datetime) -> ScheduledTask | None:
+    """A one-off ``inquiry_taken`` to the inquiry's owner saying ``taker`` took it on:
+    ``payload["owner"]``, else the member an escalation came from; none when that is
+    the taker, or the inquiry names no owner. Keyed by the run: made once."""
+    task = run.task
+    payload = task.payload if isinstance(task.payload, dict) else {}
+    owner = payload.get("owner") or payload.get("escalated_from")
+    if not isinstance(owner, str) or not owner or owner == taker:
+        return None
+    told = {
+        name: payload[name] for name in ("customer", "subject", "url", "lang") if name in payload
+    }
+    item = {
+        "kind": TAKEN_KIND,
+        "recipient": owner,
+        "at": now,
+        "payload": {**told, "taken_by": taker},
+        "key": f"taken:{run.pk}",
+        "channel": task.channel,
+        "tz": task.timezone,
+    }
+    try:
+        with transaction.atomic():
+            [notice] = scheduling.schedule_all([item]).tasks
+    except ValidationError as exc:
+        # The take stands; only the notice cannot be made (an owner who is no member id).
+        logger.warning("run %s taken by %s; its owner %r not told: %s", run.pk, taker, owner, exc)
+        return None
+    return notice

@@ -36,6 +36,8 @@ from . import about, users
 BIRTHDAY_KIND = "birthday"
 BIRTHDAY_TIME = time(9, 0)
 INQUIRY_KIND = "inquiry_timeout"
+# Told to an inquiry's owner when someone clicks "I'll take it" on its alert.
+TAKEN_KIND = "inquiry_taken"
 # The escalation's key: the first one's plus this.
 ESCALATION_SUFFIX = ":escalation"
 

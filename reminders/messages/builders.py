@@ -1,7 +1,7 @@
 """Message builders: who writes a task's message, and in which language.
 
 A builder is a callable ``(task, run)`` that returns the message of that run. Every kind
-has one of its own (``Kind.render``: for the five the engine ships, its wording in
+has one of its own (``Kind.render``: for the six the engine ships, its wording in
 ``reminders.messages.wording``); a CRM replaces it, for one of those or for a kind it registers
 itself, by dotted path in the settings or with a decorator in code every process imports
 (an ``AppConfig.ready()``)::

@@ -1,4 +1,4 @@
-"""The engine's own wording of the five kinds it ships, in the task's language, fitted to
+"""The engine's own wording of the six kinds it ships, in the task's language, fitted to
 what WeCom carries.
 
 Each public function is a kind's default builder (``Kind.render``, replaceable per kind:
@@ -11,7 +11,10 @@ Each public function is a kind's default builder (``Kind.render``, replaceable p
   the occurrence in the task's zone.
 * ``inquiry_timeout``: ``customer``, ``subject``, ``minutes`` (how long it has waited, a
   whole number), ``url``, ``escalated_from`` (the member id it was first sent to: the
-  message then says it is an escalation, and to whom it went first).
+  message then says it is an escalation, and to whom it went first), ``owner`` (the
+  member told when someone else clicks "I'll take it").
+* ``inquiry_taken``: ``taken_by`` (who clicked "I'll take it" on the inquiry's alert),
+  ``customer``, ``subject``, ``url``: made by the callback (``intake.clicks``).
 
 ``payload["content"]`` (a CRM's own text) and ``payload["lang"]`` are ``kinds.render``'s.
 
@@ -87,7 +90,7 @@ class Draft:
     button: str = ""
 
 
-# The five kinds -------------------------------------------------------------------------
+# The kinds -------------------------------------------------------------------------
 
 
 def daily_report(task: ScheduledTask, run: TaskRun) -> Content:
@@ -163,6 +166,19 @@ def inquiry_timeout(task: ScheduledTask, run: TaskRun) -> Content:
     button = pgettext("textcard button, at most 4 characters", "View")
     lines = [*_about(customer, subject), *details]
     draft = Draft(title, lines, headline=Line(headline), url=link(task), button=button)
+    return compose(task, run, draft)
+
+
+def inquiry_taken(task: ScheduledTask, run: TaskRun) -> Content:
+    customer, subject = crm_text(task, "customer"), crm_text(task, "subject")
+    titled = pgettext("message title", "Inquiry taken on: %(customer)s")
+    untitled = pgettext("message title", "Inquiry taken on")
+    title = Line(titled, crm={"customer": customer}) if customer else Line(untitled)
+    taker = Line(gettext("Taken on by: %(member)s"), fixed={"member": _member(task, "taken_by")})
+    headline = Line(gettext("Someone else is answering a customer inquiry of yours."))
+    button = pgettext("textcard button, at most 4 characters", "View")
+    lines = [taker, *_about(customer, subject)]
+    draft = Draft(title, lines, headline=headline, url=link(task), button=button)
     return compose(task, run, draft)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 if TYPE_CHECKING:
     from .runs import TaskRun
@@ -63,11 +64,11 @@ def run_pk(task_id: str) -> int | None:
 
 class RunAction(models.Model):
     class CardState(models.TextChoices):
-        NONE = "", _("not updated")
-        PENDING = "pending", _("to update")
-        UPDATED = "updated", _("updated")
-        FAILED = "failed", _("update failed")
-        EXPIRED = "expired", _("too late to update")
+        NONE = "", pgettext_lazy("card state", "not updated")
+        PENDING = "pending", pgettext_lazy("card state", "to update")
+        UPDATED = "updated", pgettext_lazy("card state", "updated")
+        FAILED = "failed", pgettext_lazy("card state", "update failed")
+        EXPIRED = "expired", pgettext_lazy("card state", "too late to update")
 
     run = models.OneToOneField(
         "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
@@ -86,11 +87,12 @@ class RunAction(models.Model):
         verbose_name=_("reminder it made"),
     )
     announced_at = models.DateTimeField(_("CRM told"), null=True, blank=True)
+    # db_default: the release before these columns inserts rows without them.
     card_state = models.CharField(
-        _("card"), max_length=7, choices=CardState.choices, default="", blank=True
+        _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True
     )
     # What the card reads now, or why it could not be updated.
-    card_detail = models.TextField(_("card update"), blank=True)
+    card_detail = models.TextField(_("card update"), blank=True, default="", db_default="")
     # When a scheduler last took the update on: another takes it over a while later.
     card_attempted_at = models.DateTimeField(_("card update tried"), null=True, blank=True)
 

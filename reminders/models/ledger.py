@@ -58,13 +58,17 @@ class SendLog(models.Model):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
     sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
     # Taken back from the recipient (``engine.recall``): when, by whom and why. The
-    # message ids recalled so far (every part of a split message, one by one), and what
-    # the provider said to the last attempt that failed.
+    # message ids recalled so far (every part of a split message, one by one; None
+    # before any), and what the provider said to the last attempt that failed.
     recalled_at = models.DateTimeField(_("recalled"), null=True, blank=True)
-    recalled_by = models.CharField(_("recalled by"), max_length=150, blank=True)
-    recall_reason = models.TextField(_("why recalled"), blank=True)
-    recalled_ids = models.JSONField(_("message ids recalled"), default=list, blank=True)
-    recall_error = models.TextField(_("recall error"), blank=True)
+    # db_default: the release before these columns inserts rows without them.
+    recalled_by = models.CharField(
+        _("recalled by"), max_length=150, blank=True, default="", db_default=""
+    )
+    recall_reason = models.TextField(_("why recalled"), blank=True, default="", db_default="")
+    # None until a recall began.
+    recalled_ids = models.JSONField(_("message ids recalled"), null=True, blank=True)
+    recall_error = models.TextField(_("recall error"), blank=True, default="", db_default="")
 
     class Meta:
         verbose_name = _("send log entry")

@@ -67,6 +67,7 @@ TRANSLATED = {
         "reminders/models/upkeep.py",
         "reminders/models/validators.py",
         "reminders/engine/actions.py",
+        "reminders/engine/cards.py",
         "reminders/engine/planning.py",
         "reminders/registry.py",
         "reminders/schedule/policies.py",
