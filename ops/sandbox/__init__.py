@@ -8,19 +8,26 @@
 * ``SandboxClient`` controls and reads either over HTTP.
 
 Endpoints: ``GET /cgi-bin/gettoken``, ``POST /cgi-bin/message/send``,
-``POST /cgi-bin/webhook/send``, ``POST /cgi-bin/message/recall``; and for people and
-tests ``GET /sandbox/`` (the page), ``GET /sandbox/messages?since_id=&status=&limit=``,
-``GET /sandbox/stats``, ``GET|POST /sandbox/control`` and ``POST /sandbox/reset``.
+``POST /cgi-bin/webhook/send``, ``POST /cgi-bin/message/recall``,
+``POST /cgi-bin/message/update_template_card``; and for people and tests
+``GET /sandbox/`` (the page, where a card's buttons can be clicked),
+``GET /sandbox/messages?since_id=&status=&limit=``, ``GET /sandbox/stats``,
+``GET|POST /sandbox/control``, ``POST /sandbox/reset`` and ``POST /sandbox/click``
+(a member clicks a card's button: the sandbox posts WeCom's encrypted
+``template_card_event`` to the configured callback URL, ``ops.sandbox.clicks``).
 ``ops/sandbox/state.py`` says where WeCom's documentation left a choice and which
-reading the sandbox takes.
+reading the sandbox takes; ``cards`` and ``updates`` which errcodes it chose where
+WeCom documents none.
 """
 
+from .clicks import ClickRefused
 from .client import SandboxClient
 from .config import (
     DEV_AGENT_ID,
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     DEV_ROBOT_KEY,
+    CallbackTarget,
     FaultRates,
     SandboxConfig,
 )
@@ -33,6 +40,8 @@ __all__ = [
     "DEV_CORP_ID",
     "DEV_CORP_SECRET",
     "DEV_ROBOT_KEY",
+    "CallbackTarget",
+    "ClickRefused",
     "FaultRates",
     "LedgerEntry",
     "SandboxClient",

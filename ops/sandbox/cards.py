@@ -74,14 +74,15 @@ def template_card(card: dict[str, Any]) -> tuple[str, str]:
         "sub_title_text": card.get("sub_title_text"),
     }
     for name, value in texts.items():
-        _text(name, value, f"template_card.{name}")
+        check_text(name, value, f"template_card.{name}")
     lines = _lines(card.get("horizontal_content_list"))
     buttons = _buttons(card.get("button_list"))
     shown = [str(texts[name]) for name in list(texts)[1:] if texts[name]]
     return "\n".join([*shown, *lines, " ".join(buttons)]), task_id
 
 
-def _text(field: str, value: object, name: str) -> None:
+def check_text(field: str, value: object, name: str) -> None:
+    """``value`` (None, or a string within WeCom's length for ``field``) as ``name``."""
     if value is None:
         return
     if not isinstance(value, str):
@@ -107,7 +108,7 @@ def _lines(lines: object) -> list[str]:
         if not isinstance(line, Mapping) or not isinstance(line.get("keyname"), str):
             raise Rejected(codes.INVALID_PARAMETER, f"{where}.keyname missing")
         for name in ("keyname", "value"):
-            _text(f"horizontal_content_list.{name}", line.get(name), f"{where}.{name}")
+            check_text(f"horizontal_content_list.{name}", line.get(name), f"{where}.{name}")
         if line.get("type") == 1 and not line.get("url"):
             raise Rejected(codes.INVALID_PARAMETER, f"{where}.url missing")
         shown.append(f"{line['keyname']}: {line.get('value') or ''}")
@@ -129,7 +130,7 @@ def _buttons(buttons: object) -> list[str]:
         text = button.get("text") if isinstance(button, Mapping) else None
         if not isinstance(text, str) or not text:
             raise Rejected(codes.INVALID_PARAMETER, f"{where}.text missing")
-        _text("button_list.text", text, f"{where}.text")
+        check_text("button_list.text", text, f"{where}.text")
         shown.append(f"[{text}]")
         if button.get("type", 0) == 1:
             if not button.get("url"):
@@ -146,3 +147,14 @@ def _buttons(buttons: object) -> list[str]:
             raise Rejected(codes.INVALID_PARAMETER, f"{where}.key duplicated")
         keys.add(key)
     return shown
+
+
+def callback_buttons(card: object) -> dict[str, str]:
+    """The buttons of a card (a checked one) that call back when clicked: text by key.
+    A button of ``type`` 1 opens its URL instead and is not among them."""
+    buttons = card.get("button_list") if isinstance(card, Mapping) else None
+    found: dict[str, str] = {}
+    for button in buttons if isinstance(buttons, list) else ():
+        if isinstance(button, Mapping) and button.get("type", 0) != 1:
+            found[str(button.get("key"))] = str(button.get("text"))
+    return found

@@ -6,6 +6,7 @@ from typing import Any
 
 import requests
 
+from .clicks import ClickRefused
 from .ledger import DELIVERED, LedgerEntry
 
 
@@ -50,6 +51,22 @@ class SandboxClient:
 
     def delivered(self, to: str | None = None) -> list[LedgerEntry]:
         return [e for e in self.ledger(status=DELIVERED) if to is None or to in e.delivered_to]
+
+    def click(self, entry_id: int, key: str, user: str | None = None) -> dict[str, Any]:
+        """``POST /sandbox/click``: the click made, as JSON; ``ClickRefused`` (with the
+        sandbox's status, reason and error) when it cannot be made."""
+        data: dict[str, Any] = {"entry": entry_id, "key": key}
+        if user is not None:
+            data["user"] = user
+        response = self.session.post(
+            self.base_url + "/sandbox/click", json=data, timeout=self.timeout
+        )
+        if response.status_code in (400, 404, 409):
+            refusal = response.json()
+            raise ClickRefused(response.status_code, refusal["reason"], refusal["error"])
+        response.raise_for_status()
+        click: dict[str, Any] = response.json()
+        return click
 
     def stats(self) -> dict[str, int]:
         counters: dict[str, int] = self._get("/sandbox/stats", {})

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from reminders.callback.crypto import Credentials
+from reminders.callback.exceptions import BadEncodingAESKey
 
 from .limits import Window
 
@@ -28,6 +32,16 @@ MAX_DUPLICATE_CHECK_INTERVAL = 4 * 3600
 DEFAULT_DUPLICATE_CHECK_INTERVAL = 1800
 RECALL_WINDOW = 24 * 3600
 
+# message/update_template_card (更新模版卡片消息): a response code updates a card once,
+# within 72 hours of its issue; at most 1,000 userids, 100 partyids and 100 tagids.
+RESPONSE_CODE_TTL = 72 * 3600
+MAX_UPDATE_USERIDS = 1000
+MAX_UPDATE_PARTYIDS = 100
+MAX_UPDATE_TAGIDS = 100
+
+# WeCom waits 5 seconds for the answer to a callback it posts.
+CALLBACK_TIMEOUT = 5.0
+
 # A template card of card_type button_interaction, as WeCom documents it (发送应用消息,
 # 模板卡片消息, 按钮交互型): task_id at most 128 bytes of 0-9a-zA-Z_-@, unique within
 # the app; 1 to 6 buttons, each key at most 1,024 bytes and unique; at most 6
@@ -50,6 +64,51 @@ CARD_TEXT_LIMITS = {
 }
 
 OVERFLOW_CHOICES = ("truncate", "reject")
+
+
+@dataclass(frozen=True)
+class CallbackTarget:
+    """Where the sandbox posts WeCom's callback when a card's button is clicked: the
+    app's callback URL and the token and EncodingAESKey set for it in WeCom's admin
+    console. The receive id is the sandbox's corp id. ``timeout`` is how long it waits
+    for the answer (WeCom's 5 seconds unless a test wants less).
+
+    Neither the token nor the key is ever shown: not in the repr, the page or
+    ``/sandbox/control``.
+    """
+
+    url: str
+    token: str = field(repr=False)
+    encoding_aes_key: str = field(repr=False)
+    timeout: float = CALLBACK_TIMEOUT
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url) if isinstance(self.url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"the callback URL must be an http(s) URL, got {self.url!r}")
+        if not isinstance(self.token, str) or not self.token:
+            raise ValueError("the callback needs its token (WECOM_CALLBACK_TOKEN)")
+        if not isinstance(self.encoding_aes_key, str):
+            raise ValueError("the callback needs its EncodingAESKey (WECOM_CALLBACK_AES_KEY)")
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
+            raise ValueError(f"the callback timeout must be seconds, got {self.timeout!r}")
+        if not 0 < self.timeout <= 60:
+            raise ValueError(f"the callback timeout must be within 0..60 s, got {self.timeout!r}")
+        self.credentials("check")
+
+    def credentials(self, receive_id: str) -> Credentials:
+        """The callback's credentials for ``receive_id`` (the corp id); a bad
+        EncodingAESKey is a ``ValueError`` (a bad switch or option)."""
+        try:
+            return Credentials(
+                token=self.token, encoding_aes_key=self.encoding_aes_key, receive_id=receive_id
+            )
+        except BadEncodingAESKey as exc:
+            raise ValueError(f"the callback's EncodingAESKey: {exc}") from None
+
+    def describe(self) -> dict[str, object]:
+        """What may be shown of it: the URL and the timeout, never the token or key."""
+        return {"url": self.url, "timeout": self.timeout}
 
 
 @dataclass(frozen=True)
@@ -93,6 +152,9 @@ class SandboxConfig:
 
     ``fault_rates`` are the random faults it starts (and is reset) with.
 
+    ``callback`` is where a click on a card's button is posted (None: clicks are
+    refused until one is set).
+
     ``overflow`` decides what happens to a text message over 2,048 bytes and a textcard
     title or description over its limit: ``"truncate"`` delivers it cut to the limit and
     marks the ledger entry ``truncated`` (what WeCom documents), ``"reject"`` answers
@@ -112,6 +174,7 @@ class SandboxConfig:
     invalid_users: frozenset[str] = frozenset()
     ledger_limit: int = 100_000
     fault_rates: FaultRates = FaultRates()
+    callback: CallbackTarget | None = None
 
     def __post_init__(self) -> None:
         if not self.corp_id or not self.corp_secret:

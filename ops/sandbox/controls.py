@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from . import codes
+from .config import CallbackTarget
 from .limits import Window
 
 if TYPE_CHECKING:
@@ -154,6 +155,20 @@ def _seed(state: SandboxState, value: Any) -> None:
     state.random.seed(value)
 
 
+def _callback(state: SandboxState, value: Any) -> None:
+    """``{"url": ..., "token": ..., "encoding_aes_key": ..., "timeout": 5}`` sets where
+    clicks are posted (``timeout`` optional); null turns clicks off."""
+    if value is None:
+        state.config = replace(state.config, callback=None)
+        return
+    if not isinstance(value, dict) or not {"url", "token", "encoding_aes_key"} <= set(value):
+        raise ValueError("callback takes {url, token, encoding_aes_key[, timeout]} or null")
+    unknown = set(value) - {"url", "token", "encoding_aes_key", "timeout"}
+    if unknown:
+        raise ValueError(f"callback takes no {', '.join(sorted(unknown))}")
+    state.config = replace(state.config, callback=CallbackTarget(**value))
+
+
 def _advance(state: SandboxState, value: Any) -> None:
     state.offset += _seconds(value)
 
@@ -184,6 +199,7 @@ CONTROLS: dict[str, Any] = {
     "user_limits": _config_switch("user_limits", _windows),
     "robot_limit": _config_switch("robot_limit", _window),
     "overflow": _config_switch("overflow", _overflow),
+    "callback": _callback,
     "advance": _advance,
 }
 

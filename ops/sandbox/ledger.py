@@ -20,6 +20,16 @@ class LedgerEntry:
     or ``rejected`` (``errcode``, or ``http_status`` for an injected 5xx, says why).
     ``content`` is what the recipient saw: for a textcard its title, a blank line and
     its description; ``truncated`` when the sandbox cut it to WeCom's limit.
+
+    After the send: ``recalled`` once ``message/recall`` took it back. For a button
+    card, ``card_update`` is its latest ``message/update_template_card`` (None until
+    one): ``at`` (wall time), ``response_code`` and ``source`` (``send`` or ``click``:
+    which issued it), either ``replace_name`` (the buttons became one disabled button
+    of that text) or ``template_card`` (the card it became) with its ``content``, and
+    ``userids``, ``partyids``, ``tagids``, ``atall`` and ``invaliduser`` as asked and
+    answered. ``updated_for`` is everyone whose card has been updated so far (members,
+    ``party:<id>``, ``tag:<id>``). ``clicks`` are the clicks the sandbox posted to the
+    callback (``ops.sandbox.clicks.Click.as_dict``), oldest first.
     """
 
     id: int
@@ -43,6 +53,9 @@ class LedgerEntry:
     reply_lost: bool = False
     reply_delay: float = 0.0
     recalled: bool = False
+    card_update: dict[str, Any] | None = field(default=None, hash=False)
+    updated_for: tuple[str, ...] = ()
+    clicks: tuple[dict[str, Any], ...] = field(default=(), hash=False)
     request: dict[str, Any] | None = field(default=None, compare=False)
 
     @property

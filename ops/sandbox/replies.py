@@ -20,13 +20,15 @@ OK_REPLY = {"errcode": codes.OK, "errmsg": "ok"}
 
 @dataclass(frozen=True)
 class Reply:
-    """What the handler sends back: a JSON body, or nothing at all when ``lose``."""
+    """What the handler sends back: a JSON body, or nothing at all when ``lose``;
+    ``location`` for a redirect (the page's forms)."""
 
     body: bytes
     status: int = 200
     content_type: str = "application/json; charset=utf-8"
     lose: bool = False
     delay: float = 0.0
+    location: str = ""
 
 
 class Rejected(Exception):

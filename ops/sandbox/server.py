@@ -22,13 +22,15 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl
 
-from . import controls, page
+from . import clicks, controls, page
 from .config import (
+    CALLBACK_TIMEOUT,
     DEV_AGENT_ID,
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     ROBOT_LIMIT,
     USER_LIMITS,
+    CallbackTarget,
     FaultRates,
     SandboxConfig,
 )
@@ -146,6 +148,8 @@ class Handler(BaseHTTPRequestHandler):
             self._log(path, "no reply (lost)")
             return
         head = _head(reply.status, reply.content_type)
+        if reply.location:
+            head += b"Location: %s\r\n" % reply.location.encode("latin-1")
         if self.close_connection:
             head += b"Connection: close\r\n"
         self.wfile.write(b"%sContent-Length: %d\r\n\r\n%s" % (head, len(reply.body), reply.body))
@@ -283,6 +287,59 @@ def _reset(server: SandboxHTTPServer, method: str, query: dict[str, str], body: 
     return Reply(encode(server.state.describe()))
 
 
+def _click(server: SandboxHTTPServer, method: str, query: dict[str, str], body: bytes) -> Reply:
+    """A click on a card's button: JSON ``{"entry", "key", "user"}`` answered with the
+    click as JSON, or the page's form (the same fields) answered 303 back to the page."""
+    if method != "POST":
+        return Reply(encode({"error": "POST a click", "reason": "bad_request"}), status=405)
+    form = not body.lstrip().startswith(b"{")
+    try:
+        entry_id, key, user = _click_fields(body, form)
+        click = click_now(server.state, entry_id, key, user)
+    except clicks.ClickRefused as exc:
+        if form:
+            return Reply(
+                page.refused(exc.status, exc.error),
+                status=exc.status,
+                content_type="text/html; charset=utf-8",
+            )
+        return Reply(encode(exc.as_dict()), status=exc.status)
+    if form:
+        return Reply(b"", status=303, location=f"/sandbox/#entry-{click.entry}")
+    return Reply(encode(click.as_dict()))
+
+
+def _click_fields(body: bytes, form: bool) -> tuple[int, str, str | None]:
+    def bad(error: str) -> clicks.ClickRefused:
+        return clicks.ClickRefused(400, "bad_request", error)
+
+    try:
+        text = body.decode()
+        fields: Any = dict(parse_qsl(text, keep_blank_values=True)) if form else json.loads(text)
+    except (UnicodeDecodeError, ValueError):
+        raise bad("send JSON {entry, key, user} or a form of those fields") from None
+    if not isinstance(fields, dict):
+        raise bad("send a JSON object {entry, key, user}")
+    entry, key, user = fields.get("entry"), fields.get("key"), fields.get("user") or None
+    if isinstance(entry, str) and entry.isdigit():
+        entry = int(entry)
+    if isinstance(entry, bool) or not isinstance(entry, int):
+        raise bad(f"entry must be a ledger entry's id, got {entry!r}")
+    if not isinstance(key, str) or not key:
+        raise bad(f"key must be a button's key, got {key!r}")
+    if user is not None and not isinstance(user, str):
+        raise bad(f"user must be a member id, got {user!r}")
+    return entry, key, user
+
+
+def click_now(state: SandboxState, entry_id: int, key: str, user: str | None) -> clicks.Click:
+    """Make the click: checked and given its code under the lock, posted without it."""
+    plan = state.prepare_click(entry_id, key, user)
+    click = clicks.post(plan)
+    state.record_click(click)
+    return click
+
+
 def _query(query_string: str) -> dict[str, str]:
     """The query's parameters; a token has no escapes, so most skip ``parse_qsl``."""
     if "%" in query_string or "+" in query_string:
@@ -303,6 +360,7 @@ ROUTES: dict[str, Route] = {
     "/cgi-bin/message/send": _api(True, SandboxState.message_send),
     "/cgi-bin/webhook/send": _api(True, SandboxState.webhook_send),
     "/cgi-bin/message/recall": _api(True, SandboxState.message_recall),
+    "/cgi-bin/message/update_template_card": _api(True, SandboxState.message_update_template_card),
     "/": _root,
     "/sandbox": _page,
     "/sandbox/": _page,
@@ -310,6 +368,7 @@ ROUTES: dict[str, Route] = {
     "/sandbox/stats": _stats,
     "/sandbox/control": _control,
     "/sandbox/reset": _reset,
+    "/sandbox/click": _click,
 }
 
 
@@ -340,8 +399,22 @@ class WeComSandbox:
         invalid_users: Iterable[str] = (),
         ledger_limit: int = 100_000,
         fault_rates: FaultRates | None = None,
+        callback_url: str | None = None,
+        callback_token: str | None = None,
+        callback_aes_key: str | None = None,
+        callback_timeout: float = CALLBACK_TIMEOUT,
         verbose: bool = False,
     ) -> None:
+        callback = None
+        if callback_url:
+            callback = CallbackTarget(
+                url=callback_url,
+                token=callback_token or "",
+                encoding_aes_key=callback_aes_key or "",
+                timeout=callback_timeout,
+            )
+        elif callback_token or callback_aes_key:
+            raise ValueError("a callback token or EncodingAESKey needs a callback URL")
         self.config = SandboxConfig.build(
             corp_id=corp_id,
             corp_secret=corp_secret,
@@ -356,6 +429,7 @@ class WeComSandbox:
             invalid_users=invalid_users,
             ledger_limit=ledger_limit,
             fault_rates=fault_rates or FaultRates(),
+            callback=callback,
         )
         self.state = SandboxState(self.config)
         self.verbose = verbose
@@ -455,9 +529,17 @@ class WeComSandbox:
         ``invalidate_tokens`` (40014), ``invalid_users`` / ``valid_users`` (lists),
         ``advance`` (move the sandbox clock forward, seconds); and the settings
         ``rate_limit``, ``rate_burst``, ``token_ttl``, ``user_limits``, ``robot_limit``,
-        ``overflow``. Returns the resulting settings and pending faults.
+        ``overflow``, ``callback`` (``{"url", "token", "encoding_aes_key"}`` and
+        optionally ``"timeout"``, or None). Returns the resulting settings and pending faults.
         """
         return controls.apply(self.state, switches)
+
+    def click(self, entry_id: int, key: str, user: str | None = None) -> dict[str, Any]:
+        """Click button ``key`` of the card of ledger entry ``entry_id`` as ``user`` (by
+        default its first member recipient): the sandbox posts WeCom's
+        ``template_card_event`` to the callback and answers what ``POST /sandbox/click``
+        answers. ``ClickRefused`` when the click cannot be made."""
+        return click_now(self.state, entry_id, key, user).as_dict()
 
     def reset(self) -> None:
         """Back to the configuration it was built with: no tokens, faults or ledger."""

@@ -16,7 +16,26 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
 * A template card's ``task_id`` is taken once per app (until a reset): a card with one
   delivered before is refused with 42014, checked right after the body, before limits
   and the duplicate check. A delivered button card's reply carries a
-  ``response_code``, as WeCom's does.
+  ``response_code``, as WeCom's does, and so does every click's event; each updates
+  the card once, within 72 hours (``ops.sandbox.response_codes``, and
+  ``ops.sandbox.updates`` for ``message/update_template_card``'s errcodes).
+* ``message/recall`` takes back an app message delivered less than 24 hours before
+  (exactly 24 hours is still in time), once: a msgid never issued (a robot message
+  has none), older, already recalled or no longer in the ledger is refused with 40058
+  (invalid parameter; WeCom does not document the errcode) and nothing changes. A
+  suppressed duplicate's msgid is its delivery's. Each part of a text split in parts
+  is a message of its own, with its own msgid.
+* An update covers the members named (those the card was delivered to, or who clicked
+  it; others are ``invaliduser``), the departments and tags it was sent to, or with
+  ``atall`` everyone. The latest update stands for everyone updated so far
+  (``LedgerEntry.updated_for``): after ``replace_name`` their buttons cannot be
+  clicked; after a whole ``template_card``, the new card's buttons can.
+* A click (``prepare_click``) is refused, nothing changed, unless a callback is
+  configured and the entry is a delivered, unrecalled button card whose buttons the
+  clicking member can still click, and the key is one of its buttons that call back;
+  the member defaults to the card's first member recipient and must be one of its
+  recipients (any member, for a card sent to a department or tag). The HTTP call to
+  the callback is made without the lock (``ops.sandbox.clicks``).
 * Over a per-member limit the whole request is refused with 45009 and nothing is
   delivered (the documentation says such messages are dropped; answering 45009 is the
   visible reading), and that member is blocked for the window's length.
@@ -44,11 +63,15 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from . import codes
+from .cards import callback_buttons
+from .clicks import Click, ClickPlan, ClickRefused
 from .config import RECALL_WINDOW, SandboxConfig, mask
 from .faults import Chance, Faults, draw
 from .ledger import DELIVERED, REJECTED, SUPPRESSED, Ledger, LedgerEntry
 from .limits import TokenBucket, WindowLimit
 from .replies import OK_REPLY, Rejected, Reply, encode, error_body
+from .response_codes import CLICK, SEND, ResponseCodes
+from .updates import UpdateRequest, update_request
 from .validation import (
     APP_MSGTYPES,
     ROBOT_MSGTYPES,
@@ -68,6 +91,7 @@ __all__ = [
     "GETTOKEN",
     "MESSAGE_RECALL",
     "MESSAGE_SEND",
+    "MESSAGE_UPDATE_TEMPLATE_CARD",
     "OK_REPLY",
     "ROBOT_MSGTYPES",
     "WEBHOOK_SEND",
@@ -87,6 +111,7 @@ __all__ = [
 MESSAGE_SEND = "message/send"
 WEBHOOK_SEND = "webhook/send"
 MESSAGE_RECALL = "message/recall"
+MESSAGE_UPDATE_TEMPLATE_CARD = "message/update_template_card"
 GETTOKEN = "gettoken"
 
 
@@ -154,13 +179,150 @@ class SandboxState:
                 body = parse(raw)
                 msgid = body.get("msgid")
                 sent = self.msgids.get(msgid) if isinstance(msgid, str) else None
-                if sent is None or self.now() - sent.at > RECALL_WINDOW:
+                entry = self._entry(sent.entry_id) if sent is not None else None
+                if sent is None or entry is None:
                     raise Rejected(codes.INVALID_PARAMETER, "invalid msgid")
+                if self.now() - sent.at > RECALL_WINDOW:
+                    raise Rejected(codes.INVALID_PARAMETER, "msgid sent more than 24 hours ago")
+                if entry.recalled:
+                    raise Rejected(codes.INVALID_PARAMETER, "msgid has been recalled")
             except Rejected as exc:
                 self.stats[f"{MESSAGE_RECALL} errcode {exc.errcode}"] += 1
                 return Reply(error_body(exc.errcode, exc.errmsg))
             self.ledger.replace(sent.entry_id, recalled=True)
+            self.stats["recalled"] += 1
             return Reply(error_body(codes.OK))
+
+    def message_update_template_card(self, query: dict[str, str], raw: bytes) -> Reply:
+        endpoint = MESSAGE_UPDATE_TEMPLATE_CARD
+        with self.lock:
+            self.stats[f"{endpoint} calls"] += 1
+            try:
+                self._check_token(query.get("access_token"))
+                request = update_request(raw, self.config)
+                issued = self.codes.check(request.response_code, self.now())
+                entry = self._entry(issued.entry_id)
+                if entry is None:  # the card left the ledger: as good as unknown
+                    raise Rejected(codes.INVALID_PARAMETER, "invalid response_code")
+                if entry.recalled:
+                    raise Rejected(codes.INVALID_PARAMETER, "the card's message was recalled")
+                if request.card is not None and request.task_id != _task_id(entry):
+                    raise Rejected(
+                        codes.INVALID_PARAMETER, "template_card.task_id must be the updated card's"
+                    )
+                targets, invalid = self._update_targets(entry, request)
+            except Rejected as exc:
+                self.stats[f"{endpoint} errcode {exc.errcode}"] += 1
+                return Reply(error_body(exc.errcode, exc.errmsg, **exc.extra))
+            self.codes.spend(request.response_code)
+            update: dict[str, Any] = {
+                "at": self.wall(),
+                "response_code": request.response_code,
+                "source": issued.source,
+            }
+            if request.replace_name is not None:
+                update["replace_name"] = request.replace_name
+            else:
+                update["template_card"] = request.card
+                update["content"] = request.content
+            update |= {
+                "userids": list(request.userids),
+                "partyids": list(request.partyids),
+                "tagids": list(request.tagids),
+                "atall": request.atall,
+                "invaliduser": list(invalid),
+            }
+            updated_for = tuple(dict.fromkeys((*entry.updated_for, *targets)))
+            self.ledger.replace(entry.id, card_update=update, updated_for=updated_for)
+            self.stats["cards updated"] += 1
+            return Reply(encode({**OK_REPLY, "invaliduser": list(invalid)}))
+
+    # Clicks --------------------------------------------------------------------------
+
+    def prepare_click(self, entry_id: int, key: str, user: str | None = None) -> ClickPlan:
+        """A click on button ``key`` of entry ``entry_id`` by ``user`` that may be made,
+        with a fresh response code; ``ClickRefused`` (nothing changed) otherwise."""
+        with self.lock:
+            callback = self.config.callback
+            if callback is None:
+                raise ClickRefused(
+                    409,
+                    "no_callback",
+                    "no callback URL is configured: start the sandbox with --callback-url "
+                    "(or set the callback switch) to click",
+                )
+            entry = self._entry(entry_id)
+            if entry is None:
+                raise ClickRefused(404, "unknown_entry", f"no entry {entry_id} in the ledger")
+            if entry.endpoint != MESSAGE_SEND or not _task_id(entry):
+                what = entry.msgtype or entry.endpoint
+                raise ClickRefused(
+                    400, "not_a_card", f"entry {entry_id} is a {what} message, not a button card"
+                )
+            if not entry.delivered:
+                also = f", a duplicate of entry {entry.duplicate_of}" if entry.duplicate_of else ""
+                raise ClickRefused(
+                    409,
+                    "not_delivered",
+                    f"entry {entry_id} was {entry.status}{also}: nobody received this card",
+                )
+            if entry.recalled:
+                raise ClickRefused(409, "recalled", f"entry {entry_id} was recalled")
+            member = user or next((u for u in entry.delivered_to if ":" not in u), "")
+            if not member:
+                raise ClickRefused(
+                    400,
+                    "no_user",
+                    f"entry {entry_id} went to departments or tags only: say which member clicks",
+                )
+            if member not in entry.delivered_to and not _via_group(entry.delivered_to):
+                raise ClickRefused(
+                    400,
+                    "not_recipient",
+                    f"{member!r} is not a recipient of entry {entry_id} "
+                    f"({'|'.join(entry.delivered_to)})",
+                )
+            card = self._card_for(entry, member)
+            if card is None:
+                replaced = (entry.card_update or {}).get("replace_name", "")
+                raise ClickRefused(
+                    409,
+                    "updated",
+                    f"the buttons of entry {entry_id} were replaced by an update "
+                    f"({replaced!r}) for {member}: nothing left to click",
+                )
+            buttons = callback_buttons(card)
+            if key not in buttons:
+                raise ClickRefused(
+                    400,
+                    "unknown_key",
+                    f"{key!r} is not a button of entry {entry_id} that calls back "
+                    f"(its keys: {', '.join(map(repr, buttons)) or 'none'})",
+                )
+            now = self.now()
+            code = self.codes.issue(entry.id, now, CLICK)
+            self.codes.sweep(now, self.ledger.entries[0].id)
+            self.stats["clicks"] += 1
+            return ClickPlan(
+                entry=entry.id,
+                key=key,
+                user=member,
+                task_id=str(card.get("task_id")),
+                response_code=code,
+                corp_id=self.config.corp_id,
+                agent_id=self.config.agent_id,
+                at=self.wall(),
+                callback=callback,
+            )
+
+    def record_click(self, click: Click) -> None:
+        """The click and what the callback answered, on its card's ledger entry."""
+        with self.lock:
+            if not click.ok:
+                self.stats["callback failures"] += 1
+            entry = self._entry(click.entry)
+            if entry is not None:
+                self.ledger.replace(entry.id, clicks=(*entry.clicks, click.as_dict()))
 
     def not_post(self) -> Reply:
         return Reply(error_body(codes.REQUIRE_POST))
@@ -183,6 +345,10 @@ class SandboxState:
         if status:
             found = [e for e in found if e.status == status][:limit]
         return found
+
+    def entry(self, entry_id: int) -> LedgerEntry | None:
+        with self.lock:
+            return self._entry(entry_id)
 
     def last_id(self) -> int:
         with self.lock:
@@ -210,6 +376,7 @@ class SandboxState:
         self.task_ids: dict[str, Sent] = {}
         self.sent_sweep_at = 50_000
         self.msgids: dict[str, Sent] = {}
+        self.codes = ResponseCodes()
         self.stats: Counter[str] = Counter()
         # Unique across resets and sandboxes; a random prefix, then a cheap counter.
         self.msgid_prefix = secrets.token_urlsafe(12)
@@ -238,6 +405,7 @@ class SandboxState:
             "robot_limit": str(config.robot_limit) if config.robot_limit else None,
             "overflow": config.overflow,
             "invalid_users": sorted(self.invalid_users),
+            "callback": config.callback.describe() if config.callback else None,
             "clock_offset": self.offset,
             "faults": asdict(self.faults),
             "last_id": self.ledger.next_id - 1,
@@ -380,7 +548,8 @@ class SandboxState:
             "msgid": msgid,
         }
         if request.task_id and fresh:
-            reply["response_code"] = secrets.token_urlsafe(48)
+            reply["response_code"] = self.codes.issue(entry.id, now, SEND)
+            self.codes.sweep(now, self.ledger.entries[0].id)
         return Reply(encode(reply)), entry
 
     def _robot_send(self, query: dict[str, str], raw: bytes) -> tuple[Reply, LedgerEntry]:
@@ -406,6 +575,46 @@ class SandboxState:
         )
         self.stats["delivered"] += 1
         return Reply(error_body(codes.OK)), entry
+
+    def _entry(self, entry_id: int) -> LedgerEntry | None:
+        index = self.ledger.find(entry_id)
+        return None if index is None else self.ledger.entries[index]
+
+    def _update_targets(
+        self, entry: LedgerEntry, request: UpdateRequest
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Whom an update covers, and the members named who are not the card's
+        recipients; 40058 for a department or tag the card was not sent to, 81013 when
+        it covers nobody."""
+        recipients = entry.delivered_to
+        if request.atall:
+            return recipients, ()
+        clickers = {str(click["user"]) for click in entry.clicks}
+        members = [u for u in request.userids if u in recipients or u in clickers]
+        invalid = tuple(u for u in request.userids if u not in members)
+        groups = [f"party:{p}" for p in request.partyids] + [f"tag:{t}" for t in request.tagids]
+        strangers = [g for g in groups if g not in recipients]
+        if strangers:
+            raise Rejected(
+                codes.INVALID_PARAMETER, f"the card was not sent to {', '.join(strangers)}"
+            )
+        targets = (*members, *groups)
+        if not targets:
+            raise Rejected(codes.ALL_RECIPIENTS_INVALID, invaliduser=list(invalid))
+        return targets, invalid
+
+    def _card_for(self, entry: LedgerEntry, member: str) -> dict[str, Any] | None:
+        """The card ``member`` sees of ``entry``: the one sent, the one an update put in
+        its place, or None when an update replaced its buttons."""
+        update = entry.card_update
+        covered = member in entry.updated_for or (
+            member not in entry.delivered_to and _via_group(entry.updated_for)
+        )
+        if update is None or not covered:
+            card = (entry.request or {}).get("template_card")
+            return card if isinstance(card, dict) else None
+        card = update.get("template_card")
+        return card if isinstance(card, dict) else None
 
     def _earlier(self, user: str, digest: bytes, now: float) -> Sent | None:
         if not digest:
@@ -470,3 +679,15 @@ class SandboxState:
             errmsg=errmsg,
             **values,
         )
+
+
+def _task_id(entry: LedgerEntry) -> str:
+    """The task_id of the template card ``entry`` sent; "" for anything else."""
+    card = (entry.request or {}).get("template_card")
+    task_id = card.get("task_id") if isinstance(card, dict) else None
+    return task_id if entry.msgtype == "template_card" and isinstance(task_id, str) else ""
+
+
+def _via_group(recipients: tuple[str, ...]) -> bool:
+    """Whether some of ``recipients`` are departments or tags (members unknown here)."""
+    return any(r.startswith(("party:", "tag:")) for r in recipients)

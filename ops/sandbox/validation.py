@@ -87,7 +87,7 @@ def parse(raw: bytes) -> dict[str, Any]:
 def app_request(raw: bytes, config: SandboxConfig, invalid_users: Collection[str]) -> AppRequest:
     """The request body checked as WeCom checks it, in WeCom's order of errcodes."""
     body = parse(raw)
-    _check_agent(body.get("agentid"), config.agent_id)
+    check_agent(body.get("agentid"), config.agent_id)
     msgtype = body.get("msgtype")
     if msgtype not in APP_MSGTYPES:
         raise Rejected(codes.INVALID_MSGTYPE)
@@ -155,7 +155,8 @@ def ids(value: Any) -> list[str]:
     return []
 
 
-def _check_agent(agentid: Any, agent_id: int) -> None:
+def check_agent(agentid: Any, agent_id: int) -> None:
+    """41011 without an agentid, 40056 for another app's."""
     if agentid is None or agentid == "":
         raise Rejected(codes.MISSING_AGENTID)
     # WeCom reads a numeric string as the number; anything else cannot match.
