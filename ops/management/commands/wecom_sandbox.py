@@ -196,11 +196,35 @@ def _add_fault_arguments(parser: CommandParser) -> None:
     )
 
 
+def _add_callback_arguments(parser: CommandParser) -> None:
+    """Where it posts WeCom's callback when a card's button is clicked on its page."""
+    parser.add_argument(
+        "--callback-url",
+        default=None,
+        help=_(
+            "the app's callback URL, where a click on a card's button is posted as WeCom "
+            "posts it (default: none, clicks are off)"
+        ),
+    )
+    parser.add_argument(
+        "--callback-token",
+        default=None,
+        help=_("the callback's token (default: WECOM_CALLBACK_TOKEN; never printed)"),
+    )
+    parser.add_argument(
+        "--callback-aes-key",
+        default=None,
+        help=_("the callback's EncodingAESKey (default: WECOM_CALLBACK_AES_KEY; never printed)"),
+    )
+
+
 class Command(TranslatedCommand):
     help = gettext_noop(
-        "Run the local WeCom sandbox: gettoken, message/send, webhook/send and "
-        "message/recall as WeCom answers them, with its limits and fault switches, and "
-        "a page of what arrived at /sandbox/. Prints WECOM_API_BASE=<url> first. "
+        "Run the local WeCom sandbox: gettoken, message/send, webhook/send, "
+        "message/recall and message/update_template_card as WeCom answers them, with its "
+        "limits and fault switches, and a page of what arrived at /sandbox/, where a "
+        "card's buttons post WeCom's callback to --callback-url when clicked. Prints "
+        "WECOM_API_BASE=<url> first. "
         "Credentials default to WECOM_CORP_ID / WECOM_CORP_SECRET / WECOM_AGENT_ID, "
         "else fixed development values. Stops on SIGTERM or SIGINT."
     )
@@ -213,6 +237,7 @@ class Command(TranslatedCommand):
         _add_app_arguments(parser)
         _add_limit_arguments(parser)
         _add_fault_arguments(parser)
+        _add_callback_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbose = options["verbosity"] >= 2
@@ -244,6 +269,7 @@ class Command(TranslatedCommand):
                     seed=options["seed"],
                 ),
                 verbose=verbose,
+                **self._callback(options),
             )
             sandbox.serve_until_signalled(
                 options["host"], options["port"], lambda url: self._ready(sandbox, url, options)
@@ -267,6 +293,25 @@ class Command(TranslatedCommand):
                 _("the agent id must be a number, got %(value)r") % {"value": raw}
             ) from None
 
+    def _callback(self, options: dict[str, Any]) -> dict[str, Any]:
+        url = options["callback_url"]
+        token, key = options["callback_token"], options["callback_aes_key"]
+        if not url:
+            if token or key:
+                raise CommandError(_("--callback-token and --callback-aes-key need --callback-url"))
+            return {}
+        token = token or getattr(settings, "WECOM_CALLBACK_TOKEN", "") or ""
+        key = key or getattr(settings, "WECOM_CALLBACK_AES_KEY", "") or ""
+        if not (token and key):
+            raise CommandError(
+                _(
+                    "--callback-url needs the callback's token and EncodingAESKey: "
+                    "--callback-token and --callback-aes-key, or the settings "
+                    "WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY"
+                )
+            )
+        return {"callback_url": url, "callback_token": token, "callback_aes_key": key}
+
     def _ready(self, sandbox: WeComSandbox, base_url: str, options: dict[str, Any]) -> None:
         # The first line is for scripts and tests: they wait for it and read the URL.
         self.stdout.write(f"WECOM_API_BASE={base_url}")
@@ -287,4 +332,9 @@ class Command(TranslatedCommand):
                 }
             )
             self.stdout.write(_("Messages arrive at %(url)s/sandbox/") % {"url": base_url})
+            callback = settings_now["callback"]
+            if callback:
+                self.stdout.write(
+                    _("Clicks on a card's buttons are posted to %(url)s") % {"url": callback["url"]}
+                )
         self.stdout.flush()
