@@ -26,6 +26,7 @@ from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
 from reminders import api
+from reminders.intake.occasions import escalation_key
 from reminders.models import ScheduledTask
 from reminders.schedule import timing
 
@@ -33,6 +34,9 @@ SALESPEOPLE = ("demo-zhangsan", "demo-lisi", "demo-wangwu")
 MANAGER = "demo-zhaoliu"
 DEFAULT_USERNAME = "admin"
 PASSWORD_BYTES = 12  # 16 characters of token_urlsafe
+INQUIRY_KEY = "demo:inquiry_timeout"
+# Time enough to open the sandbox's page and click the inquiry's card.
+ESCALATE_AFTER = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -57,19 +61,35 @@ def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
         DemoTask("demo:weekly_report", "weekly_report", MANAGER, cron="0 9 * * 1"),
         # The greeting belongs to the morning: at 09:00 if that is still ahead, else now.
         DemoTask("demo:birthday", "birthday", SALESPEOPLE[0], at=max(morning, now)),
+        # A card with buttons on the WeCom app (text on the console): click "Done" in
+        # the sandbox's page and the card says so, the admin shows who acted.
         DemoTask(
             "demo:follow_up",
             "follow_up",
             SALESPEOPLE[1],
             at=now + timedelta(minutes=1),
-            payload={"content": "Demo: call ACME back about the quote."},
+            payload={"customer": "ACME", "subject": _("Call back about the quote")},
         ),
+        # An inquiry alert due now, escalated to the manager ESCALATE_AFTER later unless
+        # someone clicks "I'll take it" or "Done" on its card first.
         DemoTask(
-            "demo:inquiry_timeout",
+            INQUIRY_KEY,
             "inquiry_timeout",
             SALESPEOPLE[2],
             at=now,
-            payload={"content": "Demo: an inquiry from Globex has waited 30 minutes."},
+            payload={"customer": "Globex", "subject": _("500 units: price?"), "minutes": 30},
+        ),
+        DemoTask(
+            escalation_key(INQUIRY_KEY),
+            "inquiry_timeout",
+            MANAGER,
+            at=now + ESCALATE_AFTER,
+            payload={
+                "customer": "Globex",
+                "subject": _("500 units: price?"),
+                "minutes": 30 + ESCALATE_AFTER // timedelta(minutes=1),
+                "escalated_from": SALESPEOPLE[2],
+            },
         ),
         DemoTask(
             "demo:every_minute",

@@ -112,6 +112,9 @@ WECOM_API_BASE = env.str("WECOM_API_BASE", default="https://qyapi.weixin.qq.com"
 WECOM_TIMEOUT = env.float("WECOM_TIMEOUT", default=10.0)
 WECOM_RATE_LIMIT = env.float("WECOM_RATE_LIMIT", default=50.0)
 WECOM_ROBOT_KEY = env.str("WECOM_ROBOT_KEY", default="")
+# The app's callback (reminders/wecom/callback), as set in WeCom's admin console.
+WECOM_CALLBACK_TOKEN = env.str("WECOM_CALLBACK_TOKEN", default="")
+WECOM_CALLBACK_AES_KEY = env.str("WECOM_CALLBACK_AES_KEY", default="")
 
 # --- reminders -----------------------------------------------------------------------
 # Channels appear when their credentials are set; the WeCom senders read WECOM_* lazily.

@@ -19,7 +19,8 @@ Invariants:
   ``inquiry_taken`` keyed by the run, so that it is made once.
   ``snooze_1h`` makes a run of the same message an hour after the click.
 * A built-in action that came with WeCom's response code leaves the card to update
-  (``card_state`` pending): a scheduler does it (``engine.cards``), not this request.
+  (``card_state`` pending): a scheduler does it (``engine.cards``), not this request,
+  woken once this commits (``engine.wake``, on PostgreSQL) rather than at its next tick.
 * The CRM hears of the action through ``signals.run_acted``, sent by a scheduler once
   this has committed (``engine.announce``), never within WeCom's request, so the
   callback answers within WeCom's time limit whatever the CRM's receivers do.
@@ -37,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..callback.events import TemplateCardEvent
-from ..engine import actions
+from ..engine import actions, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
@@ -110,6 +111,9 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
             elif event.event_key == SNOOZE:
                 action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
             action.save()
+            if action.card_state == RunAction.CardState.PENDING:
+                # The card's update waits for no tick: the schedulers take it at once.
+                wake.notify()
     except IntegrityError:  # a click on this run committed first, where rows lock not
         return Applied(Outcome.ALREADY, RunAction.objects.filter(run=run).first())
     return Applied(Outcome.ACTED, action)
