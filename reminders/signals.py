@@ -36,6 +36,11 @@ The arguments, besides ``sender`` (the model class):
                               CRM's own), ``member`` (who clicked), ``acted_at``: sent
                               once per run, by a scheduler after the callback recorded
                               it (``engine.announce``), never inside WeCom's request
+``message_recalled``          ``log`` (SendLog, ``recalled_at`` set), ``by`` (who
+                              recalled it: a username), ``reason`` (why): every part
+                              of a delivered message was taken back from its
+                              recipient (``engine.recall``); sent once per message,
+                              by the recall that marked it recalled
 ============================  =======================================================
 """
 
@@ -58,6 +63,7 @@ run_stuck = Signal()
 task_error = Signal()
 calendar_uncovered = Signal()
 run_acted = Signal()
+message_recalled = Signal()
 
 
 def after_commit(signal: Signal, sender: type, **kwargs: Any) -> None:

@@ -1,0 +1,263 @@
+"""Taking a delivered message back from its recipient (WeCom's ``message/recall``).
+
+The one service every caller uses: the admin's button and action, and any command or
+API later. ``why_not`` says whether a ledger row (``SendLog``) can be recalled, and why
+not; ``recall`` takes it back, part by part, and records who did it and why.
+
+Invariants:
+
+* Only a ``sent`` row not recalled yet, whose channel is still configured and can take
+  a message back (``BaseSender.recall_window``: WeCom's app, 24 hours; never a group
+  robot), with a message id for every part, within the window of its ``sent_at`` is
+  recalled. Anything else is refused (``ActionRefused``, its reason in words) before
+  the provider is called, with nothing changed: the provider would refuse it anyway,
+  and a refusal said up front is one ops can read.
+* A recall is always someone's, for a reason: an empty ``by`` or ``reason`` is a
+  ``ValidationError`` naming the field, and nothing is called. The database holds the
+  same rule for the finished record (``reminders_sendlog_recall_sent``).
+* A message split in parts is recalled whole: every part's id
+  (``reply_detail["msgids"]``, else ``provider_message_id``), in order. Each part the
+  provider takes back is added to ``recalled_ids`` in a commit of its own before the
+  next is asked for, so a crash or a refusal midway keeps what was recalled, and a
+  second attempt asks only for the rest (WeCom takes a message id back once).
+* No transaction is held while the provider is called: the rows and SQLite's one writer
+  are never kept waiting on WeCom. Each write is a short transaction that locks the row
+  and merges into what it holds, so two operators' parts are both kept.
+* The row is marked recalled (``recalled_at``, ``recalled_by``, ``recall_reason``) once
+  every part is, by one conditional UPDATE (only where ``recalled_at`` is null): of two
+  operators finishing at once, the first marks it and the other is told it was
+  recalled already. ``message_recalled`` is sent by the one whose UPDATE marked it,
+  once, after that commits.
+* A refusal of the provider is kept in ``recall_error`` (which part, what it said) and
+  raised. Progress clears it, and so does the recall's end.
+
+Two operators at once: before each part the row is read again, and a part another has
+recalled meanwhile is not asked for. A part both ask for is taken back by the first
+request WeCom gets; the second is refused, and that refusal is no error once the row
+records the part (read again after it). Only in the instant between WeCom's answer to
+one and its record can the other's refusal be kept as an error; the first's record
+then clears it. A recall whose reply was lost (``InDoubtSendError``) may have taken the
+part back: it is kept as an error, and the next attempt's refusal says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import transaction
+from django.utils import formats, timezone
+from django.utils.translation import gettext, ngettext
+
+from .. import signals
+from ..exceptions import ActionRefused, SendError
+from ..models import SendLog
+from ..senders import BaseSender, get_sender
+from .actions import Refusal
+
+__all__ = ["message_ids", "recall", "refusal", "why_not"]
+
+# recall_error keeps this much of what the provider said.
+ERROR_CHARS = 2000
+
+
+def message_ids(log: SendLog) -> list[str]:
+    """The ids the provider gave the row's message, in order: every part's for a message
+    split in parts, else its one id. An empty string stands for a part without one; a
+    card WeCom answered "delivered before" has none at all."""
+    detail = log.reply_detail if isinstance(log.reply_detail, dict) else {}
+    parts = detail.get("msgids")
+    if isinstance(parts, list) and parts:
+        return [str(part or "") for part in parts]
+    return [log.provider_message_id] if log.provider_message_id else []
+
+
+def refusal(log: SendLog, now: datetime | None = None) -> Refusal | None:
+    """Why ``log`` cannot be recalled at ``now`` (default: the clock's), as a code and
+    words for ops; None when it can."""
+    if log.status != SendLog.Status.SENT:
+        return Refusal(
+            "not_sent",
+            gettext("it was not delivered (%(status)s)") % {"status": log.get_status_display()},
+        )
+    if log.recalled_at is not None:
+        return _recalled(log, log.recalled_at)
+    sender = _sender(log)
+    if sender is None:
+        return Refusal(
+            "no_channel",
+            gettext("its channel %(channel)s is no longer configured") % {"channel": log.channel},
+        )
+    window = sender.recall_window
+    if window is None:
+        return Refusal(
+            "cannot_recall",
+            gettext("its channel %(channel)s cannot take a message back (a group robot cannot)")
+            % {"channel": log.channel},
+        )
+    ids = message_ids(log)
+    if not ids or not all(ids):
+        return Refusal(
+            "no_message_id",
+            gettext(
+                "the provider gave it no message id to take it back by (a card it "
+                "delivered before has none)"
+            ),
+        )
+    if log.sent_at is None:
+        return Refusal("too_late", gettext("when it was sent is not recorded"))
+    if (now or timezone.now()) - log.sent_at > window:
+        return Refusal(
+            "too_late",
+            gettext(
+                "it was sent more than %(window)s ago: its channel takes a message back "
+                "within %(window)s of its sending"
+            )
+            % {"window": _duration(window)},
+        )
+    return None
+
+
+def _recalled(log: SendLog, at: datetime) -> Refusal:
+    return Refusal(
+        "recalled",
+        gettext("it was recalled already, by %(by)s at %(when)s")
+        % {"by": log.recalled_by, "when": _when(at)},
+    )
+
+
+def why_not(log: SendLog, now: datetime | None = None) -> str | None:
+    """None if ``log`` can be recalled at ``now``; else why not, in words for ops."""
+    found = refusal(log, now)
+    return None if found is None else str(found.message)
+
+
+def recall(log: SendLog, *, by: str, reason: str, now: datetime | None = None) -> SendLog:
+    """Take ``log``'s message back from its recipient, every part of it; record that
+    ``by`` (a username) did, for ``reason``, at ``now`` (default: the clock's, when the
+    last part is taken back). Returns the row as it is then.
+
+    Raises ``ValidationError`` for an empty ``by`` or ``reason``, ``ActionRefused`` for
+    a row ``refusal`` refuses (or one another operator recalled meanwhile), and the
+    provider's ``SendError`` when it refuses a part, kept in ``recall_error``.
+    """
+    by, reason = (by or "").strip(), (reason or "").strip()
+    _validate(by, reason)
+    log.refresh_from_db()
+    found = refusal(log, now)
+    if found is not None:
+        raise ActionRefused(found.code, str(found.message))
+    sender = get_sender(log.channel)
+    for msgid in message_ids(log):
+        if _done(log, msgid):
+            continue
+        try:
+            sender.recall(msgid)
+        except SendError as exc:
+            if _done(log, msgid):
+                continue  # another operator's request took it back first
+            _keep_error(log, msgid, exc)
+            raise
+        _keep_part(log, msgid)
+    return _finish(log, by, reason, now)
+
+
+def _validate(by: str, reason: str) -> None:
+    errors = {}
+    if not reason:
+        errors["reason"] = ValidationError(
+            gettext("Say why the message is recalled."), code="required"
+        )
+    if not by:
+        errors["by"] = ValidationError(gettext("Say who recalls the message."), code="required")
+    if errors:
+        raise ValidationError(errors)
+
+
+def _sender(log: SendLog) -> BaseSender | None:
+    try:
+        return get_sender(log.channel)
+    except ImproperlyConfigured:  # ChannelNotConfigured, or its options no longer valid
+        return None
+
+
+def _done(log: SendLog, msgid: str) -> bool:
+    """Whether ``msgid`` is recalled already, as the row says now (``log`` read again).
+    A row another operator finished meanwhile is refused: it was recalled already."""
+    log.refresh_from_db(fields=["recalled_ids", "recalled_at", "recalled_by", "recall_error"])
+    if log.recalled_at is not None:
+        found = _recalled(log, log.recalled_at)
+        raise ActionRefused(found.code, str(found.message))
+    return msgid in (log.recalled_ids or [])
+
+
+def _keep_part(log: SendLog, msgid: str) -> None:
+    """``msgid`` recalled: added to the row's ``recalled_ids`` (merged under its lock)
+    and committed before the next part is asked for; its error is cleared."""
+    with transaction.atomic():
+        row = SendLog.objects.select_for_update().only("recalled_ids").get(pk=log.pk)
+        ids = list(row.recalled_ids or [])
+        if msgid not in ids:
+            ids.append(msgid)
+        SendLog.objects.filter(pk=log.pk).update(
+            recalled_ids=ids, recall_error="", updated_at=timezone.now()
+        )
+    log.recalled_ids, log.recall_error = ids, ""
+
+
+def _keep_error(log: SendLog, msgid: str, exc: SendError) -> None:
+    """What the provider said to the part ``msgid``, kept unless the row meanwhile
+    records that part recalled (the error is then someone else's success)."""
+    ids = message_ids(log)
+    text = gettext("part %(part)d of %(parts)d (%(msgid)s): %(error)s") % {
+        "part": ids.index(msgid) + 1,
+        "parts": len(ids),
+        "msgid": msgid,
+        "error": str(exc),
+    }
+    with transaction.atomic():
+        row = SendLog.objects.select_for_update().only("recalled_ids").get(pk=log.pk)
+        if msgid in (row.recalled_ids or []):
+            return
+        SendLog.objects.filter(pk=log.pk).update(
+            recall_error=text[:ERROR_CHARS], updated_at=timezone.now()
+        )
+    log.recall_error = text[:ERROR_CHARS]
+
+
+def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog:
+    """Every part recalled: the row marked, once, and ``message_recalled`` sent after
+    the commit by the one that marked it."""
+    moment = now or timezone.now()
+    with transaction.atomic():
+        marked = SendLog.objects.filter(
+            pk=log.pk, status=SendLog.Status.SENT, recalled_at__isnull=True
+        ).update(
+            recalled_at=moment,
+            recalled_by=by[:150],
+            recall_reason=reason,
+            recall_error="",
+            updated_at=timezone.now(),
+        )
+        log.refresh_from_db()
+        if not marked:
+            found = refusal(log) or Refusal("changed", gettext("it changed meanwhile"))
+            raise ActionRefused(found.code, str(found.message))
+        signals.after_commit(
+            signals.message_recalled, SendLog, log=log, by=log.recalled_by, reason=reason
+        )
+    return log
+
+
+def _when(moment: datetime) -> str:
+    return formats.date_format(timezone.localtime(moment), "Y-m-d H:i")
+
+
+def _duration(window: timedelta) -> str:
+    """``window`` in words: whole hours, else minutes."""
+    seconds = int(window.total_seconds())
+    if seconds % 3600 == 0:
+        hours = seconds // 3600
+        return ngettext("%(count)d hour", "%(count)d hours", hours) % {"count": hours}
+    minutes = max(1, seconds // 60)
+    return ngettext("%(count)d minute", "%(count)d minutes", minutes) % {"count": minutes}
