@@ -53,14 +53,21 @@ def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
     """The demo's tasks as of ``now``: recurring ones fixed, one-shots relative to now."""
     local_now = now.astimezone(timing.zone(tz))
     morning = timing.localize(datetime.combine(local_now.date(), time(9)), timing.zone(tz))
+    tomorrow = local_now.date() + timedelta(days=1)
+    greeting = (
+        max(morning, now)
+        if local_now.time() < time(12)
+        else timing.localize(datetime.combine(tomorrow, time(9)), timing.zone(tz))
+    )
     tasks = [
         DemoTask(f"demo:daily_report:{who.removeprefix('demo-')}", "daily_report", who, "0 9 * * *")
         for who in SALESPEOPLE
     ]
     tasks += [
         DemoTask("demo:weekly_report", "weekly_report", MANAGER, cron="0 9 * * 1"),
-        # The greeting belongs to the morning: at 09:00 if that is still ahead, else now.
-        DemoTask("demo:birthday", "birthday", SALESPEOPLE[0], at=max(morning, now)),
+        # The greeting belongs to the morning: at 09:00 if that is still ahead, else now
+        # until its kind's 12:00 deadline, else 09:00 tomorrow (never made to expire).
+        DemoTask("demo:birthday", "birthday", SALESPEOPLE[0], at=greeting),
         # A card with buttons on the WeCom app (text on the console): click "Done" in
         # the sandbox's page and the card says so, the admin shows who acted.
         DemoTask(

@@ -5,7 +5,7 @@ never changes an existing user and prints no password it did not make."""
 import importlib.util
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 
@@ -16,8 +16,9 @@ from django.db.models import F
 from django.test import TestCase
 from django.utils import timezone
 
-from config.demo import demo_tasks
+from config.demo import ESCALATE_AFTER, INQUIRY_KEY, demo_tasks
 from reminders.engine import dispatch
+from reminders.intake.occasions import escalation_key
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from tests.support.jobs import run_queued
@@ -287,3 +288,29 @@ def test_demo__says_when_the_next_message_goes_not_where_planning_resumes(settin
     zone = timing.zone(settings.TIME_ZONE)
     shown = first.next_attempt_at.astimezone(zone).isoformat(timespec="seconds")
     assert line.endswith(f"next run {shown}"), line
+
+
+@pytest.mark.parametrize(
+    ("utc", "greeted"),
+    [
+        # 07:30 in Shanghai: at 09:00 that morning.
+        (datetime(2026, 12, 3, 23, 30, tzinfo=UTC), datetime(2026, 12, 4, 1, 0, tzinfo=UTC)),
+        # 10:00: now, before the kind's 12:00 deadline.
+        (datetime(2026, 12, 4, 2, 0, tzinfo=UTC), datetime(2026, 12, 4, 2, 0, tzinfo=UTC)),
+        # 23:52, past the deadline: 09:00 the next day, never a run made to expire.
+        (datetime(2026, 12, 4, 15, 52, tzinfo=UTC), datetime(2026, 12, 5, 1, 0, tzinfo=UTC)),
+    ],
+)
+def test_demo__the_birthday_greeting_is_never_made_past_its_deadline(utc, greeted):
+    [birthday] = [t for t in demo_tasks(utc, "Asia/Shanghai") if t.kind == "birthday"]
+    assert birthday.at == greeted
+
+
+def test_demo__the_inquiry_card_has_an_escalation_its_click_cancels():
+    now = datetime(2026, 12, 4, 2, 0, tzinfo=UTC)
+    tasks = {t.key: t for t in demo_tasks(now, "Asia/Shanghai")}
+    first, escalation = tasks[INQUIRY_KEY], tasks[escalation_key(INQUIRY_KEY)]
+    assert first.at == now and escalation.at == now + ESCALATE_AFTER
+    assert escalation.payload["escalated_from"] == first.recipient != escalation.recipient
+    # Cards, not the CRM's own text (which stays text).
+    assert "content" not in first.payload and "content" not in tasks["demo:follow_up"].payload
