@@ -11,13 +11,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import pytest
+from django.utils import timezone
 
 from ops.management.commands.wecom_sandbox import Command
 from ops.sandbox import CallbackTarget, ClickRefused, LedgerEntry, SandboxClient, WeComSandbox
 from reminders.callback import crypto, events
+from reminders.engine import planning
+from reminders.models import RunAction, ScheduledTask, TaskRun
+from reminders.models.acting import card_id
 from tests.ops.test_sandbox import Api, text
 from tests.support.sandbox import AGENT_ID, CORP_ID, ROBOT_KEY, running_sandbox, sandbox_process
 
@@ -654,6 +658,42 @@ def test_client__clicks_and_tells_a_refusal(
     assert receiver.event().response_code == click["response_code"]
     assert (refused.status, refused.reason) == (400, "unknown_key")
     assert read.clicks == (click,)
+
+
+@pytest.mark.django_db
+def test_click__our_callback_view_acts_on_what_the_sandbox_posts(
+    receiver: Receiver, client: Any, settings: Any, make_task: Callable[..., ScheduledTask]
+) -> None:
+    """What the sandbox posted, replayed to our view (in the test's thread, which holds
+    the test's database): every check of the protocol passes and the click is acted on."""
+    settings.WECOM_CALLBACK_TOKEN = TOKEN
+    settings.WECOM_CALLBACK_AES_KEY = KEY
+    settings.WECOM_CORP_ID = CORP_ID
+    settings.WECOM_AGENT_ID = str(AGENT_ID)
+    run = planning.new_run(make_task("follow_up", "zhangsan"), timezone.now())
+    run.status = TaskRun.Status.SENT
+    run.save()
+    with running_sandbox(
+        callback_url=receiver.url, callback_token=TOKEN, callback_aes_key=KEY
+    ) as sandbox:
+        api = Api(sandbox.base_url)
+        try:
+            sent, _code = sent_card(api, sandbox, task_id=card_id(run))
+            click = sandbox.click(sent.id, "done")
+        finally:
+            api.close()
+    [request] = receiver.received
+
+    response = client.post(
+        f"/reminders/wecom/callback?{urlencode(request.query)}",
+        data=request.body,
+        content_type=request.headers["content-type"],
+    )
+
+    assert (response.status_code, response.content) == (200, b"success")
+    action = RunAction.objects.get(run=run)
+    assert (action.action, action.member) == ("done", "zhangsan")
+    assert action.response_code == click["response_code"]
 
 
 # -- configuring the callback -----------------------------------------------------------
