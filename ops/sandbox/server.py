@@ -380,7 +380,9 @@ class WeComSandbox:
 
     ``start()`` serves from a background thread and returns the base URL to use as
     ``WECOM_API_BASE``; ``control()`` sets the fault switches; ``ledger()`` and
-    ``delivered()`` say what happened. Usable as a context manager.
+    ``delivered()`` say what happened; ``click()`` clicks a card's button, posting
+    WeCom's callback to ``callback_url`` (with ``callback_token`` and
+    ``callback_aes_key``). Usable as a context manager.
     """
 
     def __init__(
