@@ -3,7 +3,9 @@
 * ``ops_viewer`` (Ops viewer): sees every model of ``reminders`` and ``ops`` in the
   admin, and changes nothing.
 * ``ops_operator`` (Ops operator): what a viewer sees, and may retry runs and mark them
-  handled, pause and resume tasks and run them now, and edit the working-day calendar
+  handled, pause and resume tasks and run them now, recall a sent message
+  (``recall_sendlog``: take it back from its recipient, within the channel's window,
+  for a reason the ledger keeps), and edit the working-day calendar
   (``edit_calendarday``: its days and years, entered when the official schedule is
   published). It may not edit a task's fields (nor cancel it, which is an edit), delete
   anything else or add a task.
@@ -68,6 +70,7 @@ ROLES = (
             "reminders.mark_handled_taskrun",
             "reminders.pause_scheduledtask",
             "reminders.run_now_scheduledtask",
+            "reminders.recall_sendlog",
             "reminders.edit_calendarday",
         ),
     ),

@@ -1,5 +1,5 @@
-"""The run history, read-only, and its actions: retry and mark handled; and the "Failed
-today" entry of the app list.
+"""The run history, read-only, and its actions: retry, mark handled and recall; and the
+"Failed today" entry of the app list.
 
 Actions narrow the selection to the runs they apply to (those that ended unsent) and
 call the models' own state methods (``TaskRun.retry_now``, ``mark_handled``), whose
@@ -9,6 +9,11 @@ left and why; a run that changed between the page and its POST is counted as lef
 Retrying needs ``retry_taskrun``, marking handled ``mark_handled_taskrun``, checked on
 the server whatever the page showed. The history's filters and "failed today" are
 ``reminders.admin.filters``.
+
+A run's message is recalled through its ledger rows (``reminders.admin.ledger`` says
+how): the run's page has a "Recall" button for each row ``engine.recall`` would
+recall, the list the action "Recall the selected messages", and both say who recalled a
+run's message, when and why, or how far a recall that failed got.
 """
 
 from __future__ import annotations
@@ -18,33 +23,40 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, Prefetch, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..engine import actions as operator
+from ..engine import recall as recalling
 from ..engine.actions import NOT_ENDED_UNSENT, Refusal
-from ..models import FailedToday, TaskRun
+from ..models import FailedToday, SendLog, TaskRun
 from . import confirm
 from .confirm import Plan
 from .display import ERROR_CHARS
 from .filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
+from .ledger import RECALL_ACTION, RecallMixin, recall_cell, recall_state, recall_url
 from .read_only import ReadOnlyAdmin
 
 RUN_NOUN = (_("run"), _("runs"))
 # A row that changed between the confirmation page and its POST.
 NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
+# What a run's recall column reads: its ledger rows that were recalled or tried.
+# A run without a ledger row: it never reached a send.
+NOTHING_SENT = Refusal("nothing_sent", _("it sent no message"))
+TRIED = Q(recalled_at__isnull=False) | ~Q(recall_error="") | Q(recalled_ids__isnull=False)
 
 
 @admin.register(TaskRun)
-class TaskRunAdmin(ReadOnlyAdmin):
+class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
     list_display = (
         "task",
         "occurrence",
@@ -58,8 +70,9 @@ class TaskRunAdmin(ReadOnlyAdmin):
         "is_compensation",
         "handled",
         "acted",
+        "recalled",
     )
-    readonly_fields = ("acted",)
+    readonly_fields = ("acted", "recall")
     list_filter = (
         DueDayFilter,
         "status",
@@ -72,16 +85,24 @@ class TaskRunAdmin(ReadOnlyAdmin):
     list_select_related = ("task", "action")
     search_fields = ("task__recipient", "task__key", "ledger_key", "error_code")
     ordering = ("-due_at", "-pk")
-    actions = ("retry_runs", "mark_handled")
+    actions = ("retry_runs", "mark_handled", RECALL_ACTION)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRun]:
-        # Annotated so that the lateness column sorts in the database.
+        # Annotated so that the lateness column sorts in the database; the ledger rows
+        # a recall touched, for the recall column, in one query per page.
         return (
             super()
             .get_queryset(request)
             .annotate(
                 lateness_value=ExpressionWrapper(
                     F("finished_at") - F("due_at"), output_field=DurationField()
+                )
+            )
+            .prefetch_related(
+                Prefetch(
+                    "send_logs",
+                    queryset=SendLog.objects.filter(TRIED).order_by("pk"),
+                    to_attr="recall_logs",
                 )
             )
         )
@@ -121,6 +142,45 @@ class TaskRunAdmin(ReadOnlyAdmin):
             "member": action.member,
             "when": f"{when:%Y-%m-%d %H:%M}",
         }
+
+    @admin.display(description=_("recall"))
+    def recalled(self, run: TaskRun) -> str:
+        """Who recalled the run's message, when and why; or how far a recall got."""
+        cells = [recall_cell(log) for log in self._recall_logs(run)]
+        return format_html_join(" ", "{}", ((cell,) for cell in cells)) if cells else "-"
+
+    @admin.display(description=_("recall"))
+    def recall(self, run: TaskRun) -> str:
+        """The same on the run's page, in full, each linking to its ledger row."""
+        rows = [
+            (reverse("admin:reminders_sendlog_change", args=[log.pk]), recall_state(log))
+            for log in self._recall_logs(run)
+        ]
+        return format_html_join(" ", '<a href="{}">{}</a>', rows) if rows else "-"
+
+    @staticmethod
+    def _recall_logs(run: TaskRun) -> list[SendLog]:
+        logs = getattr(run, "recall_logs", None)
+        if logs is None:
+            logs = list(run.send_logs.filter(TRIED).order_by("pk"))
+        return logs
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        run = self.get_object(request, unquote(object_id))
+        if run is not None and self.has_recall_permission(request):
+            back = reverse("admin:reminders_taskrun_change", args=[run.pk])
+            sent = run.send_logs.filter(status=SendLog.Status.SENT).order_by("pk")
+            extra["recall_urls"] = [
+                recall_url(log, back) for log in sent if recalling.why_not(log) is None
+            ]
+        return super().change_view(request, object_id, form_url, extra)
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         # A state change of its own, though the history cannot be edited in a form.
@@ -208,6 +268,18 @@ class TaskRunAdmin(ReadOnlyAdmin):
         ) % {"count": done}
         confirm.report(self, request, message, done, plan, RUN_NOUN)
         return None
+
+    @admin.action(permissions=["recall"], description=_("Recall the selected messages"))
+    def recall_messages(
+        self, request: HttpRequest, queryset: QuerySet[TaskRun]
+    ) -> HttpResponse | None:
+        """The messages the selected runs sent, taken back (``reminders.admin.ledger``);
+        a run that has no ledger row sent nothing to take back."""
+        silent = Plan[TaskRun]()
+        silent.leave(queryset.filter(send_logs__isnull=True), NOTHING_SENT.message)
+        logs = SendLog.objects.filter(run__in=queryset.values("pk"))
+        left = confirm.left_lines(silent, RUN_NOUN)
+        return self.recall_selected(request, logs, queryset, left=left)
 
     @staticmethod
     def _plan(

@@ -44,6 +44,7 @@ def test_migrate__made_both_groups_with_their_permissions():
         "reminders.mark_handled_taskrun",
         "reminders.pause_scheduledtask",
         "reminders.run_now_scheduledtask",
+        "reminders.recall_sendlog",
         "reminders.edit_calendarday",
     }
     everything = viewer | operator
@@ -70,3 +71,13 @@ def test_migrate__brings_in_permissions_that_appeared_since():
     Group.objects.filter(name=OPERATOR).delete()
     emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
     assert "reminders.run_now_scheduledtask" in held(OPERATOR)
+
+
+def test_recall__the_operator_may_recall_a_sent_message_and_the_viewer_may_not(django_user_model):
+    operator = django_user_model.objects.create_user("op", is_staff=True)
+    operator.groups.add(Group.objects.get(name=OPERATOR))
+    viewer = django_user_model.objects.create_user("look", is_staff=True)
+    viewer.groups.add(Group.objects.get(name=VIEWER))
+    assert operator.has_perm("reminders.recall_sendlog")
+    assert not viewer.has_perm("reminders.recall_sendlog")
+    assert viewer.has_perm("reminders.view_sendlog")
