@@ -18,9 +18,12 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from reminders import api
+from reminders.callback.events import TemplateCardEvent
 from reminders.engine import actions, planning, wake
 from reminders.engine.worker import ReminderWorker
+from reminders.intake import clicks
 from reminders.models import ScheduledTask, TaskRun
+from reminders.models.acting import card_id
 from tests.support.processes import wake_listeners
 
 # Well under a tick of the tests below (which wait up to 5 s or 30 s), well over the
@@ -226,6 +229,35 @@ def test_retry_now__wakes_the_schedulers(listening):
     run.refresh_from_db()
     assert actions.retry_now(run) is False  # sent: nothing changed, nobody is woken
     assert listening(0.3) is False
+
+
+def _clicked(run: TaskRun, key: str, nonce: str) -> None:
+    event = TemplateCardEvent(
+        to_user_name="ww-corp",
+        from_user_name=run.task.recipient,
+        create_time=int(time.time()),
+        agent_id=1,
+        event_key=key,
+        task_id=card_id(run),
+        card_type="button_interaction",
+        response_code="rc-1",
+    )
+    assert clicks.apply(event, nonce=nonce, timestamp=int(time.time())).outcome.value == "acted"
+
+
+def test_click__that_leaves_a_card_to_update_wakes_the_schedulers(listening):
+    task = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1))
+    runs = []
+    for minute in (1, 2):
+        run = planning.new_run(task, timezone.now() - timedelta(minutes=minute))
+        run.status, run.next_attempt_at = TaskRun.Status.SENT, None
+        run.save()
+        runs.append(run)
+    assert listening(0.2) is False
+    _clicked(runs[0], "call_back", "n-1")  # a CRM's own button: no card to update
+    assert listening(0.3) is False
+    _clicked(runs[1], "done", "n-2")
+    assert listening(5) is True
 
 
 # The scheduler loop ----------------------------------------------------------------------
