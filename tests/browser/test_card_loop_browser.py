@@ -32,7 +32,7 @@ from ops.roles import OPERATOR
 from ops.sandbox import WeComSandbox
 from reminders import api
 from reminders.engine.worker import ReminderWorker
-from reminders.models import RunAction, ScheduledTask, TaskRun
+from reminders.models import RunAction, ScheduledTask, SendLog, TaskRun
 from tests.crm.models import Inquiry
 from tests.support.jobs import run_queued
 from tests.support.sandbox import running_sandbox, wecom_settings
@@ -142,3 +142,17 @@ def test_done_and_take_close_the_loop_and_an_operator_recalls(
     page.click("input[type=submit]")
     page.wait_for_url(re.compile(rf"/admin/reminders/taskrun/{run.pk}/change/"))
     assert f"done by {SALES}" in page.locator("#content").inner_text()
+
+    # The operator recalls the inquiry's alert from its run's page, saying why.
+    inquiry_run = TaskRun.objects.get(task=first, status=TaskRun.Status.SENT)
+    page.goto(f"{live_server.url}/admin/reminders/taskrun/{inquiry_run.pk}/change/")
+    page.click("a.reminders-recall")
+    page.fill("#id_reason", "Sent to the wrong salesperson")
+    page.click("form input[type=submit]")
+    page.wait_for_url(re.compile(r"/admin/reminders/"))
+    log = SendLog.objects.get(run=inquiry_run)
+    assert (log.recalled_by, log.recall_reason) == ("operator", "Sent to the wrong salesperson")
+    # The sandbox's page shows it recalled: struck through, nothing left to click.
+    page.goto(f"{loop.base_url}/sandbox/?refresh=0")
+    assert "recalled" in (page.locator(f"#entry-{inquiry_card}").get_attribute("class") or "")
+    assert page.locator(f"#entry-{inquiry_card} button[data-key='done']").count() == 0
