@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
 from reminders import kinds as kind_registry
-from reminders.models import Priority, TaskRun
+from reminders.models import Priority, SendLog, TaskRun
 
 from .conf import settings as conf
 from .stats import PENDING, PLAN_HORIZON, Bucket, Counts, PriorityPlan, Stats, local_iso
@@ -145,6 +145,21 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         "charts": charts(stats, links),
         "runs_link": links.due(start, end),
     }
+
+
+def recalls(count: int, site: AdminSite, request: HttpRequest) -> dict[str, Any]:
+    """The messages recalled in the last 24 hours, linked to them in the send log (its
+    filter ``recall=day``) where the site registers the ledger and the user may see it."""
+    link = None
+    if count and site.is_registered(SendLog):
+        admin = site.get_model_admin(SendLog)
+        try:
+            base = reverse(f"{site.name}:reminders_sendlog_changelist")
+        except NoReverseMatch:
+            base = ""
+        if base and admin.has_view_or_change_permission(request):
+            link = f"{base}?{urlencode({'recall': 'day'})}"
+    return {"recalled": Cell(str(count), link, label=_("recalled in the last 24 hours"))}
 
 
 def _kind_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:

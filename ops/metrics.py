@@ -10,13 +10,20 @@ ops entries, at most every ``calendar_days.ENTRIES_SECONDS``), each reading eith
 finished (a backlog is bounded by the plan-ahead and the in-flight limits) through the
 engine's partial indexes, or runs and ledger rows of the recent window
 (``OPS_METRICS_WINDOW_SECONDS``, default an hour) through the ``run_date`` and ledger
-``(status, created_at)`` indexes; never the whole history. The figures measured on
+``(status, created_at)`` indexes, or the ledger's partial index of recalled rows; never
+the whole history. The figures measured on
 100,000 runs are in the README.
 
 So the finished-run figures are windowed gauges, not counters: a count over the last
 hour goes down as well as up, which a Prometheus counter must not. The histograms are
 gauge histograms for the same reason (``histogram_quantile`` works on their buckets
 directly; ``rate()`` is not meant for them).
+
+Recalls too (``reminders_messages_recalled``): an operator recalls a message in
+whichever web process serves the admin, so a counter that the ``message_recalled``
+signal raised in memory would be seen only by scrapes that process answers, and lost
+when it restarts. ``recalled_at`` says the same for every process, read through the
+ledger's partial index of recalled rows; windowed, as retention deletes old rows.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ class RemindersCollector(Collector):
         yield self._finished_runs(recent)
         yield from self._histograms(recent.filter(status=TaskRun.Status.SENT))
         yield self._sends(since, now)
+        yield self._recalls(since, now)
         yield from self._backlog(now)
         yield self._rate_limited()
         yield self._pauses(now)
@@ -177,6 +185,23 @@ class RemindersCollector(Collector):
         )
         for channel, status, n in rows:
             family.add_metric([channel, status], n)
+        return family
+
+    def _recalls(self, since: datetime, now: datetime) -> Metric:
+        family = GaugeMetricFamily(
+            "reminders_messages_recalled",
+            "Messages recalled (every part taken back from its recipient) in the last "
+            "reminders_metrics_window_seconds, by channel.",
+            labels=["channel"],
+        )
+        rows = (
+            SendLog.objects.filter(recalled_at__gt=since, recalled_at__lte=now)
+            .values_list("channel")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for channel, n in rows:
+            family.add_metric([channel], n)
         return family
 
     def _backlog(self, now: datetime) -> Iterator[Metric]:

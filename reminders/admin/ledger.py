@@ -332,7 +332,7 @@ class RecalledFilter(SimpleListFilter):
         self, request: HttpRequest, model_admin: ModelAdmin[Any]
     ) -> list[tuple[str, str | _StrPromise]]:
         return [
-            ("day", _("recalled in the last 24 hours")),
+            ("day", _("in the last 24 hours")),
             ("yes", _("recalled")),
             ("failed", _("recall failed or partly done")),
         ]

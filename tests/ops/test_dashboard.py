@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from ops.stats.format import NOTHING
-from reminders.models import SchedulerHeartbeat, TaskRun
+from reminders.models import SchedulerHeartbeat, SendLog, TaskRun
 
 from .stats_world import DAY, World, build, local
 
@@ -366,8 +366,8 @@ def test_page_query_count_does_not_grow_with_the_data(admin_client, world):
         return len(captured)
 
     first = queries()
-    # ops.stats' queries, and the session and user of the signed-in request.
-    assert first == (11 if connection.vendor == "postgresql" else 9) + 2
+    # ops.stats' queries, the recalls' count, and the session and user of the request.
+    assert first == (11 if connection.vendor == "postgresql" else 9) + 1 + 2
     more = World()
     more.task("x", "inquiry_timeout", "console", "low")
     for n in range(200):
@@ -391,3 +391,53 @@ def test_page_names_kinds_by_their_translated_label(admin_client, world):
             assert f">{code}<" not in shown, (language, code)
         for label in labels:
             assert f">{label}<" in shown, (language, label)
+
+
+# Recalls ------------------------------------------------------------------------------------
+
+
+def a_recall(key: str, ago: timedelta) -> SendLog:
+    """A ledger row whose message was recalled ``ago`` before now."""
+    now = timezone.now()
+    return SendLog.objects.create(
+        key=key,
+        recipient="lisi",
+        channel="wecom",
+        status="sent",
+        sent_at=now - ago - timedelta(minutes=5),
+        recalled_at=now - ago,
+        recalled_by="operator",
+        recall_reason="wrong customer",
+        recalled_ids=[f"msg-{key}"],
+    )
+
+
+def test_recalls__the_messages_recalled_in_the_last_24_hours_linked_to_them(admin_client, world):
+    recent = [a_recall("a", timedelta(minutes=3)), a_recall("b", timedelta(hours=23, minutes=59))]
+    a_recall("c", timedelta(hours=24, minutes=1))  # too long ago
+    SendLog.objects.create(key="d", recipient="lisi", channel="wecom", status="sent")  # never
+
+    response = page(admin_client)
+    cell = response.context["recalled"]
+    assert (cell.value, cell.label) == ("2", "recalled in the last 24 hours")
+    ledger = reverse("admin:reminders_sendlog_changelist")
+    assert cell.link == f"{ledger}?recall=day"
+    assert f'<a href="{ledger}?recall=day">2</a>' in response.content.decode()
+    listed = admin_client.get(cell.link).context["cl"].result_list
+    assert {row.pk for row in listed} == {row.pk for row in recent}
+    data = admin_client.get(DATA, {"date": DAY.isoformat()}).json()
+    assert data["recalled_last_24_hours"] == 2
+
+
+def test_recalls__none_is_zero_and_links_nowhere(admin_client, db):
+    response = admin_client.get(PAGE)
+    assert response.context["recalled"].value == "0"
+    assert response.context["recalled"].link is None
+    assert admin_client.get(DATA).json()["recalled_last_24_hours"] == 0
+
+
+def test_recalls__in_chinese(admin_client, db):
+    a_recall("a", timedelta(minutes=3))
+    response = admin_client.get(PAGE, headers={"accept-language": "zh-hans"})
+    html = response.content.decode()
+    assert "最近 24 小时撤回" in html

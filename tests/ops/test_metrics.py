@@ -78,6 +78,24 @@ class Runs:
 
 
 @pytest.fixture
+def sent_recall(db):  # type: ignore[no-untyped-def]
+    """Factory: a ledger row of ``channel`` recalled at ``at``."""
+
+    def make(channel: str, at: datetime) -> SendLog:
+        return SendLog.objects.create(
+            key=f"r{SendLog.objects.count()}",
+            status="sent",
+            channel=channel,
+            sent_at=at - timedelta(minutes=1),
+            recalled_at=at,
+            recalled_by="ops",
+            recall_reason="wrong customer",
+        )
+
+    return make
+
+
+@pytest.fixture
 def world(make_task, now):  # type: ignore[no-untyped-def]
     """A day of a small deployment, as the counts below say."""
     follow = Runs(make_task("follow_up", channel="memory"), now)
@@ -181,6 +199,33 @@ def test_schedulers_and_alerts(world):
     assert of(samples, "ops_alert_deliveries_open") == {("admins", "retrying"): 1}
 
 
+def test_recalls_of_the_window_by_channel(world, sent_recall):
+    for channel, ago in [("wecom", 60), ("wecom", 3000), ("wecom_b", 10), ("wecom", 3700)]:
+        sent_recall(channel, world - timedelta(seconds=ago))
+    SendLog.objects.create(key="never", status="sent", channel="wecom", sent_at=world)
+    samples, types = scrape(world)
+    assert of(samples, "reminders_messages_recalled") == {("wecom",): 2, ("wecom_b",): 1}
+    assert types["reminders_messages_recalled"] == "gauge"
+
+
+def test_recalls__what_the_engine_recalls_is_counted(make_task, settings):
+    """Through engine.recall, not rows made by hand: what /metrics says after a recall."""
+    from reminders.engine import recall
+    from tests.support.jobs import tick
+
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "app": {"BACKEND": "reminders.senders.memory.MemorySender", "OPTIONS": {"cards": True}},
+    }
+    make_task("follow_up", "lisi", channel="app", payload={"content": "Call ACME"})
+    assert tick() == 1
+    samples, _ = scrape()
+    assert of(samples, "reminders_messages_recalled") == {}
+    recall.recall(SendLog.objects.get(), by="ops", reason="wrong customer")
+    samples, _ = scrape()
+    assert of(samples, "reminders_messages_recalled") == {("app",): 1}
+
+
 def test_an_empty_database_scrapes(db):
     samples, _ = scrape()
     assert of(samples, "reminders_schedulers") == {("fresh",): 0, ("stale",): 0}
@@ -199,7 +244,16 @@ def test_a_scrape_costs_the_same_queries_whatever_the_runs(world, make_task):
     for i in range(50):
         more.add("sent", ago=i, late=1, took=0.1)
         more.add("scheduled", due_in=-i)
-    assert queries() == before <= 12
+        SendLog.objects.create(
+            key=f"recalled{i}",
+            status="sent",
+            channel=f"c{i % 3}",
+            recalled_at=world - timedelta(seconds=i),
+            recalled_by="ops",
+            recall_reason="wrong customer",
+        )
+    # One more than before recalls were counted: reminders_messages_recalled.
+    assert queries() == before <= 13
 
 
 # Access ---------------------------------------------------------------------------------
