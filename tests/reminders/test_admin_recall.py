@@ -312,6 +312,30 @@ def test_action__recalls_each_it_can_one_failure_never_stopping_the_others(login
     assert row.recalled_at is None and row.recalled_ids == parts[:1] and row.recall_error
 
 
+def test_action__a_crash_on_one_message_is_reported_and_the_others_recalled(
+    login, sent, calls, monkeypatch
+):
+    client = login("operator")
+    first, second = sent(recipient="lisi"), sent(recipient="zhao")
+    spy = MemorySender.recall
+
+    def crash_on_the_first(self: MemorySender, message_id: str) -> None:
+        if message_id == first.provider_message_id:
+            raise RuntimeError("the sender's bug")
+        spy(self, message_id)
+
+    monkeypatch.setattr(MemorySender, "recall", crash_on_the_first)
+    data = {"action": "recall_messages", "_selected_action": [first.pk, second.pk]}
+    response = client.post(LEDGER, {**data, "post": "yes", "reason": "wrong day"})
+
+    assert reported(response) == [
+        "1 message recalled.",
+        f"Not recalled: the message to lisi ({first.key}): RuntimeError: the sender's bug",
+    ]
+    assert state(first) == NOTHING
+    assert SendLog.objects.get(pk=second.pk).recalled_by == "operator"
+
+
 def test_action__on_the_runs_recalls_their_messages(login, sent, calls, make_task):
     client = login("operator")
     log = sent(recipient="lisi")
