@@ -37,7 +37,8 @@ request WeCom gets; the second is refused, and that refusal is no error once the
 records the part (read again after it). Only in the instant between WeCom's answer to
 one and its record can the other's refusal be kept as an error; the first's record
 then clears it. A recall whose reply was lost (``InDoubtSendError``) may have taken the
-part back: it is kept as an error, and the next attempt's refusal says so.
+part back, which no reply of WeCom's can tell: it is kept as an error, a next attempt
+is refused for that part, and ops ask the recipient.
 """
 
 from __future__ import annotations
