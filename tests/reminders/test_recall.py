@@ -528,3 +528,52 @@ def test_sandbox__a_crash_midway_and_the_second_attempt_ask_wecom_once_per_part(
     assert [e.recalled for e in entries_of(sandbox, log)] == [True] * len(parts)
     assert sandbox.stats()[RECALL_CALLS] == len(parts)  # no part asked for twice
     assert timezone.now() - SendLog.objects.get(pk=log.pk).recalled_at < timedelta(minutes=1)
+
+
+def test_sandbox__a_part_recalled_already_is_refused_midway_and_the_rest_kept(sent, sandbox):
+    """WeCom takes a message id back once: a part recalled behind our back is refused,
+    the part before it stays recorded, and the row says which part and what WeCom said."""
+    log = sent("wecom", LONG, recipient="qianqi")
+    first, second, *_rest = log.reply_detail["msgids"]
+    get_sender("wecom").recall(second)
+
+    with pytest.raises(SendError) as caught:
+        recalling.recall(log, by="ops", reason="wrong customer")
+
+    assert caught.value.code == "40058"
+    row = SendLog.objects.get(pk=log.pk)
+    assert row.recalled_at is None and row.recalled_ids == [first]
+    parts = len(log.reply_detail["msgids"])
+    assert row.recall_error.startswith(f"part 2 of {parts} ({second}): ")
+    assert "recalled" in row.recall_error
+    assert [e.recalled for e in entries_of(sandbox, log)][:3] == [True, True, False]
+
+
+def test_sandbox__two_operators_at_once_each_part_taken_back_once(
+    sent, sandbox, monkeypatch, django_capture_on_commit_callbacks, recalled
+):
+    """Bob's recall runs whole while Alice's request for the first part is on its way:
+    WeCom refuses Alice's (recalled already), which is no error; Bob marks the row."""
+    log = sent("wecom", LONG, recipient="qianqi")
+    parts = log.reply_detail["msgids"]
+    real = WeComSender.recall
+    racing = [True]
+
+    def bob_first(self: WeComSender, message_id: str) -> None:
+        if racing:
+            racing.clear()
+            recalling.recall(SendLog.objects.get(pk=log.pk), by="bob", reason="duplicate")
+        real(self, message_id)
+
+    monkeypatch.setattr(WeComSender, "recall", bob_first)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(ActionRefused) as caught:
+        recalling.recall(log, by="alice", reason="wrong customer")
+
+    assert caught.value.code == "recalled" and "by bob" in caught.value.message
+    assert [e.recalled for e in entries_of(sandbox, log)] == [True] * len(parts)
+    stats = sandbox.stats()
+    assert stats["recalled"] == len(parts)
+    assert stats["message/recall errcode 40058"] == 1  # Alice's one request, refused
+    row = SendLog.objects.get(pk=log.pk)
+    assert (row.recalled_by, row.recall_error, row.recalled_ids) == ("bob", "", parts)
+    assert recalled == [(log.pk, "bob", "duplicate")]
