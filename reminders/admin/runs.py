@@ -72,7 +72,7 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
         "acted",
         "recalled",
     )
-    readonly_fields = ("acted", "recall")
+    readonly_fields = ("acted", "card", "recall")
     list_filter = (
         DueDayFilter,
         "status",
@@ -142,6 +142,16 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
             "member": action.member,
             "when": f"{when:%Y-%m-%d %H:%M}",
         }
+
+    @admin.display(description=_("card after the click"))
+    def card(self, run: TaskRun) -> str:
+        """What became of the card's update after the click (``engine.cards``): its state,
+        and what the card reads now or why it could not be updated."""
+        action = getattr(run, "action", None)
+        if action is None or not action.card_state:
+            return "-"
+        state = str(action.get_card_state_display())
+        return f"{state}: {action.card_detail}" if action.card_detail else state
 
     @admin.display(description=_("recall"))
     def recalled(self, run: TaskRun) -> str:

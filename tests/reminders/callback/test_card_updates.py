@@ -242,3 +242,17 @@ def test_take__an_owner_who_is_no_member_id_still_takes_it(client: Client) -> No
     escalation.refresh_from_db()
     assert escalation.status == ScheduledTask.Status.CANCELLED
     assert not ScheduledTask.objects.filter(kind="inquiry_taken").exists()
+
+
+def test_admin__the_runs_page_says_what_became_of_its_card(
+    client: Client, admin_client: Client
+) -> None:
+    updated, refused = delivered(recipient="alice"), delivered(recipient="bob")
+    click(client, updated)
+    click(client, refused, code="spent")
+    page = f"/admin/reminders/taskrun/{updated.pk}/change/"
+    assert "to update" in admin_client.get(page).content.decode()
+    update_cards()
+    assert "updated: Done by alice" in admin_client.get(page).content.decode()
+    other = admin_client.get(f"/admin/reminders/taskrun/{refused.pk}/change/").content.decode()
+    assert "update failed: " in other and "response_code" in other
