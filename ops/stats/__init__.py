@@ -18,17 +18,17 @@ join to the tasks; the week's 6 earlier days by channel), each grouped by status
 with one ``COUNT(*)``; the percentiles (3 on PostgreSQL, 1 elsewhere); two for failures
 (by status and code; the latest few); one for the plan and one for django-q2's queue
 (conditional ``COUNT(…) FILTER``, through the engine's partial indexes of waiting and
-leased runs); one for the heartbeats: 11 on PostgreSQL, 9 elsewhere. The run queries
-read the runs due in their days through an index on ``TaskRun.due_at`` where there is
-one (without it, each reads the whole table); the figures with and without are in the
-README.
+leased runs); one for the heartbeats; one for the recalls of the last 24 hours
+(``recalls``): 12 on PostgreSQL, 10 elsewhere. The run queries read the runs due in
+their days through an index on ``TaskRun.due_at`` where there is one (without it, each
+reads the whole table); the figures with and without are in the README.
 
 **Where.** ``days`` (the local day, its hours, ISO instants), ``counts`` (``Counts``,
 the success rate, the three count queries), ``spreads`` (percentiles), ``breakdowns``
-(by hour, day, kind and channel), ``failures``, ``plan`` (the hour ahead), ``runners``
-(schedulers and workers), ``summary`` (``Stats`` and ``compute``); ``text`` writes the
-numbers as tables for ``reminders_stats`` and ``format`` writes one number for people,
-for the page and the command alike.
+(by hour, day, kind and channel), ``failures``, ``plan`` (the hour ahead), ``recalls``,
+``runners`` (schedulers and workers), ``summary`` (``Stats`` and ``compute``); ``text``
+writes the numbers as tables for ``reminders_stats`` and ``format`` writes one number
+for people, for the page and the command alike.
 
 **Imports.** The package may import ``reminders``' models and services and the ``ops``
 models, settings and health checks, never the dashboard's views or pages

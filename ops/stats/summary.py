@@ -3,9 +3,9 @@
 
 The day's runs are the runs *due* in it; the charts go back ``CHART_DAYS`` days, ending
 with the day, and a channel's rate covers the ``RATE_DAYS`` days ending with it. The
-plan, the schedulers and the workers are as of ``now``, whatever the day. Invariants: the
-queries run in a fixed order and number (see ``ops.stats``); ``as_dict`` is the JSON of
-the view and of ``reminders_stats --json``, its keys stable.
+plan, the schedulers, the workers and the recalls are as of ``now``, whatever the day.
+Invariants: the queries run in a fixed order and number (see ``ops.stats``); ``as_dict``
+is the JSON of the view and of ``reminders_stats --json``, its keys stable.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .counts import Counts, by_channel, by_day, by_hour_kind_channel
 from .days import day_bounds, hour_starts, local_iso, today, zone_name
 from .failures import FailedRun, FailureGroup, failure_groups, latest_failures
 from .plan import PLAN_HORIZON, PriorityPlan, plan
+from .recalls import recalled
 from .runners import Scheduler, Workers, schedulers, workers
 from .spreads import Spread, spread_dict, spreads_in_python, spreads_in_sql
 
@@ -61,6 +62,8 @@ class Stats:
     schedulers: list[Scheduler]
     workers: Workers
     heartbeat_max_age: float
+    # Messages recalled in the 24 hours up to ``now``, whatever the day.
+    recalled: int = 0
 
     @property
     def week_start(self) -> datetime:
@@ -95,6 +98,7 @@ class Stats:
                 "heartbeats": [scheduler.as_dict() for scheduler in self.schedulers],
             },
             "workers": self.workers.as_dict(),
+            "recalled_last_24_hours": self.recalled,
         }
 
 
@@ -141,4 +145,5 @@ def compute(
         schedulers=schedulers(now),
         workers=workers(now),
         heartbeat_max_age=conf.HEARTBEAT_MAX_AGE_SECONDS,
+        recalled=recalled(now),
     )

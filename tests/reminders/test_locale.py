@@ -114,6 +114,7 @@ TRANSLATED = {
         "ops/stats/failures.py",
         "ops/stats/format.py",
         "ops/stats/plan.py",
+        "ops/stats/recalls.py",
         "ops/stats/runners.py",
         "ops/stats/spreads.py",
         "ops/stats/summary.py",
