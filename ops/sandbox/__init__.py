@@ -9,7 +9,8 @@
 
 Endpoints: ``GET /cgi-bin/gettoken``, ``POST /cgi-bin/message/send``,
 ``POST /cgi-bin/webhook/send``, ``POST /cgi-bin/message/recall``,
-``POST /cgi-bin/message/update_template_card``; and for people and tests
+``POST /cgi-bin/message/update_template_card``, ``POST /cgi-bin/message/get_statistics``
+(what the app delivered today or yesterday, Beijing time); and for people and tests
 ``GET /sandbox/`` (the page, where a card's buttons can be clicked),
 ``GET /sandbox/messages?since_id=&status=&limit=``, ``GET /sandbox/stats``,
 ``GET|POST /sandbox/control``, ``POST /sandbox/reset`` and ``POST /sandbox/click``

@@ -361,6 +361,7 @@ ROUTES: dict[str, Route] = {
     "/cgi-bin/webhook/send": _api(True, SandboxState.webhook_send),
     "/cgi-bin/message/recall": _api(True, SandboxState.message_recall),
     "/cgi-bin/message/update_template_card": _api(True, SandboxState.message_update_template_card),
+    "/cgi-bin/message/get_statistics": _api(True, SandboxState.message_get_statistics),
     "/": _root,
     "/sandbox": _page,
     "/sandbox/": _page,

@@ -36,6 +36,15 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
   the member defaults to the card's first member recipient and must be one of its
   recipients (any member, for a card sent to a department or tag). The HTTP call to
   the callback is made without the lock (``ops.sandbox.clicks``).
+* ``message/get_statistics`` counts, per day, what the app delivered: each member a
+  message reached is one (WeCom's count is 发消息成功人次, successful person-times), a
+  department or tag one each (the sandbox knows no members behind them); each part of
+  a split text is a message; a suppressed duplicate, a rejected send and a robot's
+  message are none; a recalled one still counts (it was sent). Days are the sandbox
+  clock's (``wall``, moved by ``advance``) in Beijing time, as WeCom's are. The
+  counts are kept apart from the ledger, so a trimmed ledger loses none; a reset
+  clears them. ``time_type`` 0 is today, 1 yesterday (missing: 0); anything else is
+  40058. The reply lists the sandbox's one app, with a count of 0 on a quiet day.
 * Over a per-member limit the whole request is refused with 45009 and nothing is
   delivered (the documentation says such messages are dropped; answering 45009 is the
   visible reading), and that member is blocked for the window's length.
@@ -60,7 +69,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
+from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from . import codes
 from .cards import callback_buttons
@@ -89,6 +100,7 @@ from .validation import (
 __all__ = [
     "APP_MSGTYPES",
     "GETTOKEN",
+    "MESSAGE_GET_STATISTICS",
     "MESSAGE_RECALL",
     "MESSAGE_SEND",
     "MESSAGE_UPDATE_TEMPLATE_CARD",
@@ -112,7 +124,12 @@ MESSAGE_SEND = "message/send"
 WEBHOOK_SEND = "webhook/send"
 MESSAGE_RECALL = "message/recall"
 MESSAGE_UPDATE_TEMPLATE_CARD = "message/update_template_card"
+MESSAGE_GET_STATISTICS = "message/get_statistics"
 GETTOKEN = "gettoken"
+# WeCom's days, for message/get_statistics: Beijing time.
+WECOM_TIME_ZONE = ZoneInfo("Asia/Shanghai")
+# The name message/get_statistics gives the sandbox's app.
+APP_NAME = "WeCom sandbox"
 
 
 @dataclass(frozen=True)
@@ -236,6 +253,35 @@ class SandboxState:
             self.ledger.replace(entry.id, card_update=update, updated_for=updated_for)
             self.stats["cards updated"] += 1
             return Reply(encode({**OK_REPLY, "invaliduser": list(invalid)}))
+
+    def message_get_statistics(self, query: dict[str, str], raw: bytes) -> Reply:
+        endpoint = MESSAGE_GET_STATISTICS
+        with self.lock:
+            self.stats[f"{endpoint} calls"] += 1
+            try:
+                self._check_token(query.get("access_token"))
+                time_type = parse(raw).get("time_type", 0) if raw.strip() else 0
+                if isinstance(time_type, bool) or time_type not in (0, 1):
+                    raise Rejected(codes.INVALID_PARAMETER, "time_type must be 0 or 1")
+            except Rejected as exc:
+                self.stats[f"{endpoint} errcode {exc.errcode}"] += 1
+                return Reply(error_body(exc.errcode, exc.errmsg))
+            day = date.fromordinal(self.day().toordinal() - time_type)
+            app = {
+                "agentid": self.config.agent_id,
+                "app_name": APP_NAME,
+                "count": self.daily[day.isoformat()],
+            }
+            return Reply(encode({**OK_REPLY, "statistics": [app]}))
+
+    def day(self) -> date:
+        """Today on the sandbox clock, in Beijing time (WeCom's day)."""
+        return datetime.fromtimestamp(self.wall(), WECOM_TIME_ZONE).date()
+
+    def daily_counts(self) -> dict[str, int]:
+        """What ``message/get_statistics`` counts, per Beijing day (ISO dates)."""
+        with self.lock:
+            return dict(sorted(self.daily.items()))
 
     # Clicks --------------------------------------------------------------------------
 
@@ -378,6 +424,8 @@ class SandboxState:
         self.msgids: dict[str, Sent] = {}
         self.codes = ResponseCodes()
         self.stats: Counter[str] = Counter()
+        # Members (and departments, tags) reached per Beijing day: message/get_statistics.
+        self.daily: Counter[str] = Counter()
         # Unique across resets and sandboxes; a random prefix, then a cheap counter.
         self.msgid_prefix = secrets.token_urlsafe(12)
         self.msgid_counter = itertools.count(1)
@@ -535,6 +583,7 @@ class SandboxState:
             if request.task_id:
                 self.task_ids[request.task_id] = sent
             self.stats["delivered"] += 1
+            self.daily[self.day().isoformat()] += len(fresh)
         else:
             msgid = next(iter(earlier.values())).msgid
             entry = self._record(MESSAGE_SEND, SUPPRESSED, codes.OK, "ok", msgid=msgid, **common)

@@ -455,6 +455,35 @@ class WeComSender(BaseSender):
                 code="invaliduser",
             )
 
+    def message_statistics(self, time_type: int = 1) -> dict[str, Any]:
+        """WeCom's ``message/get_statistics`` for this app: ``{"agentid", "app_name",
+        "count"}``, the count being the app's messages that reached someone (WeCom's
+        发消息成功人次: a member reached is one) on Beijing's day ``time_type`` (0 today,
+        1 yesterday). An app WeCom does not list sent nothing: count 0, no name. Errors
+        are ``SendError``s, classified as a send's."""
+        agent_id = self._require_credentials()
+        if time_type not in (0, 1):
+            raise ValueError(f"time_type is 0 (today) or 1 (yesterday), not {time_type!r}")
+        what = "WeCom message/get_statistics"
+        reply = self._call("message/get_statistics", canonical_json({"time_type": time_type}), what)
+        rows = reply.get("statistics")
+        if not isinstance(rows, list):
+            raise TransientSendError(f"{what}: the reply has no statistics.", code="bad-reply")
+        for row in rows:
+            if isinstance(row, dict) and str(row.get("agentid")) == str(agent_id):
+                count = row.get("count")
+                if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                    raise TransientSendError(
+                        f"{what}: the count of agent {agent_id} is {count!r}, not a number.",
+                        code="bad-reply",
+                    )
+                return {
+                    "agentid": agent_id,
+                    "app_name": str(row.get("app_name") or ""),
+                    "count": count,
+                }
+        return {"agentid": agent_id, "app_name": "", "count": 0}
+
     def _errcode_reply(self, reply: Reply, what: str) -> dict[str, Any]:
         self.client.check_status(reply, what)
         data = reply.object
