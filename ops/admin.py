@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from reminders import kinds
 
-from .models import Alert, AlertDelivery
+from .models import Alert, AlertDelivery, StatisticsCheck
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -65,3 +65,45 @@ class AlertDeliveryAdmin(ReadOnly):
     list_display = ("alert", "channel", "target", "status", "attempts", "sent_at", "error")
     list_filter = ("status", "channel")
     list_select_related = ("alert",)
+
+
+@admin.register(StatisticsCheck)
+class StatisticsCheckAdmin(ReadOnly):
+    """Each day's count of each WeCom app, ours against WeCom's (``ops.statistics``)."""
+
+    list_display = (
+        "day",
+        "corp_id",
+        "agent_id",
+        "app_name",
+        "ours",
+        "theirs",
+        "difference_display",
+        "tolerance",
+        "outcome",
+        "checked_at",
+    )
+    list_filter = ("outcome", "agent_id")
+    date_hierarchy = "day"
+    readonly_fields = (
+        "day",
+        "corp_id",
+        "agent_id",
+        "app_name",
+        "channels",
+        "ours",
+        "theirs",
+        "tolerance",
+        "outcome",
+        "error",
+        "checked_at",
+    )
+    fields = readonly_fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("WeCom minus ours"))
+    def difference_display(self, check: StatisticsCheck) -> str:
+        difference = check.difference
+        return "-" if difference is None else f"{difference:+d}"

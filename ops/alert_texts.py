@@ -71,6 +71,14 @@ def _titles() -> dict[str, Callable[[int, dict[str, str]], str]]:
             "Low send success rate on channel %(channel)s (%(count)d check)",
             "Low send success rate on channel %(channel)s (%(count)d checks)",
         ),
+        AlertType.STATISTICS_MISMATCH: plural(
+            "WeCom's count of app %(scope)s differs from our ledger (%(count)d day)",
+            "WeCom's count of app %(scope)s differs from our ledger (%(count)d days)",
+        ),
+        AlertType.STATISTICS_UNAVAILABLE: plural(
+            "WeCom's count of app %(scope)s could not be asked (%(count)d day)",
+            "WeCom's count of app %(scope)s could not be asked (%(count)d days)",
+        ),
     }
 
 
@@ -114,6 +122,18 @@ def _advice() -> dict[str, str]:
             "hung or its host down)."
         ),
         AlertType.SUCCESS_RATE: _("Runs that ended in the window were mostly not sent."),
+        AlertType.STATISTICS_MISMATCH: _(
+            "WeCom's message/get_statistics and the ledger's sent messages (a split text "
+            "counting its parts) disagree by more than OPS_STATISTICS_TOLERANCE. Fewer at "
+            "WeCom: messages recorded sent that WeCom did not count. More at WeCom: "
+            "messages in doubt or partly sent that did arrive, or another sender using the "
+            "same app. The day's checks are in the admin (WeCom count checks)."
+        ),
+        AlertType.STATISTICS_UNAVAILABLE: _(
+            "The alert step could not ask WeCom for yesterday's count of this app, so the "
+            "ledger was not compared; WeCom keeps yesterday's count until midnight "
+            "(Beijing time)."
+        ),
     }
 
 
@@ -123,7 +143,32 @@ def _when(moment: datetime | None) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def _statistics_example(event: AlertEvent) -> str:
+    """A day's comparison, from the event's figures, in the alert's language."""
+    data = event.data
+    values = {
+        "day": data.get("day", "-"),
+        "app": event.scope + (f" ({data['app_name']})" if data.get("app_name") else ""),
+        "theirs": data.get("theirs"),
+        "ours": data.get("ours"),
+        "tolerance": data.get("tolerance"),
+        "error": data.get("error", ""),
+    }
+    if event.type == AlertType.STATISTICS_MISMATCH:
+        text = _(
+            "%(day)s: WeCom counted %(theirs)s messages from app %(app)s, our ledger "
+            "%(ours)s (tolerance %(tolerance)s)."
+        )
+    else:
+        text = _(
+            "%(day)s: WeCom's count of app %(app)s not available (%(error)s); our ledger %(ours)s."
+        )
+    return "- " + text % values
+
+
 def _example(event: AlertEvent) -> str:
+    if event.type in (AlertType.STATISTICS_MISMATCH, AlertType.STATISTICS_UNAVAILABLE):
+        return _statistics_example(event)
     about = []
     if event.run_id is not None:
         about.append(_("run %(id)s") % {"id": event.run_id})

@@ -6,7 +6,9 @@
 delay or break a send. It is also what notices that every scheduler is gone, which a
 step inside the scheduler could not, and that a working-day calendar in use is about to
 run out (``check_calendar_coverage``: once a day per calendar, from
-``REMINDERS_CALENDAR_WARN_DAYS`` days before its coverage ends).
+``REMINDERS_CALENDAR_WARN_DAYS`` days before its coverage ends), and that WeCom's own
+count of an app's messages yesterday differs from the ledger's (``check_statistics``:
+once a day per app, ``ops.statistics``).
 
 Grouping and throttling, per group (an alert type plus the kind, channel or calendar
 year it is grouped by, ``models.GROUPED_BY``): when the group has been quiet for its
@@ -42,7 +44,7 @@ from django.utils import timezone
 from reminders.calendars import coverage as calendar_coverage
 from reminders.models import SchedulerHeartbeat, TaskRun
 
-from . import alert_channels, alert_texts
+from . import alert_channels, alert_texts, statistics
 from .conf import settings as conf
 from .models import Alert, AlertDelivery, AlertEvent, AlertType
 
@@ -76,7 +78,12 @@ class StepResult:
 def run_step(now: datetime | None = None) -> StepResult:
     now = now or timezone.now()
     result = StepResult()
-    result.checked = check_heartbeats(now) + check_success_rates(now) + check_calendar_coverage(now)
+    result.checked = (
+        check_heartbeats(now)
+        + check_success_rates(now)
+        + check_calendar_coverage(now)
+        + check_statistics(now)
+    )
     result.opened = open_alerts(now)
     result.sent, result.failed = deliver_due(now)
     result.pruned = prune_alerts(now)
@@ -182,6 +189,18 @@ def check_calendar_coverage(now: datetime) -> int:
             },
         )
     return recorded
+
+
+def check_statistics(now: datetime) -> int:
+    """Compare each WeCom app's count of yesterday's messages with the ledger's, once a
+    day (``ops.statistics``); a failure is recorded and alerted, never raised."""
+    try:
+        return statistics.check_statistics(now)
+    except Exception:
+        # The ledger's query or the settings broke: the other checks and the deliveries
+        # still run; the next step tries again.
+        logger.exception("comparing WeCom's counts with the ledger failed")
+        return 0
 
 
 # Grouping --------------------------------------------------------------------------

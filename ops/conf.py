@@ -166,6 +166,55 @@ class Settings:
             )
         )
 
+    # WeCom's count against the ledger ----------------------------------------------------
+
+    @property
+    def STATISTICS_CHECK(self) -> bool:
+        """Whether the alert step compares each WeCom app's count of yesterday's messages
+        with the ledger's (``ops.statistics``)."""
+        return bool(self._get("STATISTICS_CHECK", True))
+
+    @property
+    def STATISTICS_HOUR(self) -> int:
+        """The hour of the Beijing day (0-23) from which yesterday is compared."""
+        value = _number("OPS_STATISTICS_HOUR", self._get("STATISTICS_HOUR", 1), inclusive=True)
+        if value >= 24 or value != int(value):
+            raise ImproperlyConfigured(
+                _("OPS_STATISTICS_HOUR must be a whole hour, 0 to 23, got %(value)s.")
+                % {"value": value}
+            )
+        return int(value)
+
+    @property
+    def STATISTICS_TOLERANCE(self) -> int:
+        """Messages the two counts may differ by without an alert."""
+        return int(
+            _number(
+                "OPS_STATISTICS_TOLERANCE", self._get("STATISTICS_TOLERANCE", 0), inclusive=True
+            )
+        )
+
+    @property
+    def STATISTICS_TOLERANCE_RATIO(self) -> float:
+        """A share of the larger count the two may differ by (the larger of this and
+        ``STATISTICS_TOLERANCE`` applies)."""
+        value = _number(
+            "OPS_STATISTICS_TOLERANCE_RATIO",
+            self._get("STATISTICS_TOLERANCE_RATIO", 0.0),
+            inclusive=True,
+        )
+        if value > 1:
+            raise ImproperlyConfigured(
+                _("OPS_STATISTICS_TOLERANCE_RATIO must be 0 to 1, got %(value)s.")
+                % {"value": value}
+            )
+        return value
+
+    def statistics_tolerance(self, ours: int, theirs: int) -> int:
+        """How far the counts ``ours`` and ``theirs`` may differ without an alert."""
+        relative = int(self.STATISTICS_TOLERANCE_RATIO * max(ours, theirs))
+        return max(self.STATISTICS_TOLERANCE, relative)
+
     # Metrics and health ------------------------------------------------------------------
 
     @property
@@ -275,6 +324,31 @@ SETTINGS: tuple[Setting, ...] = (
         "OPS_SUCCESS_RATE_MIN_RUNS",
         20,
         "Fewer runs ended in the window say nothing: no alert.",
+    ),
+    # WeCom's count against the ledger
+    Setting(
+        "OPS_STATISTICS_CHECK",
+        True,
+        "Every night the alert step compares each WeCom app's count of yesterday's messages "
+        "(``message/get_statistics``) with the ledger's, and alerts a difference beyond the "
+        "tolerance; False: off.",
+    ),
+    Setting(
+        "OPS_STATISTICS_HOUR",
+        1,
+        "The hour of the Beijing day (0 to 23) from which the alert step compares yesterday; "
+        "once per app and day.",
+    ),
+    Setting(
+        "OPS_STATISTICS_TOLERANCE",
+        0,
+        "Messages WeCom's count and ours may differ by without an alert.",
+    ),
+    Setting(
+        "OPS_STATISTICS_TOLERANCE_RATIO",
+        0.0,
+        "A share (0 to 1) of the larger count the two may differ by; the larger of this and "
+        "OPS_STATISTICS_TOLERANCE applies.",
     ),
     # Metrics and health
     Setting(

@@ -27,6 +27,8 @@ from django.db import IntegrityError, models, transaction
 from django.db.models import Count, Max, Min, Q
 from django.utils.translation import gettext_lazy as _
 
+from reminders.models.choices import longest
+
 if TYPE_CHECKING:
     from .alert_channels import Target
 
@@ -44,6 +46,8 @@ class AlertType(models.TextChoices):
     CALENDAR_ENDING = "calendar_ending", _("Calendar coverage ending")
     HEARTBEAT_STALE = "heartbeat_stale", _("Scheduler stopped ticking")
     SUCCESS_RATE = "success_rate", _("Low send success rate")
+    STATISTICS_MISMATCH = "statistics_mismatch", _("WeCom's count differs from the ledger")
+    STATISTICS_UNAVAILABLE = "statistics_unavailable", _("WeCom's count unavailable")
 
 
 # What the events of each type are grouped by, besides their type.
@@ -59,6 +63,9 @@ GROUPED_BY: dict[str, tuple[str, ...]] = {
     AlertType.CALENDAR_ENDING: (),
     AlertType.HEARTBEAT_STALE: (),
     AlertType.SUCCESS_RATE: ("channel",),
+    # Per WeCom app (its corp and agent id).
+    AlertType.STATISTICS_MISMATCH: ("scope",),
+    AlertType.STATISTICS_UNAVAILABLE: ("scope",),
 }
 
 
@@ -348,3 +355,47 @@ class AlertDelivery(models.Model):
             self.status, self.next_attempt_at = self.Status.FAILED, None
         self.error = error[:2000]
         self.save(update_fields=["status", "next_attempt_at", "error"])
+
+
+class StatisticsCheck(models.Model):
+    """One day's count of one WeCom app's messages: ours (the ledger) against WeCom's
+    (``message/get_statistics``), as the alert step compared them (``ops.statistics``).
+    One row per app and Beijing day: the comparison is made once, however many steps
+    run. ``theirs`` is None when WeCom could not be asked (``error`` says why)."""
+
+    class Outcome(models.TextChoices):
+        MATCH = "match", _("Match")
+        WITHIN_TOLERANCE = "within_tolerance", _("Within tolerance")
+        MISMATCH = "mismatch", _("Mismatch")
+        UNAVAILABLE = "unavailable", _("WeCom not reached")
+
+    day = models.DateField(_("day (Beijing)"))
+    corp_id = models.CharField(_("corp id"), max_length=64)
+    agent_id = models.CharField(_("agent id"), max_length=32)
+    app_name = models.CharField(_("app name"), max_length=128, blank=True)
+    channels = models.CharField(
+        _("channels"), max_length=255, help_text=_("The channels that send as this app.")
+    )
+    ours = models.PositiveIntegerField(_("our count"))
+    theirs = models.PositiveIntegerField(_("WeCom's count"), null=True, blank=True)
+    tolerance = models.PositiveIntegerField(_("tolerance"), default=0)
+    outcome = models.CharField(_("outcome"), max_length=longest(Outcome), choices=Outcome.choices)
+    error = models.TextField(_("error"), blank=True)
+    checked_at = models.DateTimeField(_("checked"))
+
+    class Meta:
+        verbose_name = _("WeCom count check")
+        verbose_name_plural = _("WeCom count checks")
+        ordering = ["-day", "corp_id", "agent_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "corp_id", "agent_id"], name="ops_statisticscheck_one_per_day"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.corp_id}/{self.agent_id}: {self.ours} / {self.theirs}"
+
+    @property
+    def difference(self) -> int | None:
+        return None if self.theirs is None else self.theirs - self.ours

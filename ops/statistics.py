@@ -1,0 +1,220 @@
+"""The ledger against WeCom's own count: once a day, for every WeCom app the channels
+send as, our count of yesterday's messages against WeCom's ``message/get_statistics``.
+
+``check_statistics`` is part of the alert step (``ops.alerts.run_step``): from
+``OPS_STATISTICS_HOUR`` of each Beijing day it compares the day before, once per app
+and day (a ``StatisticsCheck`` row, unique per day and app, however many steps run),
+and records an alert event when the counts differ by more than the tolerance
+(``OPS_STATISTICS_TOLERANCE``, ``OPS_STATISTICS_TOLERANCE_RATIO``), or when WeCom could
+not be asked. A failure to ask is recorded, alerted and never raised: the rest of the
+step goes on.
+
+What is counted, on both sides, is what WeCom counts (发消息成功人次, per app and Beijing
+day; WeCom's days are Beijing's whatever ``TIME_ZONE`` says):
+
+* ours: the ledger's ``sent`` rows of the app's channels (every alias whose sender has
+  that corp and agent id: several may share one app) whose ``sent_at`` falls on that
+  day, each counting its parts (``reply_detail["parts"]``: each part of a split text is
+  a message of its own to WeCom). A card WeCom answered "delivered before" (42014) counts
+  once, like any row: WeCom counted the attempt that delivered it, not the retry it
+  refused; a re-send WeCom's duplicate check dropped is one row and one message too.
+* WeCom's: the app's ``count`` for yesterday (``time_type`` 1), asked through the
+  channel's sender (``message_statistics``).
+
+What makes them differ, besides a fault: a split text whose later part failed (the row
+is ``failed``, its first parts arrived), a message in doubt (``unknown``: WeCom may have
+it), a message sent by something else than reminders as the same app, and a send whose
+attempt and record straddle midnight. The tolerance is there for those.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.db import IntegrityError, transaction
+
+from reminders import senders
+from reminders.models import SendLog
+
+from .conf import settings as conf
+from .models import AlertEvent, AlertType, StatisticsCheck
+
+logger = logging.getLogger(__name__)
+
+# WeCom's days.
+BEIJING = ZoneInfo("Asia/Shanghai")
+# A ledger row is reserved (``created_at``) at most this long before it is sent: the
+# bound lets the count use the ledger's (status, created_at) index.
+RESERVED_BEFORE_SENT = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class App:
+    """A WeCom app our channels send as: its ids and the aliases that send as it."""
+
+    corp_id: str
+    agent_id: str
+    channels: tuple[str, ...]
+
+    @property
+    def scope(self) -> str:
+        return f"{self.corp_id}/{self.agent_id}"
+
+
+def wecom_apps() -> list[App]:
+    """Every app the configured channels send as, once, with all its aliases; a
+    channel whose sender cannot ask WeCom's count (not a WeCom app) or cannot be built
+    (the reminders system checks say why) is left out."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for alias in senders.aliases():
+        try:
+            sender = senders.get_sender(alias)
+        except Exception as exc:
+            logger.debug("channel %s left out of WeCom's counts: %s", alias, exc)
+            continue
+        if not callable(getattr(sender, "message_statistics", None)):
+            continue
+        corp_id, agent_id = (
+            str(getattr(sender, "corp_id", "")),
+            str(getattr(sender, "agent_id", "")),
+        )
+        if corp_id and agent_id:
+            found.setdefault((corp_id, agent_id), []).append(alias)
+    return [App(corp, agent, tuple(aliases)) for (corp, agent), aliases in found.items()]
+
+
+def beijing_day_bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime.combine(day, time(), BEIJING)
+    return start, start + timedelta(days=1)
+
+
+def our_count(channels: Iterable[str], day: date) -> int:
+    """Messages the ledger says the ``channels`` sent on Beijing day ``day``, a split
+    text counting its parts."""
+    start, end = beijing_day_bounds(day)
+    rows = SendLog.objects.filter(
+        status=SendLog.Status.SENT,
+        channel__in=list(channels),
+        created_at__gte=start - RESERVED_BEFORE_SENT,
+        created_at__lt=end,
+        sent_at__gte=start,
+        sent_at__lt=end,
+    )
+    total = rows.count()
+    for detail in rows.filter(reply_detail__has_key="parts").values_list("reply_detail", flat=True):
+        parts = detail.get("parts") if isinstance(detail, dict) else None
+        if isinstance(parts, int) and parts > 1:
+            total += parts - 1
+    return total
+
+
+def due_day(now: datetime) -> date | None:
+    """The Beijing day to compare at ``now``: yesterday, from ``OPS_STATISTICS_HOUR``."""
+    here = now.astimezone(BEIJING)
+    if here.hour < conf.STATISTICS_HOUR:
+        return None
+    return here.date() - timedelta(days=1)
+
+
+def check_statistics(now: datetime) -> int:
+    """Compare yesterday's counts of every app not compared yet; returns the alert
+    events recorded."""
+    if not conf.STATISTICS_CHECK:
+        return 0
+    day = due_day(now)
+    if day is None:
+        return 0
+    recorded = 0
+    for app in wecom_apps():
+        if StatisticsCheck.objects.filter(
+            day=day, corp_id=app.corp_id, agent_id=app.agent_id
+        ).exists():
+            continue
+        check = compare(app, day, now)
+        if check is not None:
+            recorded += alert(app, check, now)
+    return recorded
+
+
+def compare(app: App, day: date, now: datetime) -> StatisticsCheck | None:
+    """Ask WeCom, count ours, and record the day's check; None when another step
+    recorded it first."""
+    ours = our_count(app.channels, day)
+    values: dict[str, Any] = {"ours": ours, "channels": ",".join(app.channels)[:255]}
+    try:
+        reply = senders.get_sender(app.channels[0]).message_statistics(1)  # type: ignore[attr-defined]
+        theirs = int(reply["count"])
+    except Exception as exc:
+        logger.warning("WeCom's count of app %s for %s not available: %s", app.scope, day, exc)
+        values |= {"outcome": StatisticsCheck.Outcome.UNAVAILABLE, "error": str(exc)[:2000]}
+    else:
+        tolerance = conf.statistics_tolerance(ours, theirs)
+        difference = abs(theirs - ours)
+        if difference == 0:
+            outcome = StatisticsCheck.Outcome.MATCH
+        elif difference <= tolerance:
+            outcome = StatisticsCheck.Outcome.WITHIN_TOLERANCE
+        else:
+            outcome = StatisticsCheck.Outcome.MISMATCH
+        values |= {
+            "theirs": theirs,
+            "app_name": str(reply.get("app_name") or "")[:128],
+            "tolerance": tolerance,
+            "outcome": outcome,
+        }
+    try:
+        with transaction.atomic():
+            return StatisticsCheck.objects.create(
+                day=day, corp_id=app.corp_id, agent_id=app.agent_id, checked_at=now, **values
+            )
+    except IntegrityError:  # another step compared this app's day first
+        return None
+
+
+def alert(app: App, check: StatisticsCheck, now: datetime) -> int:
+    """The alert event a check calls for (a mismatch, or WeCom not reached), once."""
+    day = check.day.isoformat()
+    data = {
+        "day": day,
+        "corp_id": app.corp_id,
+        "agent_id": app.agent_id,
+        "app_name": check.app_name,
+        "channels": list(app.channels),
+        "ours": check.ours,
+        "theirs": check.theirs,
+        "tolerance": check.tolerance,
+        "check_id": check.pk,
+    }
+    if check.outcome == StatisticsCheck.Outcome.MISMATCH:
+        alert_type = AlertType.STATISTICS_MISMATCH
+        message = (
+            f"{day}: WeCom counted {check.theirs} messages from app {app.scope}"
+            f"{f' ({check.app_name})' if check.app_name else ''}, our ledger {check.ours} "
+            f"(tolerance {check.tolerance})."
+        )
+        code = "mismatch"
+    elif check.outcome == StatisticsCheck.Outcome.UNAVAILABLE:
+        alert_type = AlertType.STATISTICS_UNAVAILABLE
+        message = (
+            f"{day}: WeCom's count of app {app.scope} could not be asked ({check.error}); "
+            f"our ledger {check.ours}."
+        )
+        code = "unavailable"
+        data["error"] = check.error
+    else:
+        return 0
+    recorded = AlertEvent.objects.record_once(
+        f"statistics:{app.scope}:{day}",
+        alert_type,
+        occurred_at=now,
+        scope=app.scope,
+        code=code,
+        message=message,
+        data=data,
+    )
+    return int(recorded)
