@@ -5,7 +5,9 @@
 * ``ops_operator`` (Ops operator): what a viewer sees, and may retry runs and mark them
   handled, pause and resume tasks and run them now, recall a sent message
   (``recall_sendlog``: take it back from its recipient, within the channel's window,
-  for a reason the ledger keeps), and edit the working-day calendar
+  for a reason the ledger keeps), change a recipient's preferences on their behalf
+  (``add_preference``, ``change_preference``: every change kept with who and why), and
+  edit the working-day calendar
   (``edit_calendarday``: its days and years, entered when the official schedule is
   published). It may not edit a task's fields (nor cancel it, which is an edit), delete
   anything else or add a task.
@@ -72,6 +74,8 @@ ROLES = (
             "reminders.run_now_scheduledtask",
             "reminders.recall_sendlog",
             "reminders.edit_calendarday",
+            "reminders.add_preference",
+            "reminders.change_preference",
         ),
     ),
 )

@@ -94,6 +94,7 @@ register(
             batch_interval_seconds=60,
             missed="compensate",
             calendar="cn",
+            mandatory=True,
         ),
         content_override=True,
     )
@@ -109,6 +110,7 @@ register(
             batch_interval_seconds=60,
             missed="compensate",
             calendar="cn",
+            mandatory=True,
         ),
         content_override=True,
     )
@@ -136,7 +138,7 @@ register(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
         wording.inquiry_timeout,
-        Policy(priority="high", max_lateness_seconds=30 * 60),
+        Policy(priority="high", max_lateness_seconds=30 * 60, mandatory=True),
         content_override=True,
     )
 )
@@ -145,7 +147,7 @@ register(
         "inquiry_taken",
         _("Inquiry taken on"),
         wording.inquiry_taken,
-        Policy(priority="high", max_lateness_seconds=30 * 60),
+        Policy(priority="high", max_lateness_seconds=30 * 60, mandatory=True),
         content_override=True,
     )
 )

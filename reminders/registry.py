@@ -70,3 +70,12 @@ def policy(name: str) -> Policy:
     """The policy kind ``name`` runs under: its own, with the overrides of
     ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply)."""
     return get(name).policy.with_overrides(conf.KINDS.get(name, {}))
+
+
+def mandatory(name: str) -> bool:
+    """Whether kind ``name``'s recipients cannot opt out of it (its policy's
+    ``mandatory``); a kind no longer registered is not."""
+    try:
+        return policy(name).mandatory
+    except UnknownKind:
+        return False

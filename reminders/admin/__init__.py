@@ -3,7 +3,8 @@ the tasks, their runs, the send ledger and the calendar days ops enter.
 
 Importing it registers on ``django.contrib.admin.site``, in this order, the admins of
 ``ScheduledTask`` (``tasks``), ``TaskRun`` and the "Failed today" entry (``runs``),
-``SendLog`` (``ledger``), and ``CalendarDay`` and ``CalendarYear`` (``calendar``):
+``SendLog`` (``ledger``), ``CalendarDay`` and ``CalendarYear`` (``calendar``), and
+``Preference`` and its history (``preferences``):
 ``admin.autodiscover()`` imports it as it imported the module it replaces. The other
 modules register nothing: the task's form (``task_form``), run now (``run_now``), the
 confirmation pages (``confirm``), the change form's read-only previews (``display``),
@@ -24,7 +25,7 @@ The names ``reminders.admin`` had as a module are imported here, so that
 from __future__ import annotations
 
 # The modules that register, in the order they did when the admin was one module.
-from . import tasks, runs, ledger, calendar  # isort: skip
+from . import tasks, runs, ledger, calendar, preferences  # isort: skip
 from .calendar import CalendarDayAdmin, CalendarYearAdmin
 from .ledger import SendLogAdmin
 from .read_only import ReadOnlyAdmin
@@ -58,6 +59,7 @@ __all__ = [
     "WallClockDateTimeField",
     "calendar",
     "ledger",
+    "preferences",
     "runs",
     "tasks",
 ]

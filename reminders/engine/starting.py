@@ -34,6 +34,10 @@ Invariants:
   the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt.
+* A run of a kind its recipient opted out of (``reminders.preferences``), not mandatory,
+  is ``skipped`` with code ``opted_out`` and never sent: read when the run starts, so a
+  choice reaches every run not sent yet. Only a message never delivered is skipped so: a
+  key in doubt is decided as any other (it may have reached the recipient).
 """
 
 from __future__ import annotations
@@ -47,10 +51,18 @@ from django.db import transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from .. import kinds, signals
+from .. import kinds, registry, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
-from ..models import EXPIRED_CODE, JobTake, ScheduledTask, SendLog, TaskRun
+from ..models import (
+    EXPIRED_CODE,
+    OPTED_OUT_CODE,
+    JobTake,
+    Preference,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
 from ..schedule import timing
 from ..senders.base import render_body
 from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
@@ -105,7 +117,10 @@ def start(
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         others = Others.read(runs, ledger)
-        prepared = (_prepare(run, ledger.get(run.ledger_key), others, now) for run in runs)
+        opted_out = _opted_out(runs)
+        prepared = (
+            _prepare(run, ledger.get(run.ledger_key), others, opted_out, now) for run in runs
+        )
         return [job for job in prepared if job is not None]
 
 
@@ -160,7 +175,26 @@ class Others:
         ]
 
 
-def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -> Job | None:
+def _opted_out(runs: Sequence[TaskRun]) -> dict[tuple[str, str], Preference]:
+    """The opt-outs of the runs' recipients from the runs' kinds, by (recipient, kind):
+    one query a job."""
+    if not runs:
+        return {}
+    rows = Preference.objects.filter(
+        opted_out=True,
+        recipient__in={run.task.recipient for run in runs},
+        kind__in={run.task.kind for run in runs},
+    )
+    return {(row.recipient, row.kind): row for row in rows}
+
+
+def _prepare(
+    run: TaskRun,
+    row: SendLog | None,
+    others: Others,
+    opted_out: dict[tuple[str, str], Preference],
+    now: datetime,
+) -> Job | None:
     """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
     put it back to wait, if not."""
     task = run.task
@@ -178,6 +212,10 @@ def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -
     if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
         return None
     if row is None or row.status == SendLog.Status.FAILED:
+        choice = opted_out.get((task.recipient, task.kind))
+        if choice is not None and not registry.mandatory(task.kind):
+            _skip_opted_out(run, choice)
+            return None
         if _expired(run, now):
             return None
         # Never delivered: the message as the task says it now (a corrected recipient
@@ -187,6 +225,14 @@ def _prepare(run: TaskRun, row: SendLog | None, others: Others, now: datetime) -
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
     return _in_doubt_job(run, row, now)
+
+
+def _skip_opted_out(run: TaskRun, choice: Preference) -> None:
+    when = choice.changed_at.isoformat(timespec="minutes")
+    message = f"{choice.recipient} opted out of {choice.kind} ({choice.changed_by}, {when})"
+    if choice.reason:
+        message += f": {choice.reason}"
+    run.close_attempt(TaskRun.Status.SKIPPED, code=OPTED_OUT_CODE, message=message[:2000] + ".")
 
 
 JOB_FAILURES_CODE = "job_failures"

@@ -9,7 +9,8 @@ the engine: planning (``engine.planning``) and operators' actions (``engine.acti
 Where each lives: ``tasks`` (``ScheduledTask``), ``runs`` (``TaskRun``) and
 ``run_queries`` (its QuerySet verbs), ``ledger``
 (``SendLog``, ``JobTake``), ``upkeep`` (the engine's bookkeeping), ``acting``
-(what people did with their cards), ``choices`` (the
+(what people did with their cards), ``preferences`` (what recipients want of each
+kind), ``choices`` (the
 vocabulary they share), ``validators`` (the fields' rules), ``sql`` (the statements
 every message costs); the calendar days are ``reminders.calendars.days``'. Every name
 is importable from ``reminders.models``, the path CRMs and migrations use.
@@ -27,6 +28,7 @@ from .choices import (
     MAKEUP_SUFFIX,
     MISSED,
     MISSED_CODES,
+    OPTED_OUT_CODE,
     PASSED_IN_ERROR,
     PASSED_WHILE_PAUSED,
     RUN_NOW_KEY,
@@ -35,6 +37,7 @@ from .choices import (
     SkipReason,
 )
 from .ledger import JobTake, JobTakeQuerySet, SendLog
+from .preferences import Preference, PreferenceChange
 from .run_queries import REPLANNED_FIELDS, RunQuerySet
 from .runs import FailedToday, TaskRun
 from .tasks import OBJECT_ID_MAX_LENGTH, ScheduledTask, TaskQuerySet
@@ -67,6 +70,7 @@ __all__ = [
     "MISSED",
     "MISSED_CODES",
     "OBJECT_ID_MAX_LENGTH",
+    "OPTED_OUT_CODE",
     "PASSED_IN_ERROR",
     "PASSED_WHILE_PAUSED",
     "REPLANNED_FIELDS",
@@ -80,6 +84,8 @@ __all__ = [
     "HeartbeatQuerySet",
     "JobTake",
     "JobTakeQuerySet",
+    "Preference",
+    "PreferenceChange",
     "Priority",
     "ProviderToken",
     "PrunedOneShot",

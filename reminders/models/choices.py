@@ -52,6 +52,9 @@ PASSED_IN_ERROR = SkipReason("task_error", "Occurrence passed while the task cou
 # The error code of a run that reached its deadline unsent.
 EXPIRED_CODE = "deadline"
 
+# The error code of a run skipped because its recipient opted out of its kind.
+OPTED_OUT_CODE = "opted_out"
+
 
 # Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
 CANCELLED_IN_DOUBT = SkipReason(

@@ -57,6 +57,7 @@ class Policy:
     * ``calendar``: the working-day calendar occurrences must fall on; "": every day.
     * ``key_per``: the idempotency key's granularity: ``day`` (one message a local
       day), ``occurrence``, or ``auto`` (per day for a schedule firing at most daily).
+    * ``mandatory``: its recipients cannot opt out of it (``reminders.preferences``).
     """
 
     priority: str = "normal"
@@ -70,6 +71,7 @@ class Policy:
     retry_delays: tuple[int, ...] = ()
     calendar: str = ""
     key_per: str = "auto"
+    mandatory: bool = False
 
     def __post_init__(self) -> None:
         _one_of("priority", self.priority, PRIORITIES)
@@ -89,6 +91,10 @@ class Policy:
             raise PolicyError(_("retry_delays must be a tuple of seconds."))
         for delay in self.retry_delays:
             _whole("retry_delays", delay, minimum=1)
+        if not isinstance(self.mandatory, bool):
+            raise PolicyError(
+                _("mandatory must be True or False, not %(value)r.") % {"value": self.mandatory}
+            )
         if not isinstance(self.calendar, str):
             raise PolicyError(
                 _("calendar must be a calendar's name, not %(value)r.") % {"value": self.calendar}

@@ -1,0 +1,143 @@
+"""What each recipient wants of each kind, for the CRM: ``get(user)`` and
+``set(user, kind, opted_out=..., by=..., reason=...)``.
+
+    from reminders import preferences
+
+    preferences.set(request.user, "birthday", opted_out=True, by=request.user.username,
+                    reason="asked in the CRM's settings page")
+    preferences.get(request.user)["birthday"].opted_out  # True
+
+``user`` is a WeCom member id, or a user of the CRM (its member id as
+``reminders.intake.users`` finds it). A run of a kind its recipient opted out of is
+``skipped`` with code ``opted_out`` when the engine starts it (``engine.starting``): the
+choice applies to every run not sent yet, whenever it was planned.
+
+Invariants:
+
+* A mandatory kind (``Policy.mandatory``: the reports and inquiry alerts the engine
+  ships) cannot be opted out of: ``set`` refuses it, naming ``kind``; a preference left
+  from before a kind became mandatory is not obeyed.
+* Every change records who made it and why (``PreferenceChange``, in the same
+  transaction); ``by`` is required. Bad input is a ``ValidationError`` naming each
+  field at fault, and nothing is saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Model
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from . import registry
+from .intake import users
+from .models import OPTED_OUT_CODE, Preference, PreferenceChange
+from .recipients import member_id_problem
+from .registry import mandatory
+
+__all__ = ["OPTED_OUT_CODE", "Choice", "get", "mandatory", "set"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A recipient's choice about one kind: opted out or not, whether the kind is
+    mandatory, and who made the choice, when and why (empty: never changed)."""
+
+    kind: str
+    opted_out: bool
+    mandatory: bool
+    changed_by: str = ""
+    changed_at: datetime | None = None
+    reason: str = ""
+
+
+def get(user: str | Model) -> dict[str, Choice]:
+    """Every registered kind, by name, with ``user``'s choice about it."""
+    member = _member(user)
+    saved = {row.kind: row for row in Preference.objects.filter(recipient=member)}
+    choices = {}
+    for kind in registry.names():
+        row = saved.get(kind)
+        required = mandatory(kind)
+        choices[kind] = Choice(
+            kind=kind,
+            opted_out=bool(row and row.opted_out) and not required,
+            mandatory=required,
+            changed_by=row.changed_by if row else "",
+            changed_at=row.changed_at if row else None,
+            reason=row.reason if row else "",
+        )
+    return choices
+
+
+def set(  # the API's name, as the CRM calls it (the builtin is not used here)
+    user: str | Model, kind: str, *, opted_out: bool, by: str, reason: str = ""
+) -> Choice:
+    """Record that ``user`` does (``opted_out=True``) or does not want ``kind``, changed
+    by ``by`` (a username, or the CRM's word for who) for ``reason``. ``ValidationError``
+    naming each field at fault; nothing saved then."""
+    errors: dict[str, ValidationError] = {}
+    member = ""
+    try:
+        member = _member(user)
+    except ValidationError as exc:
+        errors["user"] = exc
+    if kind not in registry.names():
+        errors["kind"] = ValidationError(
+            _("%(kind)r is not a registered task kind."), code="unknown_kind", params={"kind": kind}
+        )
+    elif opted_out is True and mandatory(kind):
+        errors["kind"] = ValidationError(
+            _("%(kind)s is mandatory: its recipients cannot opt out of it."),
+            code="mandatory",
+            params={"kind": kind},
+        )
+    if not isinstance(opted_out, bool):
+        errors["opted_out"] = ValidationError(
+            _("opted_out must be True or False, not %(value)r."),
+            code="invalid",
+            params={"value": opted_out},
+        )
+    by = by.strip() if isinstance(by, str) else ""
+    if not by:
+        errors["by"] = ValidationError(_("Say who makes the change."), code="required")
+    if not isinstance(reason, str):
+        errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
+    if errors:
+        raise ValidationError(errors)
+    now = timezone.now()
+    values = {"opted_out": opted_out, "changed_by": by[:150], "reason": reason, "changed_at": now}
+    with transaction.atomic():
+        Preference.objects.update_or_create(recipient=member, kind=kind, defaults=values)
+        PreferenceChange.objects.create(recipient=member, kind=kind, **values)
+    return Choice(
+        kind=kind,
+        opted_out=opted_out,
+        mandatory=mandatory(kind),
+        changed_by=by[:150],
+        changed_at=now,
+        reason=reason,
+    )
+
+
+def _member(user: object) -> str:
+    """``user``'s member id: a string checked as one, or a CRM user's."""
+    if isinstance(user, str):
+        problem = member_id_problem(user)
+        if problem is not None:
+            raise ValidationError(problem.message, code=problem.code, params=problem.params)
+        return user
+    if isinstance(user, Model) and users.is_user(user):
+        try:
+            return users.member_id(user)
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["recipient"]) from None
+    raise ValidationError(
+        _("A WeCom member id or a user of the CRM, not %(type)s."),
+        code="invalid",
+        params={"type": type(user).__name__},
+    )
