@@ -11,6 +11,7 @@ from ops.sandbox import WeComSandbox
 from reminders.exceptions import ConfigurationSendError, TransientSendError
 from reminders.senders.base import Message
 from reminders.senders.wecom import WeComSender
+from tests.ops.test_statistics_sandbox import seconds_to_noon
 from tests.support.sandbox import AGENT_ID, CORP_ID, CORP_SECRET, running_sandbox
 
 from .stub_server import StubServer, error, ok
@@ -84,6 +85,7 @@ def test_message_statistics__only_today_or_yesterday(
 def test_message_statistics__against_the_sandbox() -> None:
     box: WeComSandbox
     with running_sandbox() as box:
+        box.advance(seconds_to_noon(box.state.wall()))  # clear of Beijing midnight
         sender = WeComSender(
             "wecom",
             api_base=box.base_url,
