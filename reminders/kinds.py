@@ -138,7 +138,12 @@ register(
         "inquiry_timeout",
         _("Inquiry waiting too long"),
         wording.inquiry_timeout,
-        Policy(priority="high", max_lateness_seconds=30 * 60, mandatory=True),
+        Policy(
+            priority="high",
+            max_lateness_seconds=30 * 60,
+            mandatory=True,
+            breaks_quiet_hours=True,
+        ),
         content_override=True,
     )
 )
@@ -147,7 +152,12 @@ register(
         "inquiry_taken",
         _("Inquiry taken on"),
         wording.inquiry_taken,
-        Policy(priority="high", max_lateness_seconds=30 * 60, mandatory=True),
+        Policy(
+            priority="high",
+            max_lateness_seconds=30 * 60,
+            mandatory=True,
+            breaks_quiet_hours=True,
+        ),
         content_override=True,
     )
 )

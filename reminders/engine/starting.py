@@ -34,6 +34,11 @@ Invariants:
   the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt.
+* A message due inside its kind's quiet hours (``Policy.quiet_hours``, its
+  ``quiet_calendar``'s rest days) waits for their end, staggered by recipient, without
+  spending an attempt, and says so (code ``quiet_hours``: from when to when, and why);
+  one whose deadline comes first ends ``expired``, saying so. A kind that
+  ``breaks_quiet_hours`` goes at once.
 * A run of a kind its recipient opted out of (``reminders.preferences``), not mandatory,
   is ``skipped`` with code ``opted_out`` and never sent: read when the run starts, so a
   choice reaches every run not sent yet. Only a message never delivered is skipped so: a
@@ -51,20 +56,13 @@ from django.db import transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
 from django.utils import timezone
 
-from .. import kinds, registry, signals
+from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
-from ..models import (
-    EXPIRED_CODE,
-    OPTED_OUT_CODE,
-    JobTake,
-    Preference,
-    ScheduledTask,
-    SendLog,
-    TaskRun,
-)
+from ..models import EXPIRED_CODE, JobTake, Preference, ScheduledTask, SendLog, TaskRun
 from ..schedule import timing
 from ..senders.base import render_body
+from . import holds
 from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
 from .records import give_up_in_doubt
 from .retries import resend_is_safe
@@ -117,7 +115,7 @@ def start(
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         others = Others.read(runs, ledger)
-        opted_out = _opted_out(runs)
+        opted_out = holds.opted_out(runs)
         prepared = (
             _prepare(run, ledger.get(run.ledger_key), others, opted_out, now) for run in runs
         )
@@ -175,19 +173,6 @@ class Others:
         ]
 
 
-def _opted_out(runs: Sequence[TaskRun]) -> dict[tuple[str, str], Preference]:
-    """The opt-outs of the runs' recipients from the runs' kinds, by (recipient, kind):
-    one query a job."""
-    if not runs:
-        return {}
-    rows = Preference.objects.filter(
-        opted_out=True,
-        recipient__in={run.task.recipient for run in runs},
-        kind__in={run.task.kind for run in runs},
-    )
-    return {(row.recipient, row.kind): row for row in rows}
-
-
 def _prepare(
     run: TaskRun,
     row: SendLog | None,
@@ -213,10 +198,10 @@ def _prepare(
         return None
     if row is None or row.status == SendLog.Status.FAILED:
         choice = opted_out.get((task.recipient, task.kind))
-        if choice is not None and not registry.mandatory(task.kind):
-            _skip_opted_out(run, choice)
+        if choice is not None:
+            holds.skip_opted_out(run, choice)
             return None
-        if _expired(run, now):
+        if _expired(run, now) or _quiet(run, now):
             return None
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
@@ -227,12 +212,17 @@ def _prepare(
     return _in_doubt_job(run, row, now)
 
 
-def _skip_opted_out(run: TaskRun, choice: Preference) -> None:
-    when = choice.changed_at.isoformat(timespec="minutes")
-    message = f"{choice.recipient} opted out of {choice.kind} ({choice.changed_by}, {when})"
-    if choice.reason:
-        message += f": {choice.reason}"
-    run.close_attempt(TaskRun.Status.SKIPPED, code=OPTED_OUT_CODE, message=message[:2000] + ".")
+def _quiet(run: TaskRun, now: datetime) -> bool:
+    """True, and the run put back to wait for the end of its kind's quiet hours (or ended
+    ``expired`` when its deadline comes first), when ``now`` is inside them."""
+    held = holds.quiet(run, now)
+    if held is None:
+        return False
+    if run.deadline is not None and held.until > run.deadline:
+        _expire(run, held.past_deadline(run.deadline), now)
+    else:
+        wait([run], held.until, holds.QUIET_CODE, held.message)
+    return True
 
 
 JOB_FAILURES_CODE = "job_failures"

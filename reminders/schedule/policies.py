@@ -28,6 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from ..exceptions import RemindersError
 from ..i18n import early_gettext as _
 from . import timing
+from .quiet import BadQuietHours, QuietWindow
 
 PRIORITIES = ("high", "normal", "low")
 MISSED_RULES = ("skip", "latest", "compensate")
@@ -58,6 +59,11 @@ class Policy:
     * ``key_per``: the idempotency key's granularity: ``day`` (one message a local
       day), ``occurrence``, or ``auto`` (per day for a schedule firing at most daily).
     * ``mandatory``: its recipients cannot opt out of it (``reminders.preferences``).
+    * ``quiet_hours``: local hours its messages wait out ("21:00-08:30"; "": none), unless
+      the recipient set quiet hours of their own; ``quiet_calendar``: a working-day
+      calendar whose rest days are quiet all day too; ``breaks_quiet_hours``: it goes
+      whatever the quiet hours (an inquiry alert). A message due inside them is
+      deferred to their end, never sent past its deadline (``expired``, saying why).
     """
 
     priority: str = "normal"
@@ -72,6 +78,9 @@ class Policy:
     calendar: str = ""
     key_per: str = "auto"
     mandatory: bool = False
+    quiet_hours: str = ""
+    quiet_calendar: str = ""
+    breaks_quiet_hours: bool = False
 
     def __post_init__(self) -> None:
         _one_of("priority", self.priority, PRIORITIES)
@@ -91,9 +100,21 @@ class Policy:
             raise PolicyError(_("retry_delays must be a tuple of seconds."))
         for delay in self.retry_delays:
             _whole("retry_delays", delay, minimum=1)
-        if not isinstance(self.mandatory, bool):
+        for name in ("mandatory", "breaks_quiet_hours"):
+            if not isinstance(getattr(self, name), bool):
+                raise PolicyError(
+                    _("%(name)s must be True or False, not %(value)r.")
+                    % {"name": name, "value": getattr(self, name)}
+                )
+        if self.quiet_hours:
+            try:
+                QuietWindow.parse(self.quiet_hours)
+            except BadQuietHours as exc:
+                raise PolicyError(f"quiet_hours: {exc}") from None
+        if not isinstance(self.quiet_calendar, str):
             raise PolicyError(
-                _("mandatory must be True or False, not %(value)r.") % {"value": self.mandatory}
+                _("quiet_calendar must be a calendar's name, not %(value)r.")
+                % {"value": self.quiet_calendar}
             )
         if not isinstance(self.calendar, str):
             raise PolicyError(

@@ -75,6 +75,7 @@ TRANSLATED = {
         "reminders/engine/planning.py",
         "reminders/registry.py",
         "reminders/schedule/policies.py",
+        "reminders/schedule/quiet.py",
         "reminders/management/progress.py",
         "reminders/recipients.py",
         "reminders/engine/retention.py",
@@ -109,6 +110,7 @@ TRANSLATED = {
         "ops/management/commands/wecom_sandbox.py",
         "ops/models.py",
         "ops/roles.py",
+        "ops/statistics.py",
         # Every module of the stats package.
         "ops/stats/__init__.py",
         "ops/stats/breakdowns.py",

@@ -1,0 +1,198 @@
+"""Quiet hours: a message due inside its kind's quiet hours waits for their end (on the
+task's clock, staggered), never past its deadline; rest days of a working-day calendar
+are quiet all day. Every clock is the tests': across a quiet boundary, a holiday, a
+make-up working Saturday and a year no calendar package covers."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.test import TestCase
+
+from reminders import api
+from reminders.calendars.backends import day_off
+from reminders.engine import dispatch, holds
+from reminders.models import TaskRun
+from reminders.schedule import timing
+from reminders.schedule.policies import Policy, PolicyError
+from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import run_queued
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+TZ = "Asia/Shanghai"
+NIGHT = QuietWindow.parse("21:00-08:30")
+
+
+def at(day: date, hour: int, minute: int = 0) -> datetime:
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=SHANGHAI)
+
+
+THURSDAY = date(2026, 12, 3)
+
+
+# --- The window --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("moment", "ends"),
+    [
+        (at(THURSDAY, 20, 59), None),  # just before: not quiet
+        (at(THURSDAY, 21, 0), at(THURSDAY + timedelta(days=1), 8, 30)),  # its first minute
+        (at(THURSDAY, 23, 45), at(THURSDAY + timedelta(days=1), 8, 30)),
+        (at(THURSDAY, 3, 0), at(THURSDAY, 8, 30)),  # after midnight: the same morning
+        (at(THURSDAY, 8, 29), at(THURSDAY, 8, 30)),
+        (at(THURSDAY, 8, 30), None),  # its end is not quiet
+    ],
+)
+def test_window__past_midnight_and_its_boundaries(moment: datetime, ends: datetime | None) -> None:
+    assert quiet_until(moment, TZ, NIGHT) == ends
+
+
+def test_window__within_a_day() -> None:
+    lunch = QuietWindow.parse("12:00-13:30")
+    assert quiet_until(at(THURSDAY, 12, 10), TZ, lunch) == at(THURSDAY, 13, 30)
+    assert quiet_until(at(THURSDAY, 13, 30), TZ, lunch) is None
+
+
+@pytest.mark.parametrize("text", ["21:00", "25:00-08:00", "21:00-21:00", "9:00-10:00", None])
+def test_window__bad_text_says_why(text: Any) -> None:
+    with pytest.raises(BadQuietHours):
+        QuietWindow.parse(text)
+
+
+def test_policy__checks_its_quiet_fields() -> None:
+    with pytest.raises(PolicyError, match="quiet_hours"):
+        Policy(quiet_hours="night")
+    with pytest.raises(PolicyError, match="breaks_quiet_hours"):
+        Policy(breaks_quiet_hours="yes")  # type: ignore[arg-type]
+    assert Policy(quiet_hours="21:00-08:30").quiet_hours == "21:00-08:30"
+
+
+# --- Rest days of the working-day calendar ----------------------------------------------
+
+
+def rest(calendar: str = "cn") -> Any:
+    return lambda day: day_off(calendar, day) is not None
+
+
+@pytest.mark.django_db
+def test_rest_days__a_holiday_is_quiet_until_the_next_working_morning() -> None:
+    # National Day 2026: 1-7 October off; Thursday 8 October is worked again.
+    assert day_off("cn", date(2026, 10, 1)) is not None
+    first_working = next(
+        date(2026, 10, 1) + timedelta(days=n)
+        for n in range(20)
+        if day_off("cn", date(2026, 10, 1) + timedelta(days=n)) is None
+    )
+    ends = quiet_until(at(date(2026, 10, 1), 10), TZ, NIGHT, rest())
+    assert ends == at(first_working, 8, 30)  # its midnight is inside the night: 08:30
+
+
+@pytest.mark.django_db
+def test_rest_days__a_make_up_working_saturday_is_not_quiet() -> None:
+    saturdays = [date(2026, 1, 3) + timedelta(weeks=n) for n in range(52)]
+    made_up = next(day for day in saturdays if day_off("cn", day) is None)
+    assert quiet_until(at(made_up, 10), TZ, NIGHT, rest()) is None
+    plain = next(day for day in saturdays if day_off("cn", day) is not None)
+    assert quiet_until(at(plain, 10), TZ, NIGHT, rest()) is not None
+
+
+@pytest.mark.django_db
+def test_rest_days__a_year_no_package_covers_follows_the_fallback_rule() -> None:
+    # 2027: not covered; the fallback rule "weekdays" makes Saturday 2 January a rest day.
+    ends = quiet_until(at(date(2027, 1, 2), 11), TZ, NIGHT, rest())
+    assert ends == at(date(2027, 1, 4), 8, 30)  # Monday morning
+    assert quiet_until(at(date(2027, 1, 4), 11), TZ, NIGHT, rest()) is None
+
+
+# --- The engine --------------------------------------------------------------------------
+
+
+def tick_at(now: datetime) -> int:
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("test", 100, now=now)
+        return run_queued(now=now)
+
+
+@pytest.fixture
+def quiet_follow_ups(settings: Any) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {"quiet_hours": "21:00-08:30", "max_lateness_seconds": 24 * 3600}
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_engine__a_message_due_at_night_waits_for_the_morning_and_says_so(outbox: list) -> None:
+    late = at(THURSDAY, 22, 0)
+    task = api.schedule("follow_up", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 0
+    run = TaskRun.objects.get(task=task)
+    morning = at(THURSDAY + timedelta(days=1), 8, 30)
+    spread = timing.stagger(
+        recipient="alice",
+        jitter_seconds=holds.QUIET_SPREAD_SECONDS,
+        batches=1,
+        batch_interval_seconds=60,
+    )
+    assert (run.status, run.error_code, run.attempts) == ("scheduled", "quiet_hours", 0)
+    assert run.next_attempt_at == morning + spread
+    assert "21:00-08:30 Asia/Shanghai" in run.error_message
+    assert "from 2026-12-03 22:00 to 2026-12-04 08:" in run.error_message
+    assert MemorySender.outbox == []
+    # Still night a minute before: nothing; at its time in the morning: sent, once.
+    assert tick_at(morning - timedelta(minutes=1)) == 0
+    assert tick_at(morning + spread) == 1
+    assert TaskRun.objects.get(task=task).status == "sent"
+
+
+@pytest.mark.django_db
+def test_engine__never_past_its_deadline_expired_saying_why(settings: Any, outbox: list) -> None:
+    # A follow-up may be 2 hours late: 22:00 deferred to 08:30 would be 10 hours late.
+    settings.REMINDERS_KINDS = {"follow_up": {"quiet_hours": "21:00-08:30"}}
+    late = at(THURSDAY, 22, 0)
+    task = api.schedule("follow_up", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 0
+    run = TaskRun.objects.get(task=task)
+    assert (run.status, run.error_code) == ("expired", "deadline")
+    assert "quiet hours" in run.error_message and "would pass its deadline" in run.error_message
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_engine__the_morning_is_staggered_not_a_wave(outbox: list) -> None:
+    late = at(THURSDAY, 23, 0)
+    for n in range(40):
+        api.schedule("follow_up", f"member{n:02d}", at=late, tz=TZ, channel="memory")
+    tick_at(late)
+    times = set(TaskRun.objects.values_list("next_attempt_at", flat=True))
+    assert len(times) > 30  # spread over the recipients, not one instant
+    morning = at(THURSDAY + timedelta(days=1), 8, 30)
+    assert all(morning <= t < morning + timedelta(seconds=600) for t in times)
+
+
+@pytest.mark.django_db
+def test_engine__a_kind_that_breaks_quiet_hours_goes_at_once(settings: Any, outbox: list) -> None:
+    settings.REMINDERS_KINDS = {"inquiry_timeout": {"quiet_hours": "21:00-08:30"}}
+    late = at(THURSDAY, 22, 0)
+    api.schedule("inquiry_timeout", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 1
+
+
+@pytest.mark.django_db
+def test_engine__rest_days_of_its_calendar_are_quiet(settings: Any, outbox: list) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {"quiet_calendar": "cn", "max_lateness_seconds": 7 * 24 * 3600}
+    }
+    saturday = date(2026, 12, 5)
+    assert day_off("cn", saturday) is not None
+    task = api.schedule("follow_up", "alice", at=at(saturday, 10), tz=TZ, channel="memory")
+    assert tick_at(at(saturday, 10)) == 0
+    run = TaskRun.objects.get(task=task)
+    assert run.error_code == "quiet_hours" and "calendar 'cn'" in run.error_message
+    assert run.next_attempt_at.astimezone(SHANGHAI).date() == date(2026, 12, 7)  # Monday
