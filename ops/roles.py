@@ -6,7 +6,8 @@
   handled, pause and resume tasks and run them now, recall a sent message
   (``recall_sendlog``: take it back from its recipient, within the channel's window,
   for a reason the ledger keeps), change a recipient's preferences on their behalf
-  (``add_preference``, ``change_preference``: every change kept with who and why), and
+  and their quiet hours (``add_preference``, ``change_preference``, ``add_quiethours``,
+  ``change_quiethours``: every change kept with who and why), and
   edit the working-day calendar
   (``edit_calendarday``: its days and years, entered when the official schedule is
   published). It may not edit a task's fields (nor cancel it, which is an edit), delete
@@ -76,6 +77,8 @@ ROLES = (
             "reminders.edit_calendarday",
             "reminders.add_preference",
             "reminders.change_preference",
+            "reminders.add_quiethours",
+            "reminders.change_quiethours",
         ),
     ),
 )

@@ -7,6 +7,10 @@
                     reason="asked in the CRM's settings page")
     preferences.get(request.user)["birthday"].opted_out  # True
 
+A recipient's own quiet hours (``set_quiet_hours(user, "22:00-08:00", by=...)``)
+replace the kinds' (``Policy.quiet_hours``, ``quiet_calendar``) for every kind that does
+not break them; ``""`` is none at all; ``clear_quiet_hours`` goes back to the kinds'.
+
 ``user`` is a WeCom member id, or a user of the CRM (its member id as
 ``reminders.intake.users`` finds it). A run of a kind its recipient opted out of is
 ``skipped`` with code ``opted_out`` when the engine starts it (``engine.starting``): the
@@ -17,9 +21,9 @@ Invariants:
 * A mandatory kind (``Policy.mandatory``: the reports and inquiry alerts the engine
   ships) cannot be opted out of: ``set`` refuses it, naming ``kind``; a preference left
   from before a kind became mandatory is not obeyed.
-* Every change records who made it and why (``PreferenceChange``, in the same
-  transaction); ``by`` is required. Bad input is a ``ValidationError`` naming each
-  field at fault, and nothing is saved.
+* Every change records who made it and why (``PreferenceChange``,
+  ``QuietHoursChange``, in the same transaction); ``by`` is required. Bad input is a
+  ``ValidationError`` naming each field at fault, and nothing is saved.
 """
 
 from __future__ import annotations
@@ -35,11 +39,29 @@ from django.utils.translation import gettext as _
 
 from . import registry
 from .intake import users
-from .models import OPTED_OUT_CODE, Preference, PreferenceChange
+from .models import (
+    OPTED_OUT_CODE,
+    Preference,
+    PreferenceChange,
+    QuietHours,
+    QuietHoursChange,
+    validate_calendar,
+)
 from .recipients import member_id_problem
 from .registry import mandatory
+from .schedule.quiet import BadQuietHours, QuietWindow
 
-__all__ = ["OPTED_OUT_CODE", "Choice", "get", "mandatory", "set"]
+__all__ = [
+    "OPTED_OUT_CODE",
+    "Choice",
+    "Quiet",
+    "clear_quiet_hours",
+    "get",
+    "mandatory",
+    "quiet_hours",
+    "set",
+    "set_quiet_hours",
+]
 
 
 @dataclass(frozen=True)
@@ -102,9 +124,7 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
             code="invalid",
             params={"value": opted_out},
         )
-    by = by.strip() if isinstance(by, str) else ""
-    if not by:
-        errors["by"] = ValidationError(_("Say who makes the change."), code="required")
+    by = _who(by, errors)
     if not isinstance(reason, str):
         errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
     if errors:
@@ -122,6 +142,88 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
         changed_at=now,
         reason=reason,
     )
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A recipient's own quiet hours (``hours`` "": none at all), the calendar whose rest
+    days are quiet too (""), and who set them, when and why."""
+
+    hours: str
+    calendar: str
+    changed_by: str
+    changed_at: datetime
+    reason: str
+
+
+def quiet_hours(user: str | Model) -> Quiet | None:
+    """``user``'s own quiet hours, or None: the kinds' own apply."""
+    row = QuietHours.objects.filter(recipient=_member(user)).first()
+    if row is None:
+        return None
+    return Quiet(row.hours, row.calendar, row.changed_by, row.changed_at, row.reason)
+
+
+def set_quiet_hours(
+    user: str | Model, hours: str, *, calendar: str = "", by: str, reason: str = ""
+) -> Quiet:
+    """Set ``user``'s own quiet hours: ``hours`` local ``"HH:MM-HH:MM"`` on each task's
+    clock ("": none), and ``calendar`` whose rest days are quiet all day (""). Changed by
+    ``by`` for ``reason``; ``ValidationError`` naming each field at fault."""
+    errors: dict[str, ValidationError] = {}
+    member = ""
+    try:
+        member = _member(user)
+    except ValidationError as exc:
+        errors["user"] = exc
+    if not isinstance(hours, str):
+        errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
+    elif hours:
+        try:
+            QuietWindow.parse(hours)
+        except BadQuietHours as exc:
+            errors["hours"] = ValidationError(str(exc), code="invalid")
+    if calendar:
+        try:
+            validate_calendar(calendar)
+        except ValidationError as exc:
+            errors["calendar"] = exc
+    by = _who(by, errors)
+    if errors:
+        raise ValidationError(errors)
+    now = timezone.now()
+    values = {"hours": hours, "calendar": calendar, "changed_by": by, "reason": reason}
+    with transaction.atomic():
+        QuietHours.objects.update_or_create(
+            recipient=member, defaults={**values, "changed_at": now}
+        )
+        QuietHoursChange.objects.create(recipient=member, changed_at=now, **values)
+    return Quiet(hours, calendar, by, now, reason)
+
+
+def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:
+    """Forget ``user``'s own quiet hours: the kinds' own apply again; kept as a change."""
+    errors: dict[str, ValidationError] = {}
+    member = ""
+    try:
+        member = _member(user)
+    except ValidationError as exc:
+        errors["user"] = exc
+    by = _who(by, errors)
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        QuietHours.objects.filter(recipient=member).delete()
+        QuietHoursChange.objects.create(
+            recipient=member, cleared=True, changed_by=by, reason=reason, changed_at=timezone.now()
+        )
+
+
+def _who(by: object, errors: dict[str, ValidationError]) -> str:
+    who = by.strip()[:150] if isinstance(by, str) else ""
+    if not who:
+        errors["by"] = ValidationError(_("Say who makes the change."), code="required")
+    return who
 
 
 def _member(user: object) -> str:

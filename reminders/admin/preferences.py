@@ -1,10 +1,12 @@
-"""Recipients' preferences in the admin: ops change one on a recipient's behalf, saying
-why; every change is kept and shown (``PreferenceChange``, read-only).
+"""Recipients' preferences in the admin: ops change one (an opt-out, their own quiet
+hours) on a recipient's behalf, saying why; every change is kept and shown
+(``PreferenceChange``, ``QuietHoursChange``, read-only).
 
 A change goes through ``reminders.preferences.set``, the CRM's own API: the same
 refusals (a mandatory kind cannot be opted out of), the same record of who (the signed-in
-user's username) and why (required here: ops act for someone else). Deleting a
-preference is not offered: opting back in is a change, and kept as one.
+user's username) and why (required here: ops act for someone else). Deleting is not
+offered: opting back in is a change, and kept as one; a recipient's quiet hours go back
+to the kinds' own through the API (``preferences.clear_quiet_hours``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from .. import preferences, registry
-from ..models import Preference, PreferenceChange
+from ..models import (
+    Preference,
+    PreferenceChange,
+    QuietHours,
+    QuietHoursChange,
+    validate_calendar,
+)
+from ..schedule.quiet import BadQuietHours, QuietWindow
 from .read_only import ReadOnlyAdmin
 
 
@@ -83,4 +92,68 @@ class PreferenceAdmin(admin.ModelAdmin):
 class PreferenceChangeAdmin(ReadOnlyAdmin):
     list_display = ("changed_at", "recipient", "kind", "opted_out", "changed_by", "reason")
     list_filter = ("opted_out", "kind")
+    search_fields = ("recipient", "changed_by")
+
+
+class QuietHoursForm(forms.ModelForm):
+    reason = PreferenceForm.base_fields["reason"]
+
+    class Meta:
+        model = QuietHours
+        fields = ("recipient", "hours", "calendar", "reason")
+        help_texts = {
+            "hours": _('Local HH:MM-HH:MM on each task\'s clock, "21:00-08:30"; empty: none.'),
+            "calendar": _("A working-day calendar whose rest days are quiet all day; empty: none."),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["recipient"].disabled = True
+
+    def clean(self) -> dict[str, Any]:
+        """The API's own checks of the window and the calendar, before anything is saved."""
+        data = super().clean() or {}
+        hours = data.get("hours") or ""
+        if hours:
+            try:
+                QuietWindow.parse(hours)
+            except BadQuietHours as exc:
+                self.add_error("hours", str(exc))
+        calendar = data.get("calendar") or ""
+        if calendar:
+            try:
+                validate_calendar(calendar)
+            except ValidationError as exc:
+                self.add_error("calendar", exc)
+        return data
+
+
+@admin.register(QuietHours)
+class QuietHoursAdmin(admin.ModelAdmin):
+    form = QuietHoursForm
+    list_display = ("recipient", "hours", "calendar", "changed_by", "changed_at", "reason")
+    search_fields = ("recipient",)
+    ordering = ("recipient",)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: QuietHours, form: Any, change: bool) -> None:
+        """Through the API, as the CRM sets them: the change and who made it kept."""
+        data = form.cleaned_data
+        preferences.set_quiet_hours(
+            obj.recipient,
+            data.get("hours") or "",
+            calendar=data.get("calendar") or "",
+            by=request.user.get_username(),
+            reason=data["reason"],
+        )
+        saved = QuietHours.objects.get(recipient=obj.recipient)
+        obj.pk, obj.changed_by, obj.changed_at = saved.pk, saved.changed_by, saved.changed_at
+
+
+@admin.register(QuietHoursChange)
+class QuietHoursChangeAdmin(ReadOnlyAdmin):
+    list_display = ("changed_at", "recipient", "hours", "calendar", "cleared", "changed_by")
     search_fields = ("recipient", "changed_by")

@@ -1,14 +1,15 @@
 """What holds a run back on its recipient's behalf when it starts
 (``engine.starting``): their opting out of its kind (``reminders.preferences``), and
-the quiet hours of its kind (``Policy.quiet_hours``, ``quiet_calendar``).
+quiet hours: the recipient's own (``QuietHours``), else its kind's
+(``Policy.quiet_hours``, ``quiet_calendar``).
 
 Invariants:
 
 * Read when a run starts, so a choice or a policy reaches every run not sent yet,
   whenever it was planned; asked only of a message never delivered (a key in doubt is
   decided as any other: it may have reached the recipient).
-* Opting out is read in one query a job (``opted_out``); a mandatory kind
-  (``Policy.mandatory``) is never skipped for it.
+* What the recipients chose is read in two queries a job (``read``); a mandatory kind
+  (``Policy.mandatory``) is never skipped for an opt-out.
 * Quiet hours defer, never drop: the run waits for their end on the task's clock
   (``schedule.quiet``), staggered by recipient as the kind staggers its waves (over
   ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the end of the night is not
@@ -25,7 +26,7 @@ from datetime import date, datetime
 from .. import registry
 from ..calendars.backends import day_off
 from ..exceptions import UnknownKind
-from ..models import OPTED_OUT_CODE, Preference, TaskRun
+from ..models import OPTED_OUT_CODE, Preference, QuietHours, TaskRun
 from ..schedule import timing
 from ..schedule.quiet import QuietWindow, quiet_until
 
@@ -33,17 +34,26 @@ QUIET_CODE = "quiet_hours"
 QUIET_SPREAD_SECONDS = 600
 
 
-def opted_out(runs: Sequence[TaskRun]) -> dict[tuple[str, str], Preference]:
-    """The opt-outs of the runs' recipients from the runs' kinds, by (recipient, kind),
-    those of mandatory kinds left out: one query."""
+@dataclass(frozen=True)
+class Chosen:
+    """What a job's recipients chose: opt-outs by (recipient, kind), those of mandatory
+    kinds left out, and their own quiet hours by recipient."""
+
+    opted_out: dict[tuple[str, str], Preference]
+    quiet: dict[str, QuietHours]
+
+
+def read(runs: Sequence[TaskRun]) -> Chosen:
+    """What the runs' recipients chose about the runs' kinds: two queries."""
     if not runs:
-        return {}
+        return Chosen({}, {})
+    recipients = {run.task.recipient for run in runs}
     rows = Preference.objects.filter(
-        opted_out=True,
-        recipient__in={run.task.recipient for run in runs},
-        kind__in={run.task.kind for run in runs},
+        opted_out=True, recipient__in=recipients, kind__in={run.task.kind for run in runs}
     )
-    return {(row.recipient, row.kind): row for row in rows if not registry.mandatory(row.kind)}
+    opted_out = {(row.recipient, row.kind): row for row in rows if not registry.mandatory(row.kind)}
+    quiet = {row.recipient: row for row in QuietHours.objects.filter(recipient__in=recipients)}
+    return Chosen(opted_out, quiet)
 
 
 def skip_opted_out(run: TaskRun, choice: Preference) -> None:
@@ -74,18 +84,24 @@ class Held:
         )
 
 
-def quiet(run: TaskRun, now: datetime) -> Held | None:
-    """When ``run``'s kind's quiet hours around ``now`` end for its recipient, or None
-    when ``now`` is outside them (or the kind breaks them, or has none)."""
+def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | None:
+    """When the quiet hours around ``now`` end for ``run``: its recipient's ``own``, else
+    its kind's; None when ``now`` is outside them (or the kind breaks them, or there are
+    none)."""
     task = run.task
     try:
         policy = registry.policy(task.kind)
     except UnknownKind:
         return None
-    if policy.breaks_quiet_hours or not (policy.quiet_hours or policy.quiet_calendar):
+    if policy.breaks_quiet_hours:
         return None
-    window = QuietWindow.parse(policy.quiet_hours) if policy.quiet_hours else None
-    end = quiet_until(now, task.timezone, window, _rest_days(policy.quiet_calendar))
+    hours, calendar = (
+        (own.hours, own.calendar) if own else (policy.quiet_hours, policy.quiet_calendar)
+    )
+    if not (hours or calendar):
+        return None
+    window = QuietWindow.parse(hours) if hours else None
+    end = quiet_until(now, task.timezone, window, _rest_days(calendar))
     if end is None:
         return None
     until = end + timing.stagger(
@@ -97,14 +113,15 @@ def quiet(run: TaskRun, now: datetime) -> Held | None:
     reasons = []
     if window is not None:
         reasons.append(f"{window} {task.timezone}")
-    if policy.quiet_calendar:
-        reasons.append(f"the rest days of calendar {policy.quiet_calendar!r}")
+    if calendar:
+        reasons.append(f"the rest days of calendar {calendar!r}")
     local = timing.zone(task.timezone)
     span = (
         f"from {now.astimezone(local):%Y-%m-%d %H:%M} "
         f"to {until.astimezone(local):%Y-%m-%d %H:%M} {task.timezone}"
     )
-    return Held(until, " and ".join(reasons), span)
+    why = " and ".join(reasons)
+    return Held(until, f"the recipient's own: {why}" if own else why, span)
 
 
 def _rest_days(calendar: str) -> Callable[[date], bool] | None:

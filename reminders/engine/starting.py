@@ -34,11 +34,11 @@ Invariants:
   the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt.
-* A message due inside its kind's quiet hours (``Policy.quiet_hours``, its
-  ``quiet_calendar``'s rest days) waits for their end, staggered by recipient, without
-  spending an attempt, and says so (code ``quiet_hours``: from when to when, and why);
-  one whose deadline comes first ends ``expired``, saying so. A kind that
-  ``breaks_quiet_hours`` goes at once.
+* A message due inside its quiet hours (its recipient's own, else its kind's:
+  ``Policy.quiet_hours``, its ``quiet_calendar``'s rest days) waits for their end,
+  staggered by recipient, without spending an attempt, and says so (code
+  ``quiet_hours``: from when to when, and why); one whose deadline comes first ends
+  ``expired``, saying so. A kind that ``breaks_quiet_hours`` goes at once.
 * A run of a kind its recipient opted out of (``reminders.preferences``), not mandatory,
   is ``skipped`` with code ``opted_out`` and never sent: read when the run starts, so a
   choice reaches every run not sent yet. Only a message never delivered is skipped so: a
@@ -59,7 +59,7 @@ from django.utils import timezone
 from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
-from ..models import EXPIRED_CODE, JobTake, Preference, ScheduledTask, SendLog, TaskRun
+from ..models import EXPIRED_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
 from ..schedule import timing
 from ..senders.base import render_body
 from . import holds
@@ -115,10 +115,8 @@ def start(
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         others = Others.read(runs, ledger)
-        opted_out = holds.opted_out(runs)
-        prepared = (
-            _prepare(run, ledger.get(run.ledger_key), others, opted_out, now) for run in runs
-        )
+        chosen = holds.read(runs)
+        prepared = (_prepare(run, ledger.get(run.ledger_key), others, chosen, now) for run in runs)
         return [job for job in prepared if job is not None]
 
 
@@ -177,7 +175,7 @@ def _prepare(
     run: TaskRun,
     row: SendLog | None,
     others: Others,
-    opted_out: dict[tuple[str, str], Preference],
+    chosen: holds.Chosen,
     now: datetime,
 ) -> Job | None:
     """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
@@ -197,11 +195,11 @@ def _prepare(
     if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
         return None
     if row is None or row.status == SendLog.Status.FAILED:
-        choice = opted_out.get((task.recipient, task.kind))
+        choice = chosen.opted_out.get((task.recipient, task.kind))
         if choice is not None:
             holds.skip_opted_out(run, choice)
             return None
-        if _expired(run, now) or _quiet(run, now):
+        if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
             return None
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
@@ -212,10 +210,11 @@ def _prepare(
     return _in_doubt_job(run, row, now)
 
 
-def _quiet(run: TaskRun, now: datetime) -> bool:
-    """True, and the run put back to wait for the end of its kind's quiet hours (or ended
-    ``expired`` when its deadline comes first), when ``now`` is inside them."""
-    held = holds.quiet(run, now)
+def _quiet(run: TaskRun, now: datetime, own: QuietHours | None) -> bool:
+    """True, and the run put back to wait for the end of its quiet hours (its
+    recipient's ``own``, else its kind's; or ended ``expired`` when its deadline comes
+    first), when ``now`` is inside them."""
+    held = holds.quiet(run, now, own)
     if held is None:
         return False
     if run.deadline is not None and held.until > run.deadline:

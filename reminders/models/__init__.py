@@ -37,7 +37,7 @@ from .choices import (
     SkipReason,
 )
 from .ledger import JobTake, JobTakeQuerySet, SendLog
-from .preferences import Preference, PreferenceChange
+from .preferences import Preference, PreferenceChange, QuietHours, QuietHoursChange
 from .run_queries import REPLANNED_FIELDS, RunQuerySet
 from .runs import FailedToday, TaskRun
 from .tasks import OBJECT_ID_MAX_LENGTH, ScheduledTask, TaskQuerySet
@@ -89,6 +89,8 @@ __all__ = [
     "Priority",
     "ProviderToken",
     "PrunedOneShot",
+    "QuietHours",
+    "QuietHoursChange",
     "RateBucket",
     "RunAction",
     "RunQuerySet",

@@ -1,5 +1,6 @@
-"""What each recipient wants of each kind: ``Preference``, one row per recipient and kind,
-and ``PreferenceChange``, every change of it, kept.
+"""What each recipient wants: ``Preference``, one row per recipient and kind (opted out
+or not), and ``QuietHours``, one per recipient; ``PreferenceChange`` and
+``QuietHoursChange`` keep every change of them.
 
 A recipient (through the CRM's API, ``reminders.preferences``, or ops on their behalf in
 the admin) opts out of a kind that is not mandatory (``Policy.mandatory``). The engine
@@ -66,3 +67,55 @@ class PreferenceChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recipient} / {self.kind} by {self.changed_by} at {self.changed_at}"
+
+
+class QuietHours(models.Model):
+    """A recipient's own quiet hours: they replace the kinds' (``Policy.quiet_hours`` and
+    ``quiet_calendar``) for every kind that does not break them. ``hours`` empty: none at
+    all, whatever the kinds say; no row: the kinds' own."""
+
+    recipient = models.CharField(
+        _("recipient"), max_length=64, unique=True, validators=[validate_recipient]
+    )
+    hours = models.CharField(_("quiet hours"), max_length=11, blank=True)
+    calendar = models.CharField(_("quiet on the rest days of"), max_length=64, blank=True)
+    changed_by = models.CharField(_("changed by"), max_length=150)
+    reason = models.TextField(_("why"), blank=True)
+    changed_at = models.DateTimeField(_("changed"))
+
+    class Meta:
+        verbose_name = _("quiet hours")
+        verbose_name_plural = _("quiet hours")
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(changed_by=""), name="reminders_quiet_changed_by_someone"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recipient}: {self.hours or '-'}"
+
+
+class QuietHoursChange(models.Model):
+    """Every change of a recipient's quiet hours; ``cleared``: back to the kinds' own."""
+
+    recipient = models.CharField(_("recipient"), max_length=64, db_index=True)
+    hours = models.CharField(_("quiet hours"), max_length=11, blank=True)
+    calendar = models.CharField(_("quiet on the rest days of"), max_length=64, blank=True)
+    cleared = models.BooleanField(_("back to the kinds' own"), default=False)
+    changed_by = models.CharField(_("changed by"), max_length=150)
+    reason = models.TextField(_("why"), blank=True)
+    changed_at = models.DateTimeField(_("changed"))
+
+    class Meta:
+        verbose_name = _("quiet hours change")
+        verbose_name_plural = _("quiet hours changes")
+        ordering = ("-changed_at", "-pk")
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(changed_by=""), name="reminders_quiet_change_by_someone"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recipient}: {self.hours or '-'} by {self.changed_by}"

@@ -48,11 +48,18 @@ def test_migrate__made_both_groups_with_their_permissions():
         "reminders.edit_calendarday",
         "reminders.add_preference",
         "reminders.change_preference",
+        "reminders.add_quiethours",
+        "reminders.change_quiethours",
     }
     everything = viewer | operator
     # Preferences are changed on a recipient's behalf, through the API (who and why kept).
     edits = {p for p in everything if p.split(".")[1].startswith(("add_", "change_", "delete_"))}
-    assert edits == {"reminders.add_preference", "reminders.change_preference"}
+    assert edits == {
+        "reminders.add_preference",
+        "reminders.change_preference",
+        "reminders.add_quiethours",
+        "reminders.change_quiethours",
+    }
 
 
 def test_ops_roles__is_idempotent_and_takes_back_what_was_added_by_hand():

@@ -8,7 +8,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from ops.roles import OPERATOR, VIEWER
-from reminders.models import Preference, PreferenceChange
+from reminders.models import Preference, PreferenceChange, QuietHours, QuietHoursChange
 
 pytestmark = pytest.mark.django_db
 
@@ -71,3 +71,27 @@ def test_viewer__looks_and_changes_nothing(client: Client) -> None:
 
 def test_history__is_read_only_even_for_a_superuser(admin_client: Client) -> None:
     assert admin_client.get("/admin/reminders/preferencechange/add/").status_code == 403
+
+
+QUIET = "/admin/reminders/quiethours/add/"
+
+
+def test_operator__sets_a_recipients_own_quiet_hours_saying_why(client: Client) -> None:
+    operator = signed_in(client, OPERATOR)
+    form = {"recipient": "alice", "hours": "22:00-07:00", "calendar": "", "reason": "asked"}
+    assert operator.post(QUIET, form).status_code == 302
+    row = QuietHours.objects.get()
+    assert (row.hours, row.changed_by) == ("22:00-07:00", OPERATOR)
+    assert QuietHoursChange.objects.get().reason == "asked"
+
+
+@pytest.mark.parametrize(("field", "value"), [("hours", "late"), ("calendar", "nowhere")])
+def test_operator__bad_quiet_hours_are_refused_naming_the_field(
+    client: Client, field: str, value: str
+) -> None:
+    operator = signed_in(client, OPERATOR)
+    form = {"recipient": "alice", "hours": "22:00-07:00", "calendar": "", "reason": "x"}
+    response = operator.post(QUIET, {**form, field: value})
+    assert response.status_code == 200
+    assert field in response.context["adminform"].form.errors
+    assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()

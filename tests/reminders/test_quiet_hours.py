@@ -10,12 +10,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import TestCase
 
-from reminders import api
+from reminders import api, preferences
 from reminders.calendars.backends import day_off
 from reminders.engine import dispatch, holds
-from reminders.models import TaskRun
+from reminders.models import QuietHours, QuietHoursChange, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until
@@ -196,3 +197,65 @@ def test_engine__rest_days_of_its_calendar_are_quiet(settings: Any, outbox: list
     run = TaskRun.objects.get(task=task)
     assert run.error_code == "quiet_hours" and "calendar 'cn'" in run.error_message
     assert run.next_attempt_at.astimezone(SHANGHAI).date() == date(2026, 12, 7)  # Monday
+
+
+# --- A recipient's own quiet hours --------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_own__set_read_cleared_and_every_change_kept() -> None:
+    assert preferences.quiet_hours("alice") is None  # the kinds' own
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice", reason="a baby at home")
+    own = preferences.quiet_hours("alice")
+    assert own is not None and (own.hours, own.changed_by) == ("22:00-07:00", "alice")
+    preferences.clear_quiet_hours("alice", by="ops.li", reason="back to normal")
+    assert preferences.quiet_hours("alice") is None
+    kept = list(QuietHoursChange.objects.values_list("hours", "cleared", "changed_by"))
+    assert kept == [("", True, "ops.li"), ("22:00-07:00", False, "alice")]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        ({"hours": "late"}, "hours"),
+        ({"calendar": "no-such-calendar"}, "calendar"),
+        ({"by": ""}, "by"),
+        ({"user": "@all"}, "user"),
+    ],
+)
+def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
+    values = {"user": "alice", "hours": "22:00-07:00", "by": "alice", **call}
+    with pytest.raises(ValidationError) as raised:
+        preferences.set_quiet_hours(values.pop("user"), values.pop("hours"), **values)
+    assert field in raised.value.message_dict
+    assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_own__replace_the_kinds_and_none_means_none(outbox: list) -> None:
+    # The kind says 21:00-08:30; alice's own say 23:00-07:00, bob wants none at all.
+    preferences.set_quiet_hours("alice", "23:00-07:00", by="alice")
+    preferences.set_quiet_hours("bob", "", by="bob")
+    late = at(THURSDAY, 22, 0)
+    for who in ("alice", "bob", "carol"):
+        api.schedule("follow_up", who, at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 2  # alice (her night starts at 23:00) and bob
+    carol = TaskRun.objects.get(task__recipient="carol")
+    assert carol.error_code == "quiet_hours"
+    midnight = at(THURSDAY, 23, 30)
+    api.schedule("follow_up", "alice", at=midnight, tz=TZ, channel="memory", key="second")
+    tick_at(midnight)
+    second = TaskRun.objects.get(task__key="second")
+    assert second.error_code == "quiet_hours"
+    assert "the recipient's own: 23:00-07:00" in second.error_message
+    assert second.next_attempt_at.astimezone(SHANGHAI).hour == 7
+
+
+@pytest.mark.django_db
+def test_own__never_hold_a_kind_that_breaks_quiet_hours(outbox: list) -> None:
+    preferences.set_quiet_hours("alice", "00:00-23:59", by="alice")
+    late = at(THURSDAY, 22, 0)
+    api.schedule("inquiry_timeout", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 1
