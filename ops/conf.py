@@ -217,6 +217,23 @@ class Settings:
 
     # Metrics and health ------------------------------------------------------------------
 
+    # WeCom's daily quota -------------------------------------------------------------
+
+    @property
+    def WECOM_SEATS(self) -> int | None:
+        """The corp's seats: WeCom allows seats x ``PER_SEAT_DAILY`` (200) person-messages
+        a day per corp. None (the default): no quota known, nothing compared."""
+        value = self._get("WECOM_SEATS", None)
+        if value is None or value == "":
+            return None
+        number = _number("OPS_WECOM_SEATS", value, minimum=1, inclusive=True)
+        if number != int(number):
+            raise ImproperlyConfigured(
+                _("OPS_WECOM_SEATS must be a whole number of seats, got %(value)r.")
+                % {"value": value}
+            )
+        return int(number)
+
     @property
     def METRICS_TOKEN(self) -> str:
         """A bearer token that opens ``/metrics``; empty: none does."""
@@ -349,6 +366,15 @@ SETTINGS: tuple[Setting, ...] = (
         0.0,
         "A share (0 to 1) of the larger count the two may differ by; the larger of this and "
         "OPS_STATISTICS_TOLERANCE applies.",
+    ),
+    # WeCom's daily quota
+    Setting(
+        "OPS_WECOM_SEATS",
+        None,
+        "The corp's seats in WeCom, which allows seats x 200 person-messages a day per corp: "
+        "the dashboard shows the day's quota used and forecast, and ``check --deploy`` "
+        "(ops.W003) and the alert step (``daily_quota``) warn when tomorrow's planned volume "
+        "would exceed it. None: no quota known (the dashboard says so).",
     ),
     # Metrics and health
     Setting(

@@ -19,16 +19,21 @@ with one ``COUNT(*)``; the percentiles (3 on PostgreSQL, 1 elsewhere); two for f
 (by status and code; the latest few); one for the plan and one for django-q2's queue
 (conditional ``COUNT(…) FILTER``, through the engine's partial indexes of waiting and
 leased runs); one for the heartbeats; one for the recalls of the last 24 hours
-(``recalls``): 12 on PostgreSQL, 10 elsewhere. The run queries read the runs due in
-their days through an index on ``TaskRun.due_at`` where there is one (without it, each
-reads the whole table); the figures with and without are in the README.
+(``recalls``); six for the wave ahead (``wave``: the next hour's minutes by kind, three
+for the members nearest WeCom's limits; the waiting runs by kind with last week's
+recurring runs; the ledger's messages sent today): 18 on PostgreSQL, 16 elsewhere. The
+run queries read the runs due in their days through an index on ``TaskRun.due_at``
+where there is one (without it, each reads the whole table); the figures with and
+without are in the README.
 
 **Where.** ``days`` (the local day, its hours, ISO instants), ``counts`` (``Counts``,
 the success rate, the three count queries), ``spreads`` (percentiles), ``breakdowns``
 (by hour, day, kind and channel), ``failures``, ``plan`` (the hour ahead), ``recalls``,
-``runners`` (schedulers and workers), ``summary`` (``Stats`` and ``compute``); ``text``
-writes the numbers as tables for ``reminders_stats`` and ``format`` writes one number
-for people, for the page and the command alike.
+``wave`` (the next hour minute by minute, the members nearest WeCom's per-member
+limits, the runs held by quiet hours, the daily quota), ``runners`` (schedulers and
+workers), ``summary`` (``Stats`` and ``compute``); ``text`` writes the numbers as tables
+for ``reminders_stats`` and ``format`` writes one number for people, for the page and
+the command alike.
 
 **Imports.** The package may import ``reminders``' models and services and the ``ops``
 models, settings and health checks, never the dashboard's views or pages
@@ -55,6 +60,7 @@ from .plan import PLAN_HORIZON, PriorityPlan
 from .runners import ClusterStatus, Scheduler, Workers
 from .spreads import QUANTILES, PercentileCont, Spread, percentile
 from .summary import CHART_DAYS, RATE_DAYS, Stats, compute
+from .wave import PER_HOUR, PER_MINUTE, PER_SEAT_DAILY, Member, Minute, QuietHeld, Quota, Wave
 
 __all__ = [
     "CHART_DAYS",
@@ -63,6 +69,9 @@ __all__ = [
     "LAST_YEAR",
     "LATEST_FAILURES",
     "PENDING",
+    "PER_HOUR",
+    "PER_MINUTE",
+    "PER_SEAT_DAILY",
     "PLAN_HORIZON",
     "PROBLEMS",
     "QUANTILES",
@@ -74,11 +83,16 @@ __all__ = [
     "FailedRun",
     "FailureGroup",
     "KindDay",
+    "Member",
+    "Minute",
     "PercentileCont",
     "PriorityPlan",
+    "QuietHeld",
+    "Quota",
     "Scheduler",
     "Spread",
     "Stats",
+    "Wave",
     "Workers",
     "compute",
     "day_bounds",

@@ -3,7 +3,8 @@
 
 The day's runs are the runs *due* in it; the charts go back ``CHART_DAYS`` days, ending
 with the day, and a channel's rate covers the ``RATE_DAYS`` days ending with it. The
-plan, the schedulers, the workers and the recalls are as of ``now``, whatever the day.
+plan, the schedulers, the workers, the recalls and the wave ahead are as of ``now``,
+whatever the day.
 Invariants: the queries run in a fixed order and number (see ``ops.stats``); ``as_dict``
 is the JSON of the view and of ``reminders_stats --json``, its keys stable.
 """
@@ -37,6 +38,7 @@ from .plan import PLAN_HORIZON, PriorityPlan, plan
 from .recalls import recalled
 from .runners import Scheduler, Workers, schedulers, workers
 from .spreads import Spread, spread_dict, spreads_in_python, spreads_in_sql
+from .wave import Wave, wave
 
 CHART_DAYS = 14
 RATE_DAYS = 7
@@ -64,6 +66,8 @@ class Stats:
     heartbeat_max_age: float
     # Messages recalled in the 24 hours up to ``now``, whatever the day.
     recalled: int = 0
+    # The wave ahead, as of ``now`` whatever the day (``ops.stats.wave``).
+    wave: Wave | None = None
 
     @property
     def week_start(self) -> datetime:
@@ -99,6 +103,7 @@ class Stats:
             },
             "workers": self.workers.as_dict(),
             "recalled_last_24_hours": self.recalled,
+            "wave": self.wave.as_dict() if self.wave is not None else None,
         }
 
 
@@ -146,4 +151,5 @@ def compute(
         workers=workers(now),
         heartbeat_max_age=conf.HEARTBEAT_MAX_AGE_SECONDS,
         recalled=recalled(now),
+        wave=wave(now),
     )

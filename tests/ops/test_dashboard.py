@@ -367,7 +367,7 @@ def test_page_query_count_does_not_grow_with_the_data(admin_client, world):
 
     first = queries()
     # ops.stats' queries (the recalls' count among them), and the request's session and user.
-    assert first == (12 if connection.vendor == "postgresql" else 10) + 2
+    assert first == (18 if connection.vendor == "postgresql" else 16) + 2
     more = World()
     more.task("x", "inquiry_timeout", "console", "low")
     for n in range(200):

@@ -353,7 +353,7 @@ def _queries() -> int:
 
 def test_query_count_does_not_grow_with_the_data(world):
     first = _queries()
-    assert first == (12 if ON_POSTGRES else 10)
+    assert first == (18 if ON_POSTGRES else 16)
     # Ten times the runs, on more kinds, channels, days and failure codes.
     more = World()
     for i, (kind, channel) in enumerate(

@@ -1,0 +1,353 @@
+"""The wave seen before it breaks, as of now: the next hour minute by minute by kind, the
+members closest to WeCom's per-member limits, the runs held by quiet hours, and the
+corp's daily quota used and forecast.
+
+**What waits.** A waiting run (``scheduled`` or ``retrying``, its task not paused, as
+``plan`` and the scheduler read them) is placed at its next attempt, or its due time
+when it has none (``Coalesce(next_attempt_at, due_at)``). The hour is the 60 minutes
+from the start of the current minute; runs already due before it are the backlog
+(``plan``), not the wave.
+
+**WeCom's limits** (of one app, to one member): 30 messages a minute and 1,000 an hour
+(``PER_MINUTE``, ``PER_HOUR``); past them WeCom drops messages silently. Per recipient,
+the runs waiting in the hour and its busiest minute; the ``TOP_MEMBERS`` closest to
+either limit (the larger share of the two) come first. Every channel counts: a robot or
+an HTTP channel is not held to WeCom's app limits, so the figures are an upper bound.
+
+**The daily quota**: seats x ``PER_SEAT_DAILY`` person-messages a local day per corp
+(``OPS_WECOM_SEATS``; unset, no quota and nothing compared). Used: the ledger's ``sent``
+rows whose ``sent_at`` falls on today, each counting its parts (``reply_detail["parts"]``,
+a split text being several messages). Forecast: used plus the runs waiting that fall
+before the day ends (the backlog included). Tomorrow: the waiting runs of one-off tasks
+due tomorrow, plus, for recurring tasks (a cron), an estimate: the runs of the same
+tasks (still active) due on the same weekday a week before, make-ups, runs made on
+request, cancelled and skipped ones left out. Runs are planned only
+``REMINDERS_PLAN_AHEAD_SECONDS`` ahead, so last week stands for tomorrow's recurring
+work; a run counts as one message (not its parts), a task created since is missed.
+
+**Cost.** Six queries, whatever the data: the minutes by kind; the
+members in three (the 10 with the busiest minutes and the 10 busiest in the hour pick
+at most 20 candidates, whose minutes are then read: the 10 closest to either limit are among
+them); the waiting runs by kind (held by quiet hours, due by today's end, due
+tomorrow) together with last week's runs of the recurring tasks; the ledger's messages
+sent today.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, IntegerField, Max, Min, Q, QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce, TruncMinute
+
+from reminders.models import ScheduledTask, SendLog, TaskRun
+
+from ..conf import settings as conf
+from .days import day_bounds, iso, label, local_iso, today
+
+MINUTES = 60
+TOP_MEMBERS = 10
+PER_MINUTE = 30
+PER_HOUR = 1000
+PER_SEAT_DAILY = 200
+QUIET_CODE = "quiet_hours"  # reminders.engine.holds.QUIET_CODE
+# A ledger row is reserved at most this long before it is sent (``ops.statistics``):
+# the bound lets the count use the ledger's (status, created_at) index.
+RESERVED_BEFORE_SENT = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class Minute:
+    """The waiting runs of one minute of the hour ahead, by kind."""
+
+    start: datetime
+    kinds: dict[str, int]
+
+    @property
+    def label(self) -> str:
+        return label(self.start, "%H:%M")
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"start": local_iso(self.start), "total": self.total, "kinds": dict(self.kinds)}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One recipient's runs waiting in the hour ahead, and its busiest minute."""
+
+    recipient: str
+    next_hour: int
+    busiest_minute: int
+    busiest_at: datetime | None
+
+    @property
+    def closeness(self) -> float:
+        """The larger share of WeCom's two limits (1.0: at a limit; above: past it)."""
+        return max(self.next_hour / PER_HOUR, self.busiest_minute / PER_MINUTE)
+
+    @property
+    def over(self) -> bool:
+        return self.next_hour > PER_HOUR or self.busiest_minute > PER_MINUTE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "recipient": self.recipient,
+            "next_hour": self.next_hour,
+            "busiest_minute": self.busiest_minute,
+            "busiest_at": iso(self.busiest_at),
+            "closeness": round(self.closeness, 4),
+            "over": self.over,
+        }
+
+
+@dataclass(frozen=True)
+class QuietHeld:
+    """The waiting runs of one kind held by quiet hours, and when they resume."""
+
+    kind: str
+    runs: int
+    first_resume: datetime | None
+    last_resume: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "runs": self.runs,
+            "first_resume": iso(self.first_resume),
+            "last_resume": iso(self.last_resume),
+        }
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The corp's daily quota (None without ``OPS_WECOM_SEATS``), today and tomorrow."""
+
+    seats: int | None
+    used: int
+    waiting_today: int
+    tomorrow_planned: int  # waiting runs due tomorrow, one-off tasks only
+    tomorrow_estimated: int  # recurring tasks: their runs a week before tomorrow
+
+    @property
+    def quota(self) -> int | None:
+        return None if self.seats is None else self.seats * PER_SEAT_DAILY
+
+    @property
+    def forecast(self) -> int:
+        return self.used + self.waiting_today
+
+    @property
+    def tomorrow(self) -> int:
+        return self.tomorrow_planned + self.tomorrow_estimated
+
+    @property
+    def today_over(self) -> bool:
+        return self.quota is not None and self.forecast > self.quota
+
+    @property
+    def tomorrow_over(self) -> bool:
+        return self.quota is not None and self.tomorrow > self.quota
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seats": self.seats,
+            "per_seat": PER_SEAT_DAILY,
+            "quota": self.quota,
+            "used": self.used,
+            "waiting_today": self.waiting_today,
+            "forecast": self.forecast,
+            "today_over": self.today_over,
+            "tomorrow": self.tomorrow,
+            "tomorrow_planned": self.tomorrow_planned,
+            "tomorrow_estimated": self.tomorrow_estimated,
+            "tomorrow_over": self.tomorrow_over,
+        }
+
+
+@dataclass(frozen=True)
+class Wave:
+    start: datetime
+    kinds: list[str]
+    minutes: list[Minute]
+    members: list[Member]
+    quiet: list[QuietHeld]
+    quota: Quota
+    tomorrow_by_kind: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def peak(self) -> int:
+        return max((minute.total for minute in self.minutes), default=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "start": local_iso(self.start),
+            "minutes_ahead": MINUTES,
+            "per_minute_limit": PER_MINUTE,
+            "per_hour_limit": PER_HOUR,
+            "kinds": list(self.kinds),
+            "minutes": [minute.as_dict() for minute in self.minutes],
+            "members": [member.as_dict() for member in self.members],
+            "quiet_hours": [held.as_dict() for held in self.quiet],
+            "quota": self.quota.as_dict(),
+            "tomorrow_by_kind": dict(self.tomorrow_by_kind),
+        }
+
+
+def _at() -> Coalesce:
+    return Coalesce("next_attempt_at", "due_at")
+
+
+def _waiting() -> Q:
+    return Q(status__in=TaskRun.WAITING) & ~Q(task__status=ScheduledTask.Status.PAUSED)
+
+
+def _hour(start: datetime) -> QuerySet[Any]:
+    return (
+        TaskRun.objects.filter(_waiting())
+        .annotate(at=_at())
+        .filter(at__gte=start, at__lt=start + timedelta(minutes=MINUTES))
+        .annotate(minute=TruncMinute("at", tzinfo=UTC))
+    )
+
+
+def wave(now: datetime) -> Wave:
+    start = now.replace(second=0, microsecond=0)
+    hour = _hour(start)
+    by_minute: dict[datetime, dict[str, int]] = defaultdict(dict)
+    kinds: set[str] = set()
+    rows = hour.values("minute", "task__kind").annotate(n=Count("pk")).order_by()
+    for row in rows:  # query: the minutes by kind
+        by_minute[_utc(row["minute"])][row["task__kind"]] = row["n"]
+        kinds.add(row["task__kind"])
+    minutes = []
+    for i in range(MINUTES):
+        moment = start + timedelta(minutes=i)
+        minutes.append(Minute(moment, by_minute.get(moment, {})))
+    by_kind, quota = _by_kind(now)
+    return Wave(
+        start=start,
+        kinds=sorted(kinds),
+        minutes=minutes,
+        members=_members(hour),
+        quiet=by_kind[0],
+        quota=quota,
+        tomorrow_by_kind=by_kind[1],
+    )
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _members(hour: QuerySet[Any]) -> list[Member]:
+    """Two queries: the candidates (the busiest in one minute, and in the hour); one:
+    their minutes. The ``TOP_MEMBERS`` closest to either
+    limit are among the candidates: a member behind 10 others on both counts is behind
+    them on the larger share too."""
+    per_minute = hour.values("task__recipient", "minute").annotate(n=Count("pk"))
+    # A recipient has at most MINUTES rows: the first TOP_MEMBERS * MINUTES rows hold the
+    # TOP_MEMBERS recipients with the busiest minutes (each first seen at its busiest).
+    busiest = per_minute.order_by("-n", "task__recipient", "minute")[: TOP_MEMBERS * MINUTES]
+    in_hour = (
+        hour.values("task__recipient")
+        .annotate(n=Count("pk"))
+        .order_by("-n", "task__recipient")[:TOP_MEMBERS]
+    )
+    candidates: set[str] = set()
+    for row in busiest:  # query
+        if len(candidates) == TOP_MEMBERS:
+            break
+        candidates.add(row["task__recipient"])
+    candidates |= {row["task__recipient"] for row in in_hour}  # query
+    totals: dict[str, int] = defaultdict(int)
+    peaks: dict[str, tuple[int, datetime | None]] = {}
+    # Without candidates, "" (never a member id) keeps the query, and the count, fixed.
+    for row in per_minute.filter(task__recipient__in=sorted(candidates) or [""]).order_by():
+        who, n, at = row["task__recipient"], row["n"], _utc(row["minute"])
+        totals[who] += n
+        best = peaks.get(who)
+        if best is None or n > best[0] or (n == best[0] and best[1] is not None and at < best[1]):
+            peaks[who] = (n, at)
+    members = [Member(who, totals[who], *peaks[who]) for who in totals]
+    members.sort(key=lambda m: (-m.closeness, -m.next_hour, m.recipient))
+    return members[:TOP_MEMBERS]
+
+
+def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quota]:
+    """Query: the waiting runs by kind (held by quiet hours and when they resume, due by
+    today's end, due tomorrow) and last week's runs of the recurring tasks; query: the
+    ledger's messages sent today."""
+    day = today(now)
+    start, end = day_bounds(day)
+    tomorrow_start, tomorrow_end = day_bounds(day + timedelta(days=1))
+    week_start, week_end = day_bounds(day - timedelta(days=6))
+    waiting = _waiting()
+    quiet = waiting & Q(error_code=QUIET_CODE)
+    recurring = ~Q(task__cron="")
+    week_before = (
+        Q(due_at__gte=week_start, due_at__lt=week_end)
+        & recurring
+        & Q(task__status=ScheduledTask.Status.ACTIVE, is_manual=False, is_compensation=False)
+        & ~Q(status__in=(TaskRun.Status.CANCELLED, TaskRun.Status.SKIPPED))
+    )
+    planned_tomorrow = waiting & Q(at__gte=tomorrow_start, at__lt=tomorrow_end) & ~recurring
+    rows = (
+        TaskRun.objects.annotate(at=_at())
+        .filter(waiting | week_before)
+        .values("task__kind")
+        .annotate(
+            quiet=Count("pk", filter=quiet),
+            first=Min("at", filter=quiet),
+            last=Max("at", filter=quiet),
+            today=Count("pk", filter=waiting & Q(at__lt=end)),
+            planned=Count("pk", filter=planned_tomorrow),
+            estimated=Count("pk", filter=week_before),
+        )
+        .order_by("task__kind")
+    )
+    held: list[QuietHeld] = []
+    tomorrow: dict[str, int] = {}
+    waiting_today = planned = estimated = 0
+    for row in rows:
+        kind = row["task__kind"]
+        if row["quiet"]:
+            held.append(QuietHeld(kind, row["quiet"], row["first"], row["last"]))
+        waiting_today += row["today"]
+        planned += row["planned"]
+        estimated += row["estimated"]
+        if row["planned"] or row["estimated"]:
+            tomorrow[kind] = row["planned"] + row["estimated"]
+    quota = Quota(
+        seats=conf.WECOM_SEATS,
+        used=_sent(start, min(end, now)),
+        waiting_today=waiting_today,
+        tomorrow_planned=planned,
+        tomorrow_estimated=estimated,
+    )
+    return (held, tomorrow), quota
+
+
+def _sent(start: datetime, until: datetime) -> int:
+    """Query: the ledger's messages sent in ``[start, until]``, a split text counting
+    its parts."""
+    split = Q(reply_detail__parts__gt=1)
+    got = SendLog.objects.filter(
+        status=SendLog.Status.SENT,
+        created_at__gte=start - RESERVED_BEFORE_SENT,
+        created_at__lte=until,
+        sent_at__gte=start,
+        sent_at__lte=until,
+    ).aggregate(
+        rows=Count("pk"),
+        split=Count("pk", filter=split),
+        parts=Sum(Cast(KT("reply_detail__parts"), IntegerField()), filter=split),
+    )
+    return int(got["rows"] - got["split"] + (got["parts"] or 0))

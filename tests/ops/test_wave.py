@@ -1,0 +1,210 @@
+"""ops.stats.wave: the next hour minute by minute, the members nearest WeCom's limits,
+the runs held by quiet hours and the daily quota, against a small world at a fixed now.
+
+Day D is 2026-03-10 in Asia/Shanghai; now is 15:00:30 local, so the hour is 15:00 to
+16:00. Waiting (times local, D unless said):
+
+* alice (follow_up, cron): 35 at 15:05, 5 at 15:10: 40 in the hour, 35 in one minute
+  (past the 30 a minute); bob (daily_report, cron): 3 at 15:05, one at 16:00:30 (after
+  the hour) and one due 14:50 (the backlog, not in the hour); carol's task is paused
+  (a run at 15:20: left out everywhere).
+* dave (follow_up): two held by quiet hours, resuming D+1 08:30 and 08:40.
+* erin: a one-off task, its run due D+1 10:00.
+
+Last week, D-6 (a week before tomorrow): alice's task 4 sent, one cancelled, one skipped,
+one made on request; carol's (paused) 2 sent: the estimate for tomorrow is 4.
+Ledger: today 2 sent rows plus one in 3 parts (5 messages), one failed; one sent
+yesterday.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from ops import stats
+from ops.stats import Quota
+from reminders.models import ScheduledTask, SendLog, TaskRun
+
+from .stats_world import DAY, START
+
+pytestmark = pytest.mark.django_db
+
+NOW = START + timedelta(hours=15, seconds=30)
+
+
+def at(hh: int, mm: int = 0, ss: int = 0, days: int = 0) -> Any:
+    return START + timedelta(days=days, hours=hh, minutes=mm, seconds=ss)
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def task(self, kind: str, recipient: str, *, cron: str = "0 9 * * *", **kw: Any) -> Any:
+        return ScheduledTask.objects.create(
+            kind=kind,
+            recipient=recipient,
+            channel="memory",
+            cron=cron,
+            run_at=None if cron else at(10, days=1),
+            timezone="Asia/Shanghai",
+            priority="normal",
+            **kw,
+        )
+
+    def runs(self, task: Any, due: Any, status: str = "scheduled", n: int = 1, **kw: Any) -> None:
+        rows = []
+        for _ in range(n):
+            self.n += 1
+            fields: dict[str, Any] = {
+                "task": task,
+                "occurrence": due - timedelta(microseconds=self.n),
+                "run_date": due.date(),
+                "due_at": due,
+                "status": status,
+                "ledger_key": f"k{self.n}",
+            }
+            if status in TaskRun.WAITING:
+                fields["next_attempt_at"] = due
+            elif status in TaskRun.FINISHED:
+                fields["finished_at"] = due
+            fields.update(kw)
+            rows.append(TaskRun(**fields))
+        TaskRun.objects.bulk_create(rows)
+
+    def sent(self, when: Any, status: str = "sent", parts: int | None = None) -> None:
+        self.n += 1
+        row = SendLog.objects.create(
+            key=f"log{self.n}",
+            status=status,
+            recipient="alice",
+            channel="memory",
+            body="{}",
+            reply_detail={"parts": parts} if parts else {},
+            sent_at=when if status == "sent" else None,
+        )
+        SendLog.objects.filter(pk=row.pk).update(created_at=when - timedelta(minutes=1))
+
+
+@pytest.fixture
+def world() -> Builder:
+    b = Builder()
+    alice = b.task("follow_up", "alice")
+    bob = b.task("daily_report", "bob")
+    carol = b.task("follow_up", "carol", status=ScheduledTask.Status.PAUSED)
+    dave = b.task("follow_up", "dave")
+    erin = b.task("birthday", "erin", cron="")
+    b.runs(alice, at(15, 5), n=35)
+    b.runs(alice, at(15, 10), n=5)
+    b.runs(bob, at(15, 5), n=3)
+    b.runs(bob, at(16, 0, 30))
+    b.runs(bob, at(14, 50))
+    b.runs(carol, at(15, 20))
+    for minute in (30, 40):
+        b.runs(dave, at(8, minute, days=1), "retrying", error_code="quiet_hours")
+    b.runs(erin, at(10, days=1))
+    week = -6
+    b.runs(alice, at(9, days=week), "sent", n=4)
+    b.runs(alice, at(9, 1, days=week), "cancelled")
+    b.runs(alice, at(9, 2, days=week), "skipped")
+    b.runs(alice, at(9, 3, days=week), "sent", is_manual=True)
+    b.runs(carol, at(9, days=week), "sent", n=2)
+    b.sent(at(9))
+    b.sent(at(10))
+    b.sent(at(11), parts=3)
+    b.sent(at(12), status="failed")
+    b.sent(at(23, days=-1))
+    return b
+
+
+def test_the_next_hour_minute_by_minute_stacked_by_kind(world):
+    wave = stats.compute(DAY, NOW).wave
+    assert wave is not None
+    assert wave.start == at(15)
+    assert len(wave.minutes) == 60
+    assert wave.minutes[5].kinds == {"follow_up": 35, "daily_report": 3}
+    assert wave.minutes[10].kinds == {"follow_up": 5}
+    assert sum(m.total for m in wave.minutes) == 43  # no backlog, no pause, not 16:00:30
+    assert wave.peak == 38
+    assert wave.kinds == ["daily_report", "follow_up"]
+    assert wave.minutes[5].label == "15:05"
+
+
+def test_the_members_closest_to_wecoms_limits(world):
+    members = stats.compute(DAY, NOW).wave.members
+    assert [(m.recipient, m.next_hour, m.busiest_minute) for m in members] == [
+        ("alice", 40, 35),
+        ("bob", 3, 3),
+    ]
+    assert members[0].busiest_at == at(15, 5)
+    assert members[0].over and not members[1].over
+    assert members[0].closeness == pytest.approx(35 / 30)
+
+
+def test_the_top_ten_are_the_closest_to_either_limit(world):
+    b = world
+    # 12 members with 2 in one minute each, and one with 20 spread over 20 minutes.
+    for i in range(12):
+        b.runs(b.task("follow_up", f"m{i:02}"), at(15, 30), n=2)
+    spread = b.task("follow_up", "spread")
+    for minute in range(20):
+        b.runs(spread, at(15, 20 + minute))
+    members = stats.compute(DAY, NOW).wave.members
+    assert len(members) == 10
+    assert [m.recipient for m in members[:3]] == ["alice", "bob", "m00"]
+    assert "spread" not in [m.recipient for m in members]  # 20/1000 and 1/30: furthest
+
+
+def test_the_runs_held_by_quiet_hours(world):
+    quiet = stats.compute(DAY, NOW).wave.quiet
+    assert [(q.kind, q.runs, q.first_resume, q.last_resume) for q in quiet] == [
+        ("follow_up", 2, at(8, 30, days=1), at(8, 40, days=1))
+    ]
+
+
+def test_the_quota_without_seats_is_unknown(world):
+    quota = stats.compute(DAY, NOW).wave.quota
+    assert quota.seats is None and quota.quota is None
+    assert quota.used == 5
+    assert quota.waiting_today == 45  # 40 + 3 + 1 + the backlog
+    assert quota.forecast == 50
+    assert (quota.tomorrow_planned, quota.tomorrow_estimated, quota.tomorrow) == (1, 4, 5)
+    assert not quota.today_over and not quota.tomorrow_over
+
+
+@override_settings(OPS_WECOM_SEATS=2)
+def test_the_quota_with_seats(world):
+    data = stats.compute(DAY, NOW).as_dict()["wave"]
+    assert data["quota"] == {
+        "seats": 2,
+        "per_seat": 200,
+        "quota": 400,
+        "used": 5,
+        "waiting_today": 45,
+        "forecast": 50,
+        "today_over": False,
+        "tomorrow": 5,
+        "tomorrow_planned": 1,
+        "tomorrow_estimated": 4,
+        "tomorrow_over": False,
+    }
+    assert data["tomorrow_by_kind"] == {"birthday": 1, "follow_up": 4}
+    assert data["members"][0]["busiest_at"] == "2026-03-10T15:05:00+08:00"
+    assert data["quiet_hours"][0]["first_resume"] == "2026-03-11T08:30:00+08:00"
+
+
+def test_quota_over():
+    assert Quota(1, 150, 51, 0, 0).today_over
+    assert not Quota(1, 150, 50, 0, 0).today_over
+    assert Quota(1, 0, 0, 100, 101).tomorrow_over
+    assert not Quota(None, 0, 0, 100, 101).tomorrow_over
+
+
+def test_nothing_waiting():
+    wave = stats.compute(DAY, NOW).wave
+    assert wave.members == [] and wave.quiet == [] and wave.peak == 0
+    assert wave.quota.used == 0 and wave.quota.tomorrow == 0
