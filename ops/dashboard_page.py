@@ -28,9 +28,21 @@ from reminders import kinds as kind_registry
 from reminders.models import Priority, SendLog, TaskRun
 
 from .conf import settings as conf
-from .stats import PENDING, PLAN_HORIZON, Bucket, Counts, PriorityPlan, Stats, local_iso
+from .stats import (
+    PENDING,
+    PER_HOUR,
+    PER_MINUTE,
+    PLAN_HORIZON,
+    Bucket,
+    Counts,
+    PriorityPlan,
+    Stats,
+    Wave,
+    local_iso,
+    zone_name,
+)
 from .stats import format as fmt
-from .svg import Series, bar_chart, line_chart
+from .svg import Series, bar_chart, line_chart, stacked_bar_chart
 
 # Every status but cancelled: the runs a day's plan holds.
 PLANNED = tuple(status for status in TaskRun.Status.values if status != TaskRun.Status.CANCELLED)
@@ -144,6 +156,7 @@ def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, An
         "heartbeat_max_age": fmt.seconds(stats.heartbeat_max_age),
         "charts": charts(stats, links),
         "runs_link": links.due(start, end),
+        "wave": wave(stats.wave, links) if stats.wave is not None else None,
     }
 
 
@@ -356,4 +369,80 @@ def _days_chart(stats: Stats, links: RunLinks, sent: str, failed: str) -> dict[s
         ),
         "head": [pgettext("column", "day"), sent, failed],
         "rows": [(d.label, d.counts.sent, d.counts.failed) for d in stats.days],
+    }
+
+
+# The wave ahead ------------------------------------------------------------------------
+
+
+def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
+    """The next hour by minute and kind (a stacked chart and its table), the members
+    nearest WeCom's limits, the runs held by quiet hours, the daily quota."""
+    waiting = ",".join(TaskRun.WAITING)
+    kinds = wave.kinds
+    labels = [minute.label for minute in wave.minutes]
+    chart = stacked_bar_chart(
+        "chart-wave",
+        title=_("The next hour, minute by minute"),
+        desc=_(
+            "Waiting runs by the minute of their next attempt, stacked by kind; the backlog "
+            "already due is in the plan above."
+        ),
+        labels=labels,
+        series=[
+            Series(
+                kind_registry.label(kind),
+                [float(minute.kinds.get(kind, 0)) for minute in wave.minutes],
+            )
+            for kind in kinds
+        ],
+        x_label=_("minute (%(zone)s)") % {"zone": zone_name()},
+        y_label=_("runs"),
+    )
+    quota = wave.quota
+    return {
+        "wave": wave,
+        "svg": chart,
+        "head": [_("minute"), *[kind_registry.label(kind) for kind in kinds], _("total")],
+        "rows": [
+            (minute.label, *[minute.kinds.get(kind, 0) for kind in kinds], minute.total)
+            for minute in wave.minutes
+            if minute.total
+        ],
+        "peak": wave.peak,
+        "members": [
+            {
+                "member": member,
+                "next_hour": Cell(
+                    str(member.next_hour),
+                    links.runs(status__in=waiting, task__recipient__exact=member.recipient),
+                    alert=member.next_hour > PER_HOUR,
+                ),
+                "busiest": Cell(
+                    str(member.busiest_minute), alert=member.busiest_minute > PER_MINUTE
+                ),
+                "busiest_at": member.busiest_at,
+                "share": fmt.rate(member.closeness),
+            }
+            for member in wave.members
+        ],
+        "per_minute": PER_MINUTE,
+        "per_hour": PER_HOUR,
+        "quiet": [
+            {
+                "held": held,
+                "label": kind_registry.label(held.kind),
+                "link": links.runs(
+                    status__in=waiting, error_code__exact="quiet_hours", task__kind__exact=held.kind
+                ),
+            }
+            for held in wave.quiet
+        ],
+        "quota": quota,
+        "quota_cells": [
+            (_("Daily quota"), str(quota.quota) if quota.quota is not None else None, False),
+            (_("Sent today"), str(quota.used), False),
+            (_("Forecast for today"), str(quota.forecast), quota.today_over),
+            (_("Tomorrow"), str(quota.tomorrow), quota.tomorrow_over),
+        ],
     }

@@ -275,3 +275,45 @@ def line_chart(
                     )
                 )
     return _svg(chart_id, title, desc, _join(parts))
+
+
+def stacked_bar_chart(
+    chart_id: str,
+    *,
+    title: str,
+    desc: str,
+    labels: Sequence[str],
+    series: Sequence[Series],
+    x_label: str,
+    y_label: str,
+    fmt: Callable[[float], str] = lambda v: f"{v:g}",
+) -> SafeString:
+    """The series stacked in each category, the first at the bottom; the axis reaches the
+    tallest stack."""
+    totals = [sum(one.values[i] or 0.0 for one in series) for i in range(len(labels))]
+    top, step = nice_ceiling(max(totals, default=0.0))
+    frame = _Frame(labels, top, step)
+    width = frame.band * 0.8
+    parts = [_axes(frame, x_label, y_label, fmt), _legend(series)]
+    base = [0.0] * len(labels)
+    for s, one in enumerate(series):
+        for i, value in enumerate(one.values):
+            if not value:
+                continue
+            y = frame.y(base[i] + value)
+            parts.append(
+                format_html(
+                    '<rect class="series-{}" x="{}" y="{}" width="{}" height="{}">'
+                    "<title>{}: {} {}</title></rect>",
+                    s,
+                    _num(frame.x(i) - width / 2),
+                    _num(y),
+                    _num(max(width - 1, 1)),
+                    _num(frame.y(base[i]) - y),
+                    labels[i],
+                    fmt(value),
+                    one.name,
+                )
+            )
+            base[i] += value
+    return _svg(chart_id, title, desc, _join(parts))

@@ -183,9 +183,9 @@ def test_page_shows_the_days_numbers(admin_client, world):
     assert f'{DATA}?date=2026-03-10"' in html
 
 
-def test_page_draws_three_accessible_charts(admin_client, world):
+def test_page_draws_four_accessible_charts(admin_client, world):
     html = page(admin_client).content.decode()
-    assert html.count(CHART) == 3
+    assert html.count(CHART) == 4
     # Nothing from elsewhere, and no script but the admin's own chrome.
     assert "https://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     scripts = re.findall(r"<script[^>]*>", html)
@@ -200,16 +200,17 @@ def test_page_draws_three_accessible_charts(admin_client, world):
         titles.append(ids[labelled[0]])
         assert ids[labelled[1]]  # the description
         texts = [el.text for el in root.iter(f"{SVG}text")]
-        assert "hour due (Asia/Shanghai)" in texts or "day due" in texts
+        assert {"hour due (Asia/Shanghai)", "day due", "minute (Asia/Shanghai)"} & set(texts)
     assert titles == [
+        "The next hour, minute by minute",
         "Sent and failed per hour, 2026-03-10",
         "Lateness per hour, 2026-03-10",
         "Sent and failed per day, the last 14 days",
     ]
-    hours = parse(charts[0])
+    hours = parse(charts[1])
     tips = [el.text for el in hours.iter(f"{SVG}title")]
     assert "09:00: 5 sent" in tips and "10:00: 1 failed" in tips
-    lateness = parse(charts[1])
+    lateness = parse(charts[2])
     tips = [el.text for el in lateness.iter(f"{SVG}title")]
     assert "09:00: 10 p50" in tips and "09:00: 260 p95" in tips
     # The numbers in a table too.
@@ -347,7 +348,7 @@ def test_an_empty_day_renders(admin_client, db):
     assert response.status_code == 200
     assert "No run is due on this day." in html
     assert "No scheduler is running (no heartbeat)." in html
-    assert html.count(CHART) == 3
+    assert html.count(CHART) == 4
 
 
 def test_json_and_page_agree(admin_client, world):
