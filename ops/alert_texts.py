@@ -21,6 +21,9 @@ from reminders import kinds
 from .conf import settings as conf
 from .models import Alert, AlertEvent, AlertType
 
+# The alert step's quota alert (``ops.alerts.DAILY_QUOTA``), not an AlertType member yet.
+DAILY_QUOTA = getattr(AlertType, "DAILY_QUOTA", "daily_quota")
+
 EXAMPLES = 5
 CODES = 5
 PREFIX = "[reminders] "
@@ -79,6 +82,10 @@ def _titles() -> dict[str, Callable[[int, dict[str, str]], str]]:
             "WeCom's count of app %(scope)s could not be asked (%(count)d day)",
             "WeCom's count of app %(scope)s could not be asked (%(count)d days)",
         ),
+        DAILY_QUOTA: plural(
+            "Tomorrow's planned messages exceed WeCom's daily quota (%(count)d check)",
+            "Tomorrow's planned messages exceed WeCom's daily quota (%(count)d checks)",
+        ),
     }
 
 
@@ -133,6 +140,11 @@ def _advice() -> dict[str, str]:
             "The alert step could not ask WeCom for yesterday's count of this app, so the "
             "ledger was not compared; WeCom keeps yesterday's count until midnight "
             "(Beijing time)."
+        ),
+        DAILY_QUOTA: _(
+            "WeCom allows OPS_WECOM_SEATS x 200 person-messages a day per corp and refuses "
+            "the rest. Spread the recurring tasks, or raise the seats; the dashboard's wave "
+            "section shows the figures."
         ),
     }
 

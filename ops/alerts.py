@@ -47,8 +47,13 @@ from reminders.models import SchedulerHeartbeat, TaskRun
 from . import alert_channels, alert_texts, statistics
 from .conf import settings as conf
 from .models import Alert, AlertDelivery, AlertEvent, AlertType
+from .stats.wave import quota
 
 logger = logging.getLogger(__name__)
+
+# Tomorrow's planned volume over WeCom's daily quota: one alert a day, grouped by nothing.
+# (Not an ``AlertType`` member yet: the field's choices live in ``ops.models``.)
+DAILY_QUOTA = getattr(AlertType, "DAILY_QUOTA", "daily_quota")
 
 # Deliveries attempted in one step at most; the rest wait for the next step.
 DELIVERIES_PER_STEP = 100
@@ -83,6 +88,7 @@ def run_step(now: datetime | None = None) -> StepResult:
         + check_success_rates(now)
         + check_calendar_coverage(now)
         + check_statistics(now)
+        + check_daily_quota(now)
     )
     result.opened = open_alerts(now)
     result.sent, result.failed = deliver_due(now)
@@ -189,6 +195,40 @@ def check_calendar_coverage(now: datetime) -> int:
             },
         )
     return recorded
+
+
+def check_daily_quota(now: datetime) -> int:
+    """Record, once per local day, that tomorrow's planned volume (the waiting runs of
+    one-off tasks plus last week's of the recurring ones, ``ops.stats.wave``) exceeds
+    WeCom's daily quota of ``OPS_WECOM_SEATS`` x 200; nothing without seats."""
+    if conf.WECOM_SEATS is None:
+        return 0
+    found = quota(now)
+    if not found.tomorrow_over:
+        return 0
+    tomorrow = (timezone.localdate(now) + timedelta(days=1)).isoformat()
+    return int(
+        AlertEvent.objects.record_once(
+            f"daily_quota:{tomorrow}",
+            DAILY_QUOTA,
+            occurred_at=now,
+            code="daily_quota",
+            message=(
+                f"Tomorrow ({tomorrow}) {found.tomorrow} messages are planned "
+                f"({found.tomorrow_planned} one-off runs planned, {found.tomorrow_estimated} "
+                f"estimated for recurring tasks), over WeCom's daily quota of {found.quota} "
+                f"({found.seats} seats x 200)."
+            ),
+            data={
+                "day": tomorrow,
+                "tomorrow": found.tomorrow,
+                "planned": found.tomorrow_planned,
+                "estimated": found.tomorrow_estimated,
+                "quota": found.quota,
+                "seats": found.seats,
+            },
+        )
+    )
 
 
 def check_statistics(now: datetime) -> int:

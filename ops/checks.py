@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
+from django.utils import timezone
 from django.utils.translation import gettext
 
 from . import alert_channels
@@ -30,6 +32,7 @@ SETTINGS = (
     "METRICS_ALLOWED_NETWORKS",
     "METRICS_WINDOW_SECONDS",
     "HEALTH_QUEUE_WAIT_SECONDS",
+    "WECOM_SEATS",
 )
 
 
@@ -73,3 +76,34 @@ def _channel_problem(alias: str, problem: object) -> str:
         "alias": alias,
         "problem": problem,
     }
+
+
+@register("ops", deploy=True)
+def check_daily_quota(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """ops.W003: tomorrow's planned volume (``ops.stats.wave``) over WeCom's daily quota
+    (``OPS_WECOM_SEATS`` x 200). Nothing without seats, or without a database to read."""
+    from .stats.wave import quota  # the stats read the models: not at import
+
+    try:
+        if conf.WECOM_SEATS is None:
+            return []
+        found = quota(timezone.now())
+    except (ImproperlyConfigured, DatabaseError):
+        return []  # a bad setting is ops.E001; no tables yet: nothing planned
+    if not found.tomorrow_over:
+        return []
+    return [
+        Warning(
+            gettext(
+                "Tomorrow's planned volume, %(tomorrow)d messages, exceeds WeCom's daily "
+                "quota of %(quota)d (OPS_WECOM_SEATS %(seats)d x 200): messages past it "
+                "are refused."
+            )
+            % {"tomorrow": found.tomorrow, "quota": found.quota, "seats": found.seats},
+            hint=gettext(
+                "Spread the recurring tasks over more days, or buy seats and raise "
+                "OPS_WECOM_SEATS. The dashboard's wave section shows the figures."
+            ),
+            id="ops.W003",
+        )
+    ]

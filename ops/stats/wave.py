@@ -351,3 +351,8 @@ def _sent(start: datetime, until: datetime) -> int:
         parts=Sum(Cast(KT("reply_detail__parts"), IntegerField()), filter=split),
     )
     return int(got["rows"] - got["split"] + (got["parts"] or 0))
+
+
+def quota(now: datetime) -> Quota:
+    """The daily quota alone (two queries): for the deploy check and the alert step."""
+    return _by_kind(now)[1]
