@@ -201,7 +201,7 @@ def check_daily_quota(now: datetime) -> int:
     """Record, once per local day, that tomorrow's planned volume (the waiting runs of
     one-off tasks plus last week's of the recurring ones, ``ops.stats.wave``) exceeds
     WeCom's daily quota of ``OPS_WECOM_SEATS`` x 200; nothing without seats."""
-    if conf.WECOM_SEATS is None:
+    if conf.SEATS is None:
         return 0
     found = quota(now)
     if not found.tomorrow_over:

@@ -32,7 +32,7 @@ SETTINGS = (
     "METRICS_ALLOWED_NETWORKS",
     "METRICS_WINDOW_SECONDS",
     "HEALTH_QUEUE_WAIT_SECONDS",
-    "WECOM_SEATS",
+    "SEATS",
 )
 
 
@@ -85,7 +85,7 @@ def check_daily_quota(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     from .stats.wave import quota  # the stats read the models: not at import
 
     try:
-        if conf.WECOM_SEATS is None:
+        if conf.SEATS is None:
             return []
         found = quota(timezone.now())
     except (ImproperlyConfigured, DatabaseError):

@@ -220,10 +220,10 @@ class Settings:
     # WeCom's daily quota -------------------------------------------------------------
 
     @property
-    def WECOM_SEATS(self) -> int | None:
+    def SEATS(self) -> int | None:
         """The corp's seats: WeCom allows seats x ``PER_SEAT_DAILY`` (200) person-messages
         a day per corp. None (the default): no quota known, nothing compared."""
-        value = self._get("WECOM_SEATS", None)
+        value = getattr(django_settings, "OPS_WECOM_SEATS", None)  # not WECOM_*: ours
         if value is None or value == "":
             return None
         number = _number("OPS_WECOM_SEATS", value, minimum=1, inclusive=True)

@@ -326,7 +326,7 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
         if row["planned"] or row["estimated"]:
             tomorrow[kind] = row["planned"] + row["estimated"]
     quota = Quota(
-        seats=conf.WECOM_SEATS,
+        seats=conf.SEATS,
         used=_sent(start, min(end, now)),
         waiting_today=waiting_today,
         tomorrow_planned=planned,

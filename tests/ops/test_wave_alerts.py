@@ -81,11 +81,11 @@ def test_deploy_check_is_quiet_without_seats_or_within_the_quota(busy_tomorrow, 
 @pytest.mark.parametrize("bad", [0, -3, 1.5, "many", True])
 def test_seats_must_be_a_whole_positive_number(bad):
     with override_settings(OPS_WECOM_SEATS=bad), pytest.raises(ImproperlyConfigured):
-        conf.WECOM_SEATS  # noqa: B018
+        conf.SEATS  # noqa: B018
 
 
 def test_seats_read_from_the_environment_as_text():
     with override_settings(OPS_WECOM_SEATS="12"):
-        assert conf.WECOM_SEATS == 12
+        assert conf.SEATS == 12
     with override_settings(OPS_WECOM_SEATS=None):
-        assert conf.WECOM_SEATS is None
+        assert conf.SEATS is None
