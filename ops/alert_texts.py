@@ -21,8 +21,8 @@ from reminders import kinds
 from .conf import settings as conf
 from .models import Alert, AlertEvent, AlertType
 
-# The alert step's quota alert (``ops.alerts.DAILY_QUOTA``), not an AlertType member yet.
-DAILY_QUOTA = getattr(AlertType, "DAILY_QUOTA", "daily_quota")
+# The alert step's quota alert (``ops.alerts.DAILY_QUOTA``).
+DAILY_QUOTA = AlertType.DAILY_QUOTA
 
 EXAMPLES = 5
 CODES = 5

@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 # Tomorrow's planned volume over WeCom's daily quota: one alert a day, grouped by nothing.
 # (Not an ``AlertType`` member yet: the field's choices live in ``ops.models``.)
-DAILY_QUOTA = getattr(AlertType, "DAILY_QUOTA", "daily_quota")
+DAILY_QUOTA = AlertType.DAILY_QUOTA
 
 # Deliveries attempted in one step at most; the rest wait for the next step.
 DELIVERIES_PER_STEP = 100

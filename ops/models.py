@@ -48,6 +48,7 @@ class AlertType(models.TextChoices):
     SUCCESS_RATE = "success_rate", _("Low send success rate")
     STATISTICS_MISMATCH = "statistics_mismatch", _("WeCom's count differs from the ledger")
     STATISTICS_UNAVAILABLE = "statistics_unavailable", _("WeCom's count unavailable")
+    DAILY_QUOTA = "daily_quota", _("Daily quota would be exceeded")
 
 
 # What the events of each type are grouped by, besides their type.
@@ -66,6 +67,8 @@ GROUPED_BY: dict[str, tuple[str, ...]] = {
     # Per WeCom app (its corp and agent id).
     AlertType.STATISTICS_MISMATCH: ("scope",),
     AlertType.STATISTICS_UNAVAILABLE: ("scope",),
+    # The app's quota for tomorrow, one alert a day.
+    AlertType.DAILY_QUOTA: (),
 }
 
 

@@ -8,8 +8,10 @@ Invariants:
 * Read when a run starts, so a choice or a policy reaches every run not sent yet,
   whenever it was planned; asked only of a message never delivered (a key in doubt is
   decided as any other: it may have reached the recipient).
-* What the recipients chose is read in two queries a job (``read``); a mandatory kind
-  (``Policy.mandatory``) is never skipped for an opt-out.
+* What the recipients chose costs a job nothing when they chose nothing: it is looked up
+  in the start's own SELECT of its runs (``lookups``), and read (``read``) only
+  where there is something; a mandatory kind (``Policy.mandatory``) is never skipped
+  for an opt-out.
 * Quiet hours defer, never drop: the run waits for their end on the task's clock
   (``schedule.quiet``), staggered by recipient as the kind staggers its waves (over
   ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the end of the night is not
@@ -22,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+
+from django.db.models import OuterRef, Subquery
 
 from .. import registry
 from ..calendars.backends import day_off
@@ -43,17 +47,33 @@ class Chosen:
     quiet: dict[str, QuietHours]
 
 
+def lookups() -> dict[str, Subquery]:
+    """For the start's SELECT of its runs: each run's opt-out and its recipient's own
+    quiet hours, by primary key (None: none), looked up through their unique indexes in
+    that one statement, so that a job whose recipients chose nothing costs nothing more."""
+    return {
+        "held_opt_out": Subquery(
+            Preference.objects.filter(
+                recipient=OuterRef("task__recipient"), kind=OuterRef("task__kind"), opted_out=True
+            ).values("pk")[:1]
+        ),
+        "held_quiet": Subquery(
+            QuietHours.objects.filter(recipient=OuterRef("task__recipient")).values("pk")[:1]
+        ),
+    }
+
+
 def read(runs: Sequence[TaskRun]) -> Chosen:
-    """What the runs' recipients chose about the runs' kinds: two queries."""
-    if not runs:
-        return Chosen({}, {})
-    recipients = {run.task.recipient for run in runs}
-    rows = Preference.objects.filter(
-        opted_out=True, recipient__in=recipients, kind__in={run.task.kind for run in runs}
+    """What the runs' recipients chose, from the runs' ``lookups``: no query when
+    none chose anything, else one for each table with something to read."""
+    opt_outs = {pk for run in runs if (pk := getattr(run, "held_opt_out", None)) is not None}
+    quiet = {pk for run in runs if (pk := getattr(run, "held_quiet", None)) is not None}
+    rows = Preference.objects.in_bulk(opt_outs).values() if opt_outs else ()
+    own = QuietHours.objects.in_bulk(quiet).values() if quiet else ()
+    return Chosen(
+        {(row.recipient, row.kind): row for row in rows if not registry.mandatory(row.kind)},
+        {row.recipient: row for row in own},
     )
-    opted_out = {(row.recipient, row.kind): row for row in rows if not registry.mandatory(row.kind)}
-    quiet = {row.recipient: row for row in QuietHours.objects.filter(recipient__in=recipients)}
-    return Chosen(opted_out, quiet)
 
 
 def skip_opted_out(run: TaskRun, choice: Preference) -> None:

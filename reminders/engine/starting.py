@@ -111,6 +111,7 @@ def start(
         runs = list(
             TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
             .select_related("task")
+            .annotate(**holds.lookups())
             .order_by("priority", "next_attempt_at")
         )
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
