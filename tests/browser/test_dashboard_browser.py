@@ -250,7 +250,8 @@ def test_operator__retries_the_days_failures_from_the_dashboard_and_sees_them_se
     assert cards(page) == day_cards(planned=5, sent=2, failed=3)
     assert [row[:3] for row in failure_rows(page)] == [["Failed", NOT_ALLOWED, "3"]]
     assert "WeCom errcode 60020" in failure_rows(page)[0][4]
-    assert page.locator("svg.chart").count() == 3
+    # Sent and failed per hour, lateness per hour, the fortnight by day; the next hour.
+    assert page.locator("svg.chart").count() == 4
     save_screenshot(page)
 
     # Its link: exactly those runs, in the admin.
