@@ -20,6 +20,7 @@ from reminders.senders import get_sender
 from reminders.senders.base import Message
 from reminders.senders.parts import CONTENT_LIMIT
 from tests.ops.test_statistics_sandbox import seconds_to_noon
+from tests.support.alert_channels import admins_setting
 from tests.support.sandbox import AGENT_ID, CORP_ID, running_sandbox, wecom_settings
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +50,7 @@ def box(settings: Any) -> Iterator[WeComSandbox]:
                 for alias in APP_CHANNELS
             },
         }
-        settings.ADMINS = [("ops", "ops@example.com")]
+        settings.ADMINS = admins_setting("ops@example.com")
         settings.OPS_ALERT_CHANNELS = {"admins": {"BACKEND": "ops.alert_channels.MailAdmins"}}
         yield sandbox
 
