@@ -21,18 +21,22 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import OuterRef, Subquery
 
 from .. import registry
 from ..calendars.backends import day_off
-from ..exceptions import UnknownKind
+from ..exceptions import RemindersError, UnknownKind
 from ..models import OPTED_OUT_CODE, Preference, QuietHours, TaskRun
 from ..schedule import timing
 from ..schedule.quiet import QuietWindow, quiet_until
+
+logger = logging.getLogger("reminders.engine.delivery")
 
 QUIET_CODE = "quiet_hours"
 QUIET_SPREAD_SECONDS = 600
@@ -120,8 +124,14 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
     )
     if not (hours or calendar):
         return None
-    window = QuietWindow.parse(hours) if hours else None
-    end = quiet_until(now, task.timezone, window, _rest_days(calendar))
+    try:
+        window = QuietWindow.parse(hours) if hours else None
+        end = quiet_until(now, task.timezone, window, _rest_days(calendar))
+    except (RemindersError, ImproperlyConfigured, ValueError) as exc:
+        # Hours stored wrong, or a calendar no longer configured: this run is sent as if
+        # there were none, and said so; it never stops its job's other runs.
+        logger.warning("run %s: quiet hours %r / %r not applied: %s", run.pk, hours, calendar, exc)
+        return None
     if end is None:
         return None
     until = end + timing.stagger(

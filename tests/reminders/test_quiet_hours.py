@@ -259,3 +259,17 @@ def test_own__never_hold_a_kind_that_breaks_quiet_hours(outbox: list) -> None:
     late = at(THURSDAY, 22, 0)
     api.schedule("inquiry_timeout", "alice", at=late, tz=TZ, channel="memory")
     assert tick_at(late) == 1
+
+
+@pytest.mark.django_db
+def test_own__a_calendar_no_longer_configured_holds_nothing_and_stops_no_one(
+    outbox: list,
+) -> None:
+    # Set when the calendar existed; the settings no longer name it.
+    QuietHours.objects.create(
+        recipient="alice", hours="", calendar="gone", changed_by="ops", changed_at=at(THURSDAY, 9)
+    )
+    noon = at(THURSDAY, 12)
+    for who in ("alice", "bob"):
+        api.schedule("follow_up", who, at=noon, tz=TZ, channel="memory")
+    assert tick_at(noon) == 2
