@@ -21,11 +21,12 @@ from urllib.parse import urlencode
 from django.contrib.admin import AdminSite, ModelAdmin
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
 from reminders import kinds as kind_registry
-from reminders.models import Priority, SendLog, TaskRun
+from reminders.models import QUIET_CODE, Priority, SendLog, TaskRun
 
 from .conf import settings as conf
 from .stats import (
@@ -380,29 +381,10 @@ def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
     nearest WeCom's limits, the runs held by quiet hours, the daily quota."""
     waiting = ",".join(TaskRun.WAITING)
     kinds = wave.kinds
-    labels = [minute.label for minute in wave.minutes]
-    chart = stacked_bar_chart(
-        "chart-wave",
-        title=_("The next hour, minute by minute"),
-        desc=_(
-            "Waiting runs by the minute of their next attempt, stacked by kind; the backlog "
-            "already due is in the plan above."
-        ),
-        labels=labels,
-        series=[
-            Series(
-                kind_registry.label(kind),
-                [float(minute.kinds.get(kind, 0)) for minute in wave.minutes],
-            )
-            for kind in kinds
-        ],
-        x_label=_("minute (%(zone)s)") % {"zone": zone_name()},
-        y_label=_("runs"),
-    )
     quota = wave.quota
     return {
         "wave": wave,
-        "svg": chart,
+        "svg": _wave_chart(wave),
         "head": [_("minute"), *[kind_registry.label(kind) for kind in kinds], _("total")],
         "rows": [
             (minute.label, *[minute.kinds.get(kind, 0) for kind in kinds], minute.total)
@@ -410,22 +392,7 @@ def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
             if minute.total
         ],
         "peak": wave.peak,
-        "members": [
-            {
-                "member": member,
-                "next_hour": Cell(
-                    str(member.next_hour),
-                    links.runs(status__in=waiting, task__recipient__exact=member.recipient),
-                    alert=member.next_hour > PER_HOUR,
-                ),
-                "busiest": Cell(
-                    str(member.busiest_minute), alert=member.busiest_minute > PER_MINUTE
-                ),
-                "busiest_at": member.busiest_at,
-                "share": fmt.rate(member.closeness),
-            }
-            for member in wave.members
-        ],
+        "members": _wave_members(wave, links, waiting),
         "per_minute": PER_MINUTE,
         "per_hour": PER_HOUR,
         "quiet": [
@@ -433,7 +400,7 @@ def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
                 "held": held,
                 "label": kind_registry.label(held.kind),
                 "link": links.runs(
-                    status__in=waiting, error_code__exact="quiet_hours", task__kind__exact=held.kind
+                    status__in=waiting, error_code__exact=QUIET_CODE, task__kind__exact=held.kind
                 ),
             }
             for held in wave.quiet
@@ -446,3 +413,43 @@ def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
             (_("Tomorrow"), str(quota.tomorrow), quota.tomorrow_over),
         ],
     }
+
+
+def _wave_chart(wave: Wave) -> SafeString:
+    """The next hour's waiting runs by minute, stacked by kind."""
+    return stacked_bar_chart(
+        "chart-wave",
+        title=_("The next hour, minute by minute"),
+        desc=_(
+            "Waiting runs by the minute of their next attempt, stacked by kind; the backlog "
+            "already due is in the plan above."
+        ),
+        labels=[minute.label for minute in wave.minutes],
+        series=[
+            Series(
+                kind_registry.label(kind),
+                [float(minute.kinds.get(kind, 0)) for minute in wave.minutes],
+            )
+            for kind in wave.kinds
+        ],
+        x_label=_("minute (%(zone)s)") % {"zone": zone_name()},
+        y_label=_("runs"),
+    )
+
+
+def _wave_members(wave: Wave, links: RunLinks, waiting: str) -> list[dict[str, Any]]:
+    """The members nearest WeCom's limits, each count linked to their waiting runs."""
+    return [
+        {
+            "member": member,
+            "next_hour": Cell(
+                str(member.next_hour),
+                links.runs(status__in=waiting, task__recipient__exact=member.recipient),
+                alert=member.next_hour > PER_HOUR,
+            ),
+            "busiest": Cell(str(member.busiest_minute), alert=member.busiest_minute > PER_MINUTE),
+            "busiest_at": member.busiest_at,
+            "share": fmt.rate(member.closeness),
+        }
+        for member in wave.members
+    ]

@@ -297,54 +297,7 @@ class SandboxState:
                     "no callback URL is configured: start the sandbox with --callback-url "
                     "(or set the callback switch) to click",
                 )
-            entry = self._entry(entry_id)
-            if entry is None:
-                raise ClickRefused(404, "unknown_entry", f"no entry {entry_id} in the ledger")
-            if entry.endpoint != MESSAGE_SEND or not _task_id(entry):
-                what = entry.msgtype or entry.endpoint
-                raise ClickRefused(
-                    400, "not_a_card", f"entry {entry_id} is a {what} message, not a button card"
-                )
-            if not entry.delivered:
-                also = f", a duplicate of entry {entry.duplicate_of}" if entry.duplicate_of else ""
-                raise ClickRefused(
-                    409,
-                    "not_delivered",
-                    f"entry {entry_id} was {entry.status}{also}: nobody received this card",
-                )
-            if entry.recalled:
-                raise ClickRefused(409, "recalled", f"entry {entry_id} was recalled")
-            member = user or next((u for u in entry.delivered_to if ":" not in u), "")
-            if not member:
-                raise ClickRefused(
-                    400,
-                    "no_user",
-                    f"entry {entry_id} went to departments or tags only: say which member clicks",
-                )
-            if member not in entry.delivered_to and not _via_group(entry.delivered_to):
-                raise ClickRefused(
-                    400,
-                    "not_recipient",
-                    f"{member!r} is not a recipient of entry {entry_id} "
-                    f"({'|'.join(entry.delivered_to)})",
-                )
-            card = self._card_for(entry, member)
-            if card is None:
-                replaced = (entry.card_update or {}).get("replace_name", "")
-                raise ClickRefused(
-                    409,
-                    "updated",
-                    f"the buttons of entry {entry_id} were replaced by an update "
-                    f"({replaced!r}) for {member}: nothing left to click",
-                )
-            buttons = callback_buttons(card)
-            if key not in buttons:
-                raise ClickRefused(
-                    400,
-                    "unknown_key",
-                    f"{key!r} is not a button of entry {entry_id} that calls back "
-                    f"(its keys: {', '.join(map(repr, buttons)) or 'none'})",
-                )
+            entry, member, card = self._clickable(entry_id, key, user)
             now = self.now()
             code = self.codes.issue(entry.id, now, CLICK)
             self.codes.sweep(now, self.ledger.entries[0].id)
@@ -360,6 +313,61 @@ class SandboxState:
                 at=self.wall(),
                 callback=callback,
             )
+
+    def _clickable(
+        self, entry_id: int, key: str, user: str | None
+    ) -> tuple[LedgerEntry, str, dict[str, Any]]:
+        """The entry, the clicking member and the card as that member sees it, when button
+        ``key`` may be clicked; ``ClickRefused`` saying why otherwise. Under the lock."""
+        entry = self._entry(entry_id)
+        if entry is None:
+            raise ClickRefused(404, "unknown_entry", f"no entry {entry_id} in the ledger")
+        if entry.endpoint != MESSAGE_SEND or not _task_id(entry):
+            what = entry.msgtype or entry.endpoint
+            raise ClickRefused(
+                400, "not_a_card", f"entry {entry_id} is a {what} message, not a button card"
+            )
+        if not entry.delivered:
+            also = f", a duplicate of entry {entry.duplicate_of}" if entry.duplicate_of else ""
+            raise ClickRefused(
+                409,
+                "not_delivered",
+                f"entry {entry_id} was {entry.status}{also}: nobody received this card",
+            )
+        if entry.recalled:
+            raise ClickRefused(409, "recalled", f"entry {entry_id} was recalled")
+        member = user or next((u for u in entry.delivered_to if ":" not in u), "")
+        if not member:
+            raise ClickRefused(
+                400,
+                "no_user",
+                f"entry {entry_id} went to departments or tags only: say which member clicks",
+            )
+        if member not in entry.delivered_to and not _via_group(entry.delivered_to):
+            raise ClickRefused(
+                400,
+                "not_recipient",
+                f"{member!r} is not a recipient of entry {entry_id} "
+                f"({'|'.join(entry.delivered_to)})",
+            )
+        card = self._card_for(entry, member)
+        if card is None:
+            replaced = (entry.card_update or {}).get("replace_name", "")
+            raise ClickRefused(
+                409,
+                "updated",
+                f"the buttons of entry {entry_id} were replaced by an update "
+                f"({replaced!r}) for {member}: nothing left to click",
+            )
+        buttons = callback_buttons(card)
+        if key not in buttons:
+            raise ClickRefused(
+                400,
+                "unknown_key",
+                f"{key!r} is not a button of entry {entry_id} that calls back "
+                f"(its keys: {', '.join(map(repr, buttons)) or 'none'})",
+            )
+        return entry, member, card
 
     def record_click(self, click: Click) -> None:
         """The click and what the callback answered, on its card's ledger entry."""

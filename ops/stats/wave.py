@@ -44,7 +44,7 @@ from django.db.models import Count, IntegerField, Max, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncMinute
 
-from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.models import QUIET_CODE, ScheduledTask, SendLog, TaskRun
 
 from ..conf import settings as conf
 from .days import day_bounds, iso, label, local_iso, today
@@ -54,7 +54,6 @@ TOP_MEMBERS = 10
 PER_MINUTE = 30
 PER_HOUR = 1000
 PER_SEAT_DAILY = 200
-QUIET_CODE = "quiet_hours"  # reminders.engine.holds.QUIET_CODE
 # A ledger row is reserved at most this long before it is sent (``ops.statistics``):
 # the bound lets the count use the ledger's (status, created_at) index.
 RESERVED_BEFORE_SENT = timedelta(days=2)

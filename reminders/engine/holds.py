@@ -38,7 +38,6 @@ from ..schedule.quiet import QuietWindow, quiet_until
 
 logger = logging.getLogger("reminders.engine.delivery")
 
-QUIET_CODE = "quiet_hours"
 QUIET_SPREAD_SECONDS = 600
 
 

@@ -59,7 +59,7 @@ from django.utils import timezone
 from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
-from ..models import EXPIRED_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
+from ..models import EXPIRED_CODE, QUIET_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
 from ..schedule import timing
 from ..senders.base import render_body
 from . import holds
@@ -221,7 +221,7 @@ def _quiet(run: TaskRun, now: datetime, own: QuietHours | None) -> bool:
     if run.deadline is not None and held.until > run.deadline:
         _expire(run, held.past_deadline(run.deadline), now)
     else:
-        wait([run], held.until, holds.QUIET_CODE, held.message)
+        wait([run], held.until, QUIET_CODE, held.message)
     return True
 
 

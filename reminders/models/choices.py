@@ -55,6 +55,9 @@ EXPIRED_CODE = "deadline"
 # The error code of a run skipped because its recipient opted out of its kind.
 OPTED_OUT_CODE = "opted_out"
 
+# The error code of a run waiting for the end of its quiet hours (``engine.holds``).
+QUIET_CODE = "quiet_hours"
+
 
 # Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
 CANCELLED_IN_DOUBT = SkipReason(
