@@ -154,6 +154,17 @@ class Settings:
         return int(_positive_number("REMINDERS_RUNS_PER_JOB", self._get("RUNS_PER_JOB", 20)))
 
     @property
+    def DIGEST_SECONDS(self) -> int:
+        """The window of a kind a recipient moved to a digest, where the kind's policy
+        has none of its own (``Policy.digest_seconds``): at most a day."""
+        value = int(_positive_number("REMINDERS_DIGEST_SECONDS", self._get("DIGEST_SECONDS", 3600)))
+        if value > 24 * 3600:
+            raise ImproperlyConfigured(
+                f"REMINDERS_DIGEST_SECONDS must be at most a day (86400), not {value}."
+            )
+        return value
+
+    @property
     def PLAN_AHEAD_SECONDS(self) -> float:
         """How far ahead of their time runs are planned (materialized); 0: when due."""
         value = self._get("PLAN_AHEAD_SECONDS", 3600)

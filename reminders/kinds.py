@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from .messages import builders, wording
+from .messages import builders, digests, wording
 from .messages.builders import builder
 from .messages.cards import buttons
 from .messages.content import Content
@@ -74,7 +74,9 @@ def render(task: ScheduledTask, run: TaskRun) -> Content:
     kind = get(task.kind)
     payload = task.payload if isinstance(task.payload, dict) else {}
     with translation.override(builders.language(task)):
-        if kind.content_override and "content" in payload:
+        if digests.is_digest(task):
+            content = digests.content(task)
+        elif kind.content_override and "content" in payload:
             content = Content("text", {"content": str(payload["content"])})
         else:
             content = builders.build(kind.name, kind.render, task, run)

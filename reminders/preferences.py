@@ -1,11 +1,16 @@
 """What each recipient wants of each kind, for the CRM: ``get(user)`` and
-``set(user, kind, opted_out=..., by=..., reason=...)``.
+``set(user, kind, opted_out=..., digest=..., by=..., reason=...)``.
 
     from reminders import preferences
 
     preferences.set(request.user, "birthday", opted_out=True, by=request.user.username,
                     reason="asked in the CRM's settings page")
     preferences.get(request.user)["birthday"].opted_out  # True
+    preferences.set(request.user, "follow_up", digest=True, by=request.user.username)
+
+A kind moved to a digest (``digest=True``) reaches its recipient as one message per
+window listing its occurrences (the kind's ``Policy.digest_seconds``, else
+``REMINDERS_DIGEST_SECONDS``; ``engine.digests``); mandatory kinds may be moved too.
 
 A recipient's own quiet hours (``set_quiet_hours(user, "22:00-08:00", by=...)``)
 replace the kinds' (``Policy.quiet_hours``, ``quiet_calendar``) for every kind that does
@@ -73,6 +78,7 @@ class Choice:
     opted_out: bool
     mandatory: bool
     changed_by: str = ""
+    digest: bool = False
     changed_at: datetime | None = None
     reason: str = ""
 
@@ -89,6 +95,7 @@ def get(user: str | Model) -> dict[str, Choice]:
             kind=kind,
             opted_out=bool(row and row.opted_out) and not required,
             mandatory=required,
+            digest=bool(row and row.digest),
             changed_by=row.changed_by if row else "",
             changed_at=row.changed_at if row else None,
             reason=row.reason if row else "",
@@ -97,11 +104,18 @@ def get(user: str | Model) -> dict[str, Choice]:
 
 
 def set(  # the API's name, as the CRM calls it (the builtin is not used here)
-    user: str | Model, kind: str, *, opted_out: bool, by: str, reason: str = ""
+    user: str | Model,
+    kind: str,
+    *,
+    opted_out: bool = False,
+    digest: bool = False,
+    by: str,
+    reason: str = "",
 ) -> Choice:
-    """Record that ``user`` does (``opted_out=True``) or does not want ``kind``, changed
-    by ``by`` (a username, or the CRM's word for who) for ``reason``. ``ValidationError``
-    naming each field at fault; nothing saved then."""
+    """Record that ``user`` does not want ``kind`` (``opted_out=True``), wants it in a
+    digest (``digest=True``) or each message as it comes (neither), changed by ``by`` (a
+    username, or the CRM's word for who) for ``reason``. ``ValidationError`` naming each
+    field at fault; nothing saved then."""
     errors: dict[str, ValidationError] = {}
     member = ""
     try:
@@ -124,13 +138,30 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
             code="invalid",
             params={"value": opted_out},
         )
+    if not isinstance(digest, bool):
+        errors["digest"] = ValidationError(
+            _("digest must be True or False, not %(value)r."),
+            code="invalid",
+            params={"value": digest},
+        )
+    elif digest and opted_out is True:
+        errors["digest"] = ValidationError(
+            _("A kind opted out of is not sent in a digest either: choose one."),
+            code="opted_out",
+        )
     by = _who(by, errors)
     if not isinstance(reason, str):
         errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
-    values = {"opted_out": opted_out, "changed_by": by[:150], "reason": reason, "changed_at": now}
+    values = {
+        "opted_out": opted_out,
+        "digest": digest,
+        "changed_by": by[:150],
+        "reason": reason,
+        "changed_at": now,
+    }
     with transaction.atomic():
         Preference.objects.update_or_create(recipient=member, kind=kind, defaults=values)
         PreferenceChange.objects.create(recipient=member, kind=kind, **values)
@@ -141,6 +172,7 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
         changed_by=by[:150],
         changed_at=now,
         reason=reason,
+        digest=digest,
     )
 
 

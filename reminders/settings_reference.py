@@ -138,6 +138,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("REMINDERS_RUNS_PER_JOB", 20, "Runs handed to one django-q2 job."),
     Setting(
+        "REMINDERS_DIGEST_SECONDS",
+        3600,
+        "The window of a kind a recipient moved to a digest, when the kind's policy has "
+        "none (digest_seconds): their messages due in one window go as one, at its end.",
+    ),
+    Setting(
         "REMINDERS_PLAN_AHEAD_SECONDS",
         3600,
         "How far ahead runs are planned, so that the plan can be seen and a 09:00 wave is "

@@ -1,5 +1,5 @@
 """Recipients' preferences in the admin: ops change one (an opt-out, their own quiet
-hours) on a recipient's behalf, saying why; every change is kept and shown
+hours, a move to a digest) on a recipient's behalf, saying why; every change is kept and shown
 (``PreferenceChange``, ``QuietHoursChange``, read-only).
 
 A change goes through ``reminders.preferences.set``, the CRM's own API: the same
@@ -41,7 +41,7 @@ class PreferenceForm(forms.ModelForm):
 
     class Meta:
         model = Preference
-        fields = ("recipient", "kind", "opted_out", "reason")
+        fields = ("recipient", "kind", "opted_out", "digest", "reason")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -60,14 +60,26 @@ class PreferenceForm(forms.ModelForm):
             raise ValidationError(
                 {"opted_out": _("This kind is mandatory: its recipients cannot opt out of it.")}
             )
+        if data.get("opted_out") and data.get("digest"):
+            raise ValidationError(
+                {"digest": _("A kind opted out of is not sent in a digest either: choose one.")}
+            )
         return data
 
 
 @admin.register(Preference)
 class PreferenceAdmin(admin.ModelAdmin):
     form = PreferenceForm
-    list_display = ("recipient", "kind", "opted_out", "changed_by", "changed_at", "reason")
-    list_filter = ("opted_out", "kind")
+    list_display = (
+        "recipient",
+        "kind",
+        "opted_out",
+        "digest",
+        "changed_by",
+        "changed_at",
+        "reason",
+    )
+    list_filter = ("opted_out", "digest", "kind")
     search_fields = ("recipient",)
     ordering = ("recipient", "kind")
 
@@ -81,6 +93,7 @@ class PreferenceAdmin(admin.ModelAdmin):
             obj.recipient,
             obj.kind,
             opted_out=bool(data["opted_out"]),
+            digest=bool(data["digest"]),
             by=request.user.get_username(),
             reason=data["reason"],
         )
@@ -90,8 +103,16 @@ class PreferenceAdmin(admin.ModelAdmin):
 
 @admin.register(PreferenceChange)
 class PreferenceChangeAdmin(ReadOnlyAdmin):
-    list_display = ("changed_at", "recipient", "kind", "opted_out", "changed_by", "reason")
-    list_filter = ("opted_out", "kind")
+    list_display = (
+        "changed_at",
+        "recipient",
+        "kind",
+        "opted_out",
+        "digest",
+        "changed_by",
+        "reason",
+    )
+    list_filter = ("opted_out", "digest", "kind")
     search_fields = ("recipient", "changed_by")
 
 

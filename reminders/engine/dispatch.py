@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
 from ..models import JobTake, Priority, ScheduledTask, TaskRun
-from . import cluster, planning
+from . import cluster, digests, planning
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +40,17 @@ def _skip_locked() -> bool:
     return bool(connection.features.has_select_for_update_skip_locked)
 
 
-def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])
+def _by_recipient(groups: Iterable[list[int]], size: int) -> Iterator[list[int]]:
+    """Chunks of about ``size`` runs, a recipient's runs (a group) never split: a chunk
+    is full once it holds ``size`` or more."""
+    chunk: list[int] = []
+    for group in groups:
+        chunk += group
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def materialize(now: datetime | None = None, limit: int | None = None) -> int:
@@ -162,29 +170,34 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)
             .order_by("priority", "next_attempt_at")
-            .values_list("pk", "priority", "job_failures")
+            .values_list("pk", "priority", "job_failures", "task__recipient", "task__kind")
         )
         _enqueue(token, claimed)
-    return Claim(token, [pk for pk, _, _ in claimed])
+    return Claim(token, [pk for pk, *_ in claimed])
 
 
-def _enqueue(token: str, claimed: list[tuple[int, int, int]]) -> None:
-    """Enqueue the claimed runs in jobs of ``RUNS_PER_JOB``, each on its priority's queue.
+def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str]]) -> None:
+    """Enqueue the claimed runs in jobs of about ``RUNS_PER_JOB``, each on its priority's
+    queue; a recipient's runs of a kind that folds or is throttled in one job, where
+    they fold together (``engine.digests``).
 
     A run whose last job took it and ended before starting it (its count,
     ``job_failures``) goes in a job of its own: if it is what broke that job (a builder
     that hangs until the job's timeout), it breaks no other run's again.
     """
-    queues: dict[str, list[int]] = {}
+    queues: dict[str, dict[object, list[int]]] = {}
     alone: list[tuple[str, int]] = []
-    for pk, rank, job_failures in claimed:
+    for pk, rank, job_failures, recipient, kind in claimed:
         if job_failures:
             alone.append((queue_for(rank), pk))
         else:
-            queues.setdefault(queue_for(rank), []).append(pk)
+            together = (recipient, kind) if digests.folds(kind) else pk
+            queues.setdefault(queue_for(rank), {}).setdefault(together, []).append(pk)
     chunks = [(queue, [pk]) for queue, pk in alone]
     chunks += [
-        (queue, chunk) for queue, pks in queues.items() for chunk in _chunks(pks, conf.RUNS_PER_JOB)
+        (queue, chunk)
+        for queue, recipients in queues.items()
+        for chunk in _by_recipient(recipients.values(), conf.RUNS_PER_JOB)
     ]
     for queue, chunk in chunks:
         name = f"deliver-{token[:8]}-{chunk[0]}"

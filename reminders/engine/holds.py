@@ -51,13 +51,22 @@ class Chosen:
 
 
 def lookups() -> dict[str, Subquery]:
-    """For the start's SELECT of its runs: each run's opt-out and its recipient's own
-    quiet hours, by primary key (None: none), looked up through their unique indexes in
-    that one statement, so that a job whose recipients chose nothing costs nothing more."""
+    """For the start's SELECT of its runs: each run's opt-out, its move to a digest and
+    its recipient's own quiet hours, by primary key (None: none), looked up through
+    their unique indexes in that one statement, so that a job whose recipients chose
+    nothing costs nothing more."""
     return {
         "held_opt_out": Subquery(
             Preference.objects.filter(
                 recipient=OuterRef("task__recipient"), kind=OuterRef("task__kind"), opted_out=True
+            ).values("pk")[:1]
+        ),
+        "held_digest": Subquery(
+            Preference.objects.filter(
+                recipient=OuterRef("task__recipient"),
+                kind=OuterRef("task__kind"),
+                digest=True,
+                opted_out=False,
             ).values("pk")[:1]
         ),
         "held_quiet": Subquery(

@@ -428,16 +428,16 @@ def new_run(
     policy = policy_of(task, policy)
     decision = calendar_decision(task, occurrence, policy)
     skip = _day_off(task, decision) or skip
-    delay = stagger(task, policy)
+    due = due_at(task, occurrence, policy)
     run = TaskRun(
         task=task,
         occurrence=occurrence,
         run_date=timing.local_date(occurrence, task.timezone),
-        due_at=occurrence + delay,
-        next_attempt_at=occurrence + delay,
+        due_at=due,
+        next_attempt_at=due,
         priority=task.priority_rank,
         ledger_key=task.ledger_key(occurrence),
-        deadline=policy.deadline(occurrence, occurrence + delay, task.timezone),
+        deadline=policy.deadline(occurrence, due, task.timezone),
     )
     if decision is not None:
         run.day_source, run.day_note = decision.source, decision.note[:200]
@@ -446,6 +446,18 @@ def new_run(
         run.error_code, run.error_message = skip
         run.next_attempt_at = None
     return run
+
+
+def due_at(task: ScheduledTask, occurrence: datetime, policy: Policy | None = None) -> datetime:
+    """When the run of ``occurrence`` falls due: staggered (``stagger``), and for a kind
+    that folds its occurrences into digests (``Policy.digest_seconds``), at the end of
+    the occurrence's window, staggered, when its digest goes (``engine.digests``)."""
+    policy = policy_of(task, policy)
+    delay = stagger(task, policy)
+    if not policy.digest_seconds:
+        return occurrence + delay
+    _, end = timing.window(occurrence, task.timezone, policy.digest_seconds)
+    return end + delay
 
 
 def stagger(task: ScheduledTask, policy: Policy | None = None) -> timedelta:
@@ -474,7 +486,7 @@ def upcoming(task: ScheduledTask, now: datetime, count: int = 5) -> list[Upcomin
             found.append(
                 Upcoming(
                     occurrence,
-                    occurrence + stagger(task, rules),
+                    due_at(task, occurrence, rules),
                     calendar_day_off(task, occurrence, rules),
                 )
             )

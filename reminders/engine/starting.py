@@ -43,6 +43,11 @@ Invariants:
   is ``skipped`` with code ``opted_out`` and never sent: read when the run starts, so a
   choice reaches every run not sent yet. Only a message never delivered is skipped so: a
   key in doubt is decided as any other (it may have reached the recipient).
+* A run of a kind that folds into digests or is throttled (``reminders.engine.digests``),
+  free to go, goes with its recipient's other ready runs of the kind: the job takes in
+  those that are due, and folds them into one digest, created in this very transaction,
+  under the job's lease; a folded run is never started again, and holds its task's day
+  and its key as a running one does.
 """
 
 from __future__ import annotations
@@ -53,21 +58,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, F, PositiveSmallIntegerField, Q, Value, When
+from django.db.models import Case, F, PositiveSmallIntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
+from ..messages import digests as digest_wording
 from ..models import EXPIRED_CODE, QUIET_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
 from ..schedule import timing
 from ..senders.base import render_body
-from . import holds
+from . import digests, holds
 from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
 from .records import give_up_in_doubt
 from .retries import resend_is_safe
 
-LIVE = (*TaskRun.WAITING, *TaskRun.LEASED)
+LIVE = (*TaskRun.WAITING, *TaskRun.LEASED, TaskRun.Status.FOLDED)
 
 
 def start(
@@ -87,38 +93,73 @@ def start(
     with transaction.atomic():
         if taken:
             JobTake.objects.filter(job=execution).delete()
-        TaskRun.objects.filter(
-            pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED
-        ).update(
-            status=TaskRun.Status.RUNNING,
-            lease_token=execution,
-            lease_owner=worker_id(),
-            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
-            attempts=F("attempts") + 1,
-            # Started: no job lost it since, unless it is to be given up now.
-            job_failures=Case(
-                When(
-                    job_failures__gte=conf.MAX_JOB_FAILURES,
-                    then=F("job_failures"),
-                ),
-                default=Value(0),
-                output_field=PositiveSmallIntegerField(),
-            ),
-            started_at=now,
-            finished_at=None,
+        _take(
+            TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
+            execution,
+            now,
         )
         # In the order they were claimed: by priority, then by how long they waited.
-        runs = list(
-            TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
-            .select_related("task")
-            .annotate(**holds.lookups())
-            .order_by("priority", "next_attempt_at")
-        )
+        runs = _taken(run_ids, execution)
+        moved = digests.moved_to_digest(runs)
+        # The recipients' other due runs of a kind that folds go with them.
+        pulled = digests.pull(runs, moved, now)
+        if pulled:
+            _take(TaskRun.objects.filter(pk__in=pulled, status__in=TaskRun.WAITING), execution, now)
+            more = _taken(pulled, execution)
+            moved |= digests.moved_to_digest(more)
+            runs += more
         ledger = SendLog.objects.in_bulk([run.ledger_key for run in runs], field_name="key")
         others = Others.read(runs, ledger)
         chosen = holds.read(runs)
-        prepared = (_prepare(run, ledger.get(run.ledger_key), others, chosen, now) for run in runs)
-        return [job for job in prepared if job is not None]
+        prepared = [
+            _prepare(run, ledger.get(run.ledger_key), others, chosen, moved, now) for run in runs
+        ]
+        jobs = [item for item in prepared if isinstance(item, Job)]
+        ready = [item for item in prepared if isinstance(item, digests.Ready)]
+        return jobs + _folded(ready, now) if ready else jobs
+
+
+def _take(runs: QuerySet[TaskRun], execution: str, now: datetime) -> None:
+    """Start ``runs``: running under the job's lease token ``execution``, an attempt
+    counted."""
+    runs.update(
+        status=TaskRun.Status.RUNNING,
+        lease_token=execution,
+        lease_owner=worker_id(),
+        lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+        attempts=F("attempts") + 1,
+        # Started: no job lost it since, unless it is to be given up now.
+        job_failures=Case(
+            When(
+                job_failures__gte=conf.MAX_JOB_FAILURES,
+                then=F("job_failures"),
+            ),
+            default=Value(0),
+            output_field=PositiveSmallIntegerField(),
+        ),
+        started_at=now,
+        finished_at=None,
+    )
+
+
+def _taken(run_ids: Sequence[int], execution: str) -> list[TaskRun]:
+    """The runs of ``run_ids`` this job started, with their tasks and what their
+    recipients chose (``holds.lookups``), by priority, then by how long they waited."""
+    return list(
+        TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
+        .select_related("task")
+        .annotate(**holds.lookups())
+        .order_by("priority", "next_attempt_at")
+    )
+
+
+def _folded(ready: list[digests.Ready], now: datetime) -> list[Job]:
+    """The jobs of runs whose kind folds or is throttled: alone, or folded into digests
+    (``engine.digests``), the runs over their throttle put back to wait."""
+    plan = digests.plan(ready, now)
+    alone = [_fresh_job(item.run, item.row) for item in plan.alone]
+    folded = [_fresh_job(run, None) for run in digests.fold(plan.folds, now)]
+    return [job for job in (*alone, *folded) if job is not None]
 
 
 @dataclass
@@ -152,7 +193,12 @@ class Others:
             same_day = list(
                 TaskRun.objects.filter(around)
                 .filter(
-                    status__in=(TaskRun.Status.SENT, TaskRun.Status.UNKNOWN, TaskRun.Status.RUNNING)
+                    status__in=(
+                        TaskRun.Status.SENT,
+                        TaskRun.Status.UNKNOWN,
+                        TaskRun.Status.RUNNING,
+                        TaskRun.Status.FOLDED,
+                    )
                 )
                 .exclude(pk__in=ours)
                 .exclude(is_manual=True)
@@ -177,10 +223,12 @@ def _prepare(
     row: SendLog | None,
     others: Others,
     chosen: holds.Chosen,
+    moved: set[tuple[str, str]],
     now: datetime,
-) -> Job | None:
+) -> Job | digests.Ready | None:
     """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
-    put it back to wait, if not."""
+    put it back to wait, if not. A run of a kind that folds or is throttled is
+    ``Ready``: the job decides how its recipient's ready runs go together."""
     task = run.task
     if task.status == ScheduledTask.Status.PAUSED:
         wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
@@ -202,6 +250,9 @@ def _prepare(
             return None
         if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
             return None
+        found = digests.rule(task, (task.recipient, task.kind) in moved)
+        if found is not None:
+            return _ready(run, row, found, now)
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
         return _fresh_job(run, row)
@@ -263,7 +314,7 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
     """False (and the run finished or put back) when its task already sent, or may
     have sent, on the run's local day under another key, or is sending right now."""
     day = others.day_of(run)
-    done = [o for o in day if o.status != TaskRun.Status.RUNNING]
+    done = [o for o in day if o.status not in (TaskRun.Status.RUNNING, TaskRun.Status.FOLDED)]
     if done:
         first = done[0]
         run.close_attempt(
@@ -272,8 +323,9 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
             message=f"Run {first.pk} of this task was {first.status} on the same local day.",
         )
         return False
-    # Two runs of one day starting at once: the older one goes first.
-    if any(o.pk < run.pk for o in day):
+    # Two runs of one day starting at once: the older one goes first; one in a digest
+    # goes with it.
+    if any(o.pk < run.pk or o.status == TaskRun.Status.FOLDED for o in day):
         until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
         wait([run], until, "day_busy", "Another run of this task's day is being sent.")
         return False
@@ -316,6 +368,21 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
         )
         return False
     return True
+
+
+def _ready(
+    run: TaskRun, row: SendLog | None, found: digests.Rule, now: datetime
+) -> digests.Ready | None:
+    """``run``, free to go, as an item of its recipient's digest or throttle; None when
+    it waits for its window's end, or its line cannot be written (then it fails alone)."""
+    if digests.hold_for_window(run, found, now):
+        return None
+    try:
+        entry = digest_wording.entry(run.task, run)
+    except Exception as exc:  # a payload its own message would refuse: this run only
+        _render_failed(run, exc)
+        return None
+    return digests.Ready(run, row, found, entry)
 
 
 def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:

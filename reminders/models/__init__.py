@@ -20,6 +20,8 @@ from ..calendars.days import CalendarDay, CalendarYear, DayKind, DaySource
 from .acting import CallbackNonce, RunAction
 from .choices import (
     CANCELLED_IN_DOUBT,
+    DIGEST_CODE,
+    DIGEST_KEY,
     EXPIRED_CODE,
     LOST_STATUSES,
     MADE_UP_WITH,
@@ -33,6 +35,7 @@ from .choices import (
     PASSED_WHILE_PAUSED,
     QUIET_CODE,
     RUN_NOW_KEY,
+    THROTTLED_CODE,
     Priority,
     RunStatus,
     SkipReason,
@@ -62,6 +65,8 @@ from .validators import (
 
 __all__ = [
     "CANCELLED_IN_DOUBT",
+    "DIGEST_CODE",
+    "DIGEST_KEY",
     "EXPIRED_CODE",
     "LOST_STATUSES",
     "MADE_UP_WITH",
@@ -77,6 +82,7 @@ __all__ = [
     "QUIET_CODE",
     "REPLANNED_FIELDS",
     "RUN_NOW_KEY",
+    "THROTTLED_CODE",
     "CalendarDay",
     "CalendarYear",
     "CallbackNonce",

@@ -58,6 +58,15 @@ OPTED_OUT_CODE = "opted_out"
 # The error code of a run waiting for the end of its quiet hours (``engine.holds``).
 QUIET_CODE = "quiet_hours"
 
+# The error codes of a run waiting for its digest's window to end, and for its kind's
+# hourly throttle to allow another message (``engine.digests``).
+DIGEST_CODE = "digest"
+THROTTLED_CODE = "throttled"
+
+# The payload key that makes a task a digest of its kind's occurrences
+# (``messages.digests``): the engine's own, refused in a CRM's payload.
+DIGEST_KEY = "reminders_digest"
+
 
 # Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
 CANCELLED_IN_DOUBT = SkipReason(
@@ -123,6 +132,8 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", _("Cancelled")
     UNKNOWN = "unknown", _("Outcome unknown")
     EXPIRED = "expired", _("Expired")
+    # Folded into a digest (``TaskRun.digest``), whose run decides how it ends.
+    FOLDED = "folded", _("In a digest")
 
 
 WAITING = (RunStatus.SCHEDULED, RunStatus.RETRYING)
@@ -135,7 +146,7 @@ FINISHED = (
     RunStatus.UNKNOWN,
     RunStatus.EXPIRED,
 )
-UNFINISHED = (*WAITING, *LEASED)
+UNFINISHED = (*WAITING, *LEASED, RunStatus.FOLDED)
 # Ended without a delivery: what ops look after (``mark_handled``) or retry.
 UNSENT_ENDS = (RunStatus.FAILED, RunStatus.UNKNOWN, RunStatus.EXPIRED)
 RETRYABLE = (*WAITING, *UNSENT_ENDS)

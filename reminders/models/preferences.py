@@ -6,7 +6,8 @@ A recipient (through the CRM's API, ``reminders.preferences``, or ops on their b
 the admin) opts out of a kind that is not mandatory (``Policy.mandatory``). The engine
 reads it when it starts a run (``engine.starting``): a run of a kind its recipient opted
 out of is ``skipped`` with code ``opted_out``, never sent, and says since when, by whom
-and why.
+and why; one of a kind they moved to a digest (``digest``) is folded with the others of
+its window into one message (``engine.digests``).
 
 Invariants: one row per recipient and kind (unique in the database); every change of
 one is a ``PreferenceChange`` written in the same transaction, with who made it and why
@@ -27,6 +28,13 @@ class Preference(models.Model):
     recipient = models.CharField(_("recipient"), max_length=64, validators=[validate_recipient])
     kind = models.CharField(_("kind"), max_length=64)
     opted_out = models.BooleanField(_("opted out"), default=False)
+    # Moved to a digest (``Policy.digest_seconds``, else ``REMINDERS_DIGEST_SECONDS``).
+    digest = models.BooleanField(
+        _("in a digest"),
+        default=False,
+        db_default=False,
+        help_text=_("Fold this kind's messages into one digest per window."),
+    )
     changed_by = models.CharField(_("changed by"), max_length=150)
     reason = models.TextField(_("why"), blank=True)
     changed_at = models.DateTimeField(_("changed"))
@@ -44,13 +52,15 @@ class Preference(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.recipient} / {self.kind}: {'out' if self.opted_out else 'in'}"
+        state = "out" if self.opted_out else "digest" if self.digest else "in"
+        return f"{self.recipient} / {self.kind}: {state}"
 
 
 class PreferenceChange(models.Model):
     recipient = models.CharField(_("recipient"), max_length=64, db_index=True)
     kind = models.CharField(_("kind"), max_length=64)
     opted_out = models.BooleanField(_("opted out"))
+    digest = models.BooleanField(_("in a digest"), default=False, db_default=False)
     changed_by = models.CharField(_("changed by"), max_length=150)
     reason = models.TextField(_("why"), blank=True)
     changed_at = models.DateTimeField(_("changed"))

@@ -127,6 +127,17 @@ class TaskRun(models.Model):
         db_default="",
         help_text=_("The package and version, the notice ops named, or the fallback rule."),
     )
+    # The digest run this run was folded into (``engine.digests``): it was sent, or not,
+    # as one line of that message, and ends as its digest does.
+    digest = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="items",
+        verbose_name=_("digest"),
+        help_text=_("The digest this run was folded into, and sent with."),
+    )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
     objects = RunQuerySet.as_manager()
@@ -147,6 +158,11 @@ class TaskRun(models.Model):
                 name="reminders_run_leased_has_lease",
                 condition=~Q(status__in=["queued", "running"])
                 | (Q(lease_expires_at__isnull=False) & ~Q(lease_token="")),
+            ),
+            # A run folded into a digest names it: its digest's run decides how it ends.
+            models.CheckConstraint(
+                name="reminders_run_folded_has_digest",
+                condition=~Q(status="folded") | Q(digest__isnull=False),
             ),
         ]
         indexes = [
@@ -188,6 +204,12 @@ class TaskRun(models.Model):
                 fields=["status", "started_at"],
                 name="reminders_run_stuck_idx",
                 condition=Q(status="running", stuck_reported_at__isnull=True),
+            ),
+            # Runs folded into a digest that has not ended them yet (``digests.settle``).
+            models.Index(
+                fields=["status", "digest"],
+                name="reminders_run_folded_idx",
+                condition=Q(status="folded"),
             ),
         ]
         permissions = [

@@ -193,6 +193,9 @@ class ScheduledTask(models.Model):
             ),
             # ``api.cancel_for(obj)``: the tasks about one object.
             models.Index(fields=["content_type", "object_id"], name="reminders_task_about_idx"),
+            # A recipient's tasks of one kind: the runs a digest folds and a throttle
+            # counts (``engine.digests``).
+            models.Index(fields=["recipient", "kind"], name="reminders_task_recipient_idx"),
         ]
         permissions = [
             ("pause_scheduledtask", "Can pause and resume scheduled tasks"),

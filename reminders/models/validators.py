@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import calendars, recipients, registry
 from ..conf import settings as conf
 from ..schedule import timing
+from .choices import DIGEST_KEY
 
 
 def validate_kind(value: str) -> None:
@@ -78,3 +79,10 @@ def validate_key(value: str) -> None:
 def validate_payload(value: Any) -> None:
     if not isinstance(value, dict):
         raise ValidationError(_("Payload must be a JSON object."), code="invalid_payload")
+    if DIGEST_KEY in value:
+        # The engine's own mark of a digest (``messages.digests``): never the CRM's.
+        raise ValidationError(
+            _("Payload key %(key)r is the engine's own."),
+            code="invalid_payload",
+            params={"key": DIGEST_KEY},
+        )

@@ -33,6 +33,7 @@ from .quiet import BadQuietHours, QuietWindow
 PRIORITIES = ("high", "normal", "low")
 MISSED_RULES = ("skip", "latest", "compensate")
 KEY_GRANULARITIES = ("auto", "day", "occurrence")
+DAY_SECONDS = 24 * 3600
 _CLOCK = re.compile(r"([01][0-9]|2[0-3]):[0-5][0-9]")
 
 
@@ -64,6 +65,14 @@ class Policy:
       calendar whose rest days are quiet all day too; ``breaks_quiet_hours``: it goes
       whatever the quiet hours (an inquiry alert). A message due inside them is
       deferred to their end, never sent past its deadline (``expired``, saying why).
+    * ``digest_seconds``: fold a recipient's occurrences due within one window of this
+      many seconds (on the local clock, from midnight) into one message sent at the
+      window's end (staggered): "3 follow-ups due: ..." (``reminders.engine.digests``);
+      0: each goes on its own, unless its recipient moved the kind to a digest
+      (``REMINDERS_DIGEST_SECONDS`` is then the window).
+    * ``throttle_per_hour``: at most this many messages of the kind an hour to one
+      recipient (a digest counts as one); the excess waits and folds into one digest
+      when the hour allows, never dropped. 0: no throttle.
     """
 
     priority: str = "normal"
@@ -81,6 +90,8 @@ class Policy:
     quiet_hours: str = ""
     quiet_calendar: str = ""
     breaks_quiet_hours: bool = False
+    digest_seconds: int = 0
+    throttle_per_hour: int = 0
 
     def __post_init__(self) -> None:
         _one_of("priority", self.priority, PRIORITIES)
@@ -90,6 +101,13 @@ class Policy:
         _whole("batches", self.batches, minimum=1)
         _whole("batch_interval_seconds", self.batch_interval_seconds, minimum=0)
         _whole("compensate_max_age_seconds", self.compensate_max_age_seconds, minimum=1)
+        _whole("digest_seconds", self.digest_seconds, minimum=0)
+        if self.digest_seconds > DAY_SECONDS:
+            raise PolicyError(
+                _("digest_seconds must be at most a day (%(day)d), not %(value)r.")
+                % {"day": DAY_SECONDS, "value": self.digest_seconds}
+            )
+        _whole("throttle_per_hour", self.throttle_per_hour, minimum=0)
         if self.max_lateness_seconds is not None:
             _whole("max_lateness_seconds", self.max_lateness_seconds, minimum=1)
         if self.send_by and not (isinstance(self.send_by, str) and _CLOCK.fullmatch(self.send_by)):

@@ -114,6 +114,16 @@ def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
     return day_start(day, tz_name), day_start(day + timedelta(days=1), tz_name)
 
 
+def window(moment: datetime, tz_name: str, seconds: int) -> tuple[datetime, datetime]:
+    """The window of ``seconds`` around ``moment`` on the local clock of ``tz_name``:
+    windows are counted from local midnight (09:00-09:15, 09:15-09:30 for 900 s), and
+    the day's last one ends at midnight, so that no window spans two local days."""
+    begin, end = local_day(moment, tz_name)
+    into = int((moment - begin).total_seconds()) // seconds * seconds
+    start = begin + timedelta(seconds=into)
+    return start, min(start + timedelta(seconds=seconds), end)
+
+
 def day_start(day: date, tz_name: str) -> datetime:
     """The first instant of the local ``day`` in ``tz_name``, aware (see ``local_day``)."""
     return localize(datetime.combine(day, datetime.min.time()), zone(tz_name))

@@ -84,6 +84,7 @@ TRANSLATED = {
         "reminders/intake/validation.py",
         "reminders/messages/wording.py",
         "reminders/messages/cards.py",
+        "reminders/messages/digests.py",
         "reminders/templates/admin/reminders/confirm.html",
         "reminders/templates/admin/reminders/recall.html",
         "reminders/templates/admin/reminders/sendlog/change_form.html",

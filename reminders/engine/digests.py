@@ -1,0 +1,422 @@
+"""Digests and throttles: one recipient's occurrences of one kind folded into one message
+(``Policy.digest_seconds``, or the recipient's own choice, ``Preference.digest``), and at
+most ``Policy.throttle_per_hour`` messages of a kind an hour to one recipient, the excess
+folded into the next digest rather than dropped.
+
+How a digest goes (``engine.starting`` asks this module at each step):
+
+1. A run of a digest's kind, never delivered and free to go, waits for the end of its
+   window on its task's clock, staggered by recipient as its kind staggers its waves
+   (``Rule.release``). The planner already makes a digest kind's runs due then
+   (``engine.planning.due_at``), so only
+   a kind its recipient moved to a digest waits here. A run whose deadline comes before
+   that goes at once, with whatever else is ready.
+2. The job that starts one takes in the recipient's other runs of the kind that are due
+   (``pull``; a claim keeps one recipient's runs in one job, ``engine.dispatch``), and
+   each of them is decided as any run: paused, opted out, quiet or expired on its own.
+3. Those free to go, of one recipient, kind and channel, are folded (``fold``): in the
+   start's own transaction a digest task and its run (started, under the job's lease)
+   are created, listing the items (``messages.digests.entry``), and each item becomes
+   ``folded``, naming its digest. One item alone goes as its own message.
+4. The digest's run is then a run like any other: its ledger key is reserved before its
+   send, and it is retried, decided in doubt and taken over after a crash as any run is.
+5. Its end is its items' end: ``sent`` with it (the digest's ledger row holds the key and
+   the provider's message id), or failed, expired, unknown, with its code and why. The
+   record of a sent digest settles its items in the same transaction (``settle_sent``);
+   any other end is settled by the scheduler's next tick (``settle_ended``).
+
+Invariants (exactly once, both ways):
+
+* An item is in one digest at most. It is folded only while its job holds it (its lease
+  token), in the transaction that creates the digest, and a folded run is never claimed
+  again. So a digest sent again after a crash lists the same items in the same bytes
+  (its payload, not the items' tasks as they are now), and no item is in two digests.
+* An item is never dropped: it ends as its digest does, and stays ``folded`` (unfinished:
+  kept by the retention, holding its task's day) until then.
+* A throttle counts the messages of the kind its recipient was sent in the last hour (a
+  digest is one, its items none). Runs beyond the allowance wait, without spending an
+  attempt, until the oldest of those is an hour old, and then go as one digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Case, Count, Min, Model, Q, Value, When
+
+from .. import registry, signals
+from ..conf import settings as conf
+from ..exceptions import PermanentSendError, UnknownKind
+from ..messages import digests as wording
+from ..models import (
+    DIGEST_CODE,
+    DIGEST_KEY,
+    THROTTLED_CODE,
+    Preference,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
+from ..schedule import timing
+from ..schedule.policies import Policy
+from ..senders import SendResult
+from .jobs import logger, wait, worker_id
+
+# Runs one job takes in beside its claim's, at most (``pull``).
+PULL_LIMIT = 200
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a run's kind goes to its recipient: its digest window in seconds (0: none)
+    and its hourly throttle (0: none), with the kind's stagger (``policy``)."""
+
+    window: int
+    throttle: int
+    policy: Policy
+
+    def release(self, run: TaskRun) -> datetime:
+        """When the digest of ``run``'s window goes: the window's end, staggered by
+        recipient as the kind staggers its waves."""
+        task = run.task
+        _, end = timing.window(run.occurrence, task.timezone, self.window)
+        return end + timing.stagger(
+            recipient=task.recipient,
+            jitter_seconds=self.policy.jitter_seconds,
+            batches=self.policy.batches,
+            batch_interval_seconds=self.policy.batch_interval_seconds,
+        )
+
+
+def rule(task: ScheduledTask, moved: bool) -> Rule | None:
+    """The digest and throttle rule of ``task``'s runs; None when they go one by one.
+    ``moved``: its recipient moved the kind to a digest (``Preference.digest``). A
+    digest itself is never folded again."""
+    if wording.is_digest(task):
+        return None
+    try:
+        policy = registry.policy(task.kind)
+    except UnknownKind:
+        return None
+    window = policy.digest_seconds or (conf.DIGEST_SECONDS if moved else 0)
+    if not window and not policy.throttle_per_hour:
+        return None
+    return Rule(window, policy.throttle_per_hour, policy)
+
+
+def folds(kind: str) -> bool:
+    """Whether ``kind``'s runs fold or are throttled for every recipient (by its policy)."""
+    try:
+        policy = registry.policy(kind)
+    except UnknownKind:
+        return False
+    return bool(policy.digest_seconds or policy.throttle_per_hour)
+
+
+@dataclass
+class Ready:
+    """A run free to go whose kind folds or is throttled: its own ledger row (none, or
+    ``failed``), its rule and its line in a digest."""
+
+    run: TaskRun
+    row: SendLog | None
+    rule: Rule
+    entry: dict[str, Any]
+
+
+def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
+    """True, and ``run`` put back to wait, when its digest's window has not ended; a run
+    whose deadline comes first does not wait."""
+    if not found.window:
+        return False
+    release = found.release(run)
+    if now >= release or (run.deadline is not None and run.deadline < release):
+        return False
+    zone = timing.zone(run.task.timezone)
+    message = (
+        f"Waits for its digest: sent with the other {run.task.kind} of its window at "
+        f"{release.astimezone(zone):%Y-%m-%d %H:%M:%S} {run.task.timezone}."
+    )
+    wait([run], release, DIGEST_CODE, message)
+    return True
+
+
+def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) -> list[int]:
+    """The due, waiting runs of the recipients and kinds of ``runs`` that fold or are
+    throttled, not among ``runs``: locked (skipping those another claim is taking), to
+    be started with them. Empty, without a query, when none of ``runs`` folds."""
+    pairs = {
+        (run.task.recipient, run.task.kind)
+        for run in runs
+        if rule(run.task, (run.task.recipient, run.task.kind) in moved) is not None
+    }
+    if not pairs:
+        return []
+    around = Q()
+    for recipient, kind in sorted(pairs):
+        around |= Q(task__recipient=recipient, task__kind=kind)
+    found = (
+        TaskRun.objects.filter(around, status__in=TaskRun.WAITING, next_attempt_at__lte=now)
+        .exclude(pk__in=[run.pk for run in runs])
+        .exclude(task__status=ScheduledTask.Status.PAUSED)
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)
+    )
+    features = connection.features
+    if features.has_select_for_update_skip_locked and features.has_select_for_update_of:
+        # The runs only: a claim taking one now is skipped, not waited for. Elsewhere
+        # (MariaDB would lock the tasks too) the start's UPDATE checks each is still
+        # waiting, and takes only those.
+        found = found.select_for_update(skip_locked=True, of=("self",))
+    return list(found[:PULL_LIMIT])
+
+
+def moved_to_digest(runs: Sequence[TaskRun]) -> set[tuple[str, str]]:
+    """The (recipient, kind) pairs of ``runs`` whose recipient moved the kind to a
+    digest, from the start's lookups (``holds.lookups``): no query when none did."""
+    pks = {pk for run in runs if (pk := getattr(run, "held_digest", None)) is not None}
+    if not pks:
+        return set()
+    return set(Preference.objects.filter(pk__in=pks).values_list("recipient", "kind"))
+
+
+@dataclass
+class Plan:
+    """What a job does with its ready runs: send alone, fold together, or wait."""
+
+    alone: list[Ready] = field(default_factory=list)
+    folds: list[list[Ready]] = field(default_factory=list)
+
+
+def plan(ready: Sequence[Ready], now: datetime) -> Plan:
+    """Group ``ready`` by recipient, kind and channel; a group of a throttled kind sends
+    no more than its recipient's hour allows (the rest waits, or goes folded as one), and
+    a group of a folding kind goes as one digest (one run alone: its own message)."""
+    groups: dict[tuple[str, str, str], list[Ready]] = {}
+    for item in ready:
+        task = item.run.task
+        groups.setdefault((task.recipient, task.kind, task.channel), []).append(item)
+    used = _sent_last_hour([key for key, items in groups.items() if items[0].rule.throttle], now)
+    result = Plan()
+    for (recipient, kind, _channel), items in groups.items():
+        items.sort(key=lambda item: (item.run.occurrence, item.run.pk))
+        allowance = items[0].rule.throttle
+        count, oldest = used.get((recipient, kind), (0, None))
+        room = allowance - count if allowance else len(items)
+        if room <= 0:
+            _throttled(items, allowance, oldest or now, now)
+            continue
+        folds = bool(items[0].rule.window)
+        alone = [] if folds else items[: room - 1 if len(items) > room else room]
+        rest = items[len(alone) :]
+        result.alone += alone
+        if len(rest) == 1:
+            result.alone += rest
+        elif rest:
+            result.folds.append(rest)
+    return result
+
+
+def _sent_last_hour(
+    keys: list[tuple[str, str, str]], now: datetime
+) -> dict[tuple[str, str], tuple[int, datetime | None]]:
+    """Per (recipient, kind): the messages sent in the hour before ``now`` (a digest is
+    one, its items none) and the oldest of them, by when their sending attempt started
+    (the job's clock); one query, none without keys."""
+    if not keys:
+        return {}
+    around = Q()
+    for recipient, kind in sorted({(recipient, kind) for recipient, kind, _ in keys}):
+        around |= Q(task__recipient=recipient, task__kind=kind)
+    rows = (
+        TaskRun.objects.filter(
+            around, status=TaskRun.Status.SENT, digest__isnull=True, started_at__gt=now - HOUR
+        )
+        .values("task__recipient", "task__kind")
+        .annotate(count=Count("pk"), oldest=Min("started_at"))
+    )
+    return {
+        (row["task__recipient"], row["task__kind"]): (row["count"], row["oldest"]) for row in rows
+    }
+
+
+def _throttled(items: list[Ready], allowance: int, oldest: datetime, now: datetime) -> None:
+    until = max(oldest + HOUR, now + timedelta(seconds=1))
+    kind = items[0].run.task.kind
+    message = (
+        f"Throttled: {kind} may go to its recipient {allowance} times an hour, and the hour "
+        f"is full; it goes in one digest with the others held at {until.isoformat()}."
+    )
+    wait([item.run for item in items], until, THROTTLED_CODE, message[:2000])
+
+
+def fold(folds: Sequence[list[Ready]], now: datetime) -> list[TaskRun]:
+    """Fold each group of ready runs into a digest, in the caller's transaction (the
+    job's start): a digest task and its run, started under the job's lease, and each
+    item ``folded`` naming it. Returns the digest runs, to send."""
+    if not folds:
+        return []
+    tasks = [_digest_task(items, now) for items in folds]
+    _insert(tasks)
+    lease = now + timedelta(seconds=conf.LEASE_SECONDS)
+    token = folds[0][0].run.lease_token
+    digests = [
+        TaskRun(
+            task=task,
+            occurrence=now,
+            run_date=timing.local_date(now, task.timezone),
+            due_at=now,
+            status=TaskRun.Status.RUNNING,
+            priority=min(item.run.priority for item in items),
+            ledger_key=task.ledger_key(now),
+            attempts=1,
+            lease_owner=worker_id(),
+            lease_token=token,
+            lease_expires_at=lease,
+            started_at=now,
+            deadline=min(
+                (item.run.deadline for item in items if item.run.deadline is not None),
+                default=None,
+            ),
+        )
+        for task, items in zip(tasks, folds, strict=True)
+    ]
+    _insert(digests)
+    into = {
+        item.run.pk: digest.pk
+        for digest, items in zip(digests, folds, strict=True)
+        for item in items
+    }
+    TaskRun.objects.filter(pk__in=list(into), lease_token=token).update(
+        status=TaskRun.Status.FOLDED,
+        digest=Case(*(When(pk=pk, then=Value(digest)) for pk, digest in into.items())),
+        error_code="",
+        error_message=Case(
+            *(When(pk=pk, then=Value(f"In digest run {digest}.")) for pk, digest in into.items())
+        ),
+        next_attempt_at=None,
+        lease_owner="",
+        lease_token="",
+        lease_expires_at=None,
+    )
+    for digest, items in zip(digests, folds, strict=True):
+        logger.info("folded %d runs into digest run %s", len(items), digest.pk)
+    return digests
+
+
+def _digest_task(items: list[Ready], now: datetime) -> ScheduledTask:
+    lead = items[0].run.task
+    payload: dict[str, Any] = {DIGEST_KEY: {"items": [item.entry for item in items]}}
+    if isinstance(lead.payload, dict) and "lang" in lead.payload:
+        payload["lang"] = lead.payload["lang"]
+    return ScheduledTask(
+        kind=lead.kind,
+        recipient=lead.recipient,
+        channel=lead.channel,
+        run_at=now,
+        timezone=lead.timezone,
+        payload=payload,
+        priority=lead.priority,
+        status=ScheduledTask.Status.COMPLETED,
+        calendar="",
+        last_run_at=now,
+    )
+
+
+def _insert(rows: Sequence[Model]) -> None:
+    """Insert ``rows`` with their primary keys set: in one statement where the database
+    returns them, else one by one."""
+    if connection.features.can_return_rows_from_bulk_insert:
+        type(rows[0])._default_manager.bulk_create(rows)
+        return
+    for row in rows:
+        row.save(force_insert=True)
+
+
+def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> None:
+    """The items of digests just recorded ``sent`` are sent with them, in the caller's
+    transaction; ``run_sent`` tells of each, with its digest's reply."""
+    replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
+    if not replies:
+        return
+    items = list(
+        TaskRun.objects.filter(
+            digest_id__in=list(replies), status=TaskRun.Status.FOLDED
+        ).select_related("task")
+    )
+    if not items:
+        return
+    TaskRun.objects.filter(pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED).update(
+        status=TaskRun.Status.SENT, finished_at=now
+    )
+    for item in items:
+        item.status, item.finished_at = TaskRun.Status.SENT, now
+        result = replies[item.digest_id] if item.digest_id is not None else SendResult()
+        signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
+
+
+def settle_ended(now: datetime, limit: int = 100) -> int:
+    """Folded runs whose digest ended and did not settle them (every end but a record of
+    ``sent``, which settles its own) end as it did, with its code and why, and each one's
+    signal; returns how many. The scheduler's tick calls it, so every way a run ends
+    reaches its items, the admin's and a taken-over worker's too."""
+    ended = list(
+        TaskRun.objects.filter(
+            status__in=TaskRun.FINISHED,
+            pk__in=TaskRun.objects.filter(status=TaskRun.Status.FOLDED).values("digest_id"),
+        )[:limit]
+    )
+    settled = 0
+    for digest in ended:
+        items = list(
+            TaskRun.objects.filter(digest=digest, status=TaskRun.Status.FOLDED).select_related(
+                "task"
+            )
+        )
+        message = (
+            ""
+            if digest.status == TaskRun.Status.SENT
+            else (f"Its digest, run {digest.pk}, ended {digest.status}: {digest.error_message}")[
+                :2000
+            ]
+        )
+        with transaction.atomic():
+            TaskRun.objects.filter(
+                pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED
+            ).update(
+                status=digest.status,
+                error_code=digest.error_code,
+                error_message=message,
+                finished_at=now,
+            )
+            for item in items:
+                item.status, item.error_code, item.error_message = (
+                    digest.status,
+                    digest.error_code,
+                    message,
+                )
+                _tell(item, digest)
+        settled += len(items)
+    if settled:
+        logger.info("settled %d runs as their digests ended", settled)
+    return settled
+
+
+def _tell(item: TaskRun, digest: TaskRun) -> None:
+    """The signal of ``item``'s end, its digest's."""
+    if digest.status == TaskRun.Status.SENT:
+        row = SendLog.objects.filter(run=digest, status=SendLog.Status.SENT).first()
+        result = SendResult(row.provider_message_id, row.reply_code) if row else SendResult()
+        signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
+    elif digest.status == TaskRun.Status.FAILED:
+        error = PermanentSendError(item.error_message, code=item.error_code or "digest")
+        signals.after_commit(signals.run_failed, TaskRun, run=item, error=error)
+    elif digest.status == TaskRun.Status.UNKNOWN:
+        signals.after_commit(signals.run_unknown, TaskRun, run=item)
+    elif digest.status == TaskRun.Status.EXPIRED:
+        signals.after_commit(signals.run_expired, TaskRun, run=item)

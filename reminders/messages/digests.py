@@ -1,0 +1,88 @@
+"""A digest's message: one recipient's occurrences of one kind folded into one text
+(``reminders.engine.digests``), one item a line with its time and its link, in the
+recipient's language: "3 follow-ups due:", then "1. ACME · Renewal (09:00)" and the link.
+
+What a digest lists is written down when the items are folded (``entry``: each one's
+title, local time and link, read from its task), kept in the digest task's payload under
+``DIGEST_KEY``, and rendered from there (``content``). So a digest rendered again, to be
+sent again after a crash, is the same bytes, whatever became of its items' tasks since.
+
+Invariants:
+
+* Every item is listed, never cut: a digest longer than WeCom's text takes is sent in
+  parts by the sender (``senders.parts``), as any long text.
+* What the CRM wrote is one line of plain text (``wording.crm_text``); a link is the
+  item's own ``payload["url"]``, refused when bad (``wording.link``), as its own message
+  would be: an item whose entry cannot be written fails alone, when it is folded.
+* ``kinds.render`` stamps a digest as any message (its own task and occurrence), so two
+  digests to one member never render the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.utils.translation import ngettext
+
+from .. import registry
+from ..models.choices import DIGEST_KEY
+from ..schedule import timing
+from .content import Content
+from .wording import crm_text, cut, link
+
+if TYPE_CHECKING:
+    from ..models import ScheduledTask, TaskRun
+
+# An item's title, at most (the CRM's text is cut, marked "…").
+TITLE_BYTES = 120
+
+
+def is_digest(task: ScheduledTask) -> bool:
+    """Whether ``task`` is a digest the engine folded (its payload lists the items)."""
+    return isinstance(task.payload, dict) and DIGEST_KEY in task.payload
+
+
+def entry(task: ScheduledTask, run: TaskRun) -> dict[str, Any]:
+    """One item of a digest as it is listed: its run and task, a title from what the CRM
+    wrote (customer and subject, a name, its own text; else the kind's name), its local
+    time and its link. ``BadPayload`` for a payload its own message would refuse."""
+    customer, subject = crm_text(task, "customer"), crm_text(task, "subject")
+    title = " · ".join(part for part in (customer, subject) if part)
+    title = title or crm_text(task, "name") or crm_text(task, "content")
+    local = run.occurrence.astimezone(timing.zone(task.timezone))
+    return {
+        "run": run.pk,
+        "task": task.pk,
+        "title": cut(title, TITLE_BYTES) if title else "",
+        "at": local.strftime("%m-%d %H:%M"),
+        "url": link(task),
+    }
+
+
+def content(task: ScheduledTask) -> Content:
+    """The digest's text, in the language ``kinds.render`` made active: a heading
+    counting the items, then each one, numbered, with its link on a line of its own."""
+    items: list[dict[str, Any]] = task.payload[DIGEST_KEY]["items"]
+    lines = [heading(task.kind, len(items))]
+    label = str(registry.label(task.kind))
+    for number, item in enumerate(items, start=1):
+        lines.append(f"{number}. {item['title'] or label} ({item['at']})")
+        if item["url"]:
+            lines.append(f"   {item['url']}")
+    return Content("text", {"content": "\n".join(lines)})
+
+
+def heading(kind: str, count: int) -> str:
+    """ "3 follow-ups due:", in the active language; a kind of the CRM's own is named."""
+    if kind == "follow_up":
+        text = ngettext("%(count)d follow-up due:", "%(count)d follow-ups due:", count)
+    elif kind == "inquiry_timeout":
+        text = ngettext(
+            "%(count)d inquiry waiting too long:", "%(count)d inquiries waiting too long:", count
+        )
+    elif kind == "birthday":
+        text = ngettext("%(count)d birthday:", "%(count)d birthdays:", count)
+    else:
+        text = ngettext("%(count)d reminder: %(kind)s", "%(count)d reminders: %(kind)s", count)
+        return text % {"count": count, "kind": registry.label(kind)}
+    return text % {"count": count}

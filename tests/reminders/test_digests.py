@@ -1,0 +1,394 @@
+"""Digests and throttles: a recipient's occurrences of one kind due in one window go as
+one message listing them, each item ``sent`` with the digest (its key and message id),
+exactly once; a throttled kind's excess folds into the next digest, never dropped. Every
+clock is the tests': a window's boundaries, a throttle's hour, quiet hours on a holiday
+and a year no calendar package covers."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import TestCase
+from django.utils import translation
+
+from reminders import api, preferences
+from reminders.engine import actions, digests, dispatch
+from reminders.exceptions import PermanentSendError, TransientSendError
+from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
+from reminders.schedule import timing
+from reminders.schedule.policies import Policy, PolicyError
+from reminders.senders.memory import MemorySender
+from tests.support.jobs import run_queued
+
+SHANGHAI = ZoneInfo("Asia/Shanghai")
+TZ = "Asia/Shanghai"
+THURSDAY = date(2026, 12, 3)
+
+
+def at(day: date, hour: int, minute: int = 0, second: int = 0) -> datetime:
+    return datetime(day.year, day.month, day.day, hour, minute, second, tzinfo=SHANGHAI)
+
+
+def tick_at(now: datetime) -> int:
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=now)
+        dispatch.claim("test", 100, now=now)
+        sent = run_queued(now=now)
+        digests.settle_ended(now)
+        return sent
+
+
+def follow_up(recipient: str, when: datetime, customer: str, **payload: Any) -> ScheduledTask:
+    return api.schedule(
+        "follow_up",
+        recipient,
+        at=when,
+        tz=TZ,
+        channel="memory",
+        payload={"customer": customer, "url": f"https://crm.example/c/{customer}", **payload},
+    )
+
+
+def release(recipient: str, end: datetime, policy: Policy | None = None) -> datetime:
+    policy = policy or Policy()
+    return end + timing.stagger(
+        recipient=recipient,
+        jitter_seconds=policy.jitter_seconds,
+        batches=policy.batches,
+        batch_interval_seconds=policy.batch_interval_seconds,
+    )
+
+
+@pytest.fixture
+def digested(settings: Any) -> None:
+    # Late by days at most: a retry's delay counts on the real clock, these on the tests'.
+    settings.REMINDERS_KINDS = {
+        "follow_up": {"digest_seconds": 900, "max_lateness_seconds": 400 * 24 * 3600}
+    }
+
+
+# --- The window and the policy ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("moment", "window"),
+    [
+        (at(THURSDAY, 9, 0), (at(THURSDAY, 9, 0), at(THURSDAY, 9, 15))),  # its first second
+        (at(THURSDAY, 9, 14, 59), (at(THURSDAY, 9, 0), at(THURSDAY, 9, 15))),
+        (at(THURSDAY, 9, 15), (at(THURSDAY, 9, 15), at(THURSDAY, 9, 30))),  # the next one's
+        (at(THURSDAY, 23, 50), (at(THURSDAY, 23, 45), at(THURSDAY + timedelta(days=1), 0, 0))),
+    ],
+)
+def test_window__counted_from_local_midnight(moment: datetime, window: tuple) -> None:
+    assert timing.window(moment, TZ, 900) == window
+
+
+def test_window__the_days_last_ends_at_midnight() -> None:
+    # 7 hours: 00-07, 07-14, 14-21, 21-24 (never into the next day).
+    assert timing.window(at(THURSDAY, 22), TZ, 7 * 3600) == (
+        at(THURSDAY, 21),
+        at(THURSDAY + timedelta(days=1), 0),
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("digest_seconds", -1),
+        ("digest_seconds", 86401),
+        ("digest_seconds", "900"),
+        ("throttle_per_hour", -2),
+        ("throttle_per_hour", 1.5),
+    ],
+)
+def test_policy__refuses_a_bad_digest_or_throttle_naming_the_field(field: str, value: Any) -> None:
+    with pytest.raises(PolicyError, match=field):
+        Policy(**{field: value})
+
+
+@pytest.mark.django_db
+def test_payload__the_digest_mark_is_the_engines_own() -> None:
+    with pytest.raises(ValidationError, match=DIGEST_KEY):
+        ScheduledTask(
+            kind="follow_up",
+            recipient="alice",
+            channel="memory",
+            run_at=at(THURSDAY, 9),
+            timezone=TZ,
+            priority="normal",
+            payload={DIGEST_KEY: {"items": []}},
+        ).full_clean()
+
+
+# --- Folding ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
+    outbox: list,
+) -> None:
+    tasks = [
+        follow_up("alice", at(THURSDAY, 9, 0), "ACME"),
+        follow_up("alice", at(THURSDAY, 9, 5), "Globex"),
+        follow_up("alice", at(THURSDAY, 9, 14), "Initech"),
+    ]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    assert tick_at(at(THURSDAY, 9, 0)) == 0
+    runs = TaskRun.objects.filter(task__in=tasks)
+    assert {run.due_at for run in runs} == {goes}  # planned at the window's end
+    assert tick_at(goes - timedelta(seconds=1)) == 0
+    assert tick_at(goes) == 1
+    assert len(outbox) == 1
+    text = outbox[0].body["content"]
+    assert text.startswith("3 follow-ups due:")
+    for number, customer in enumerate(["ACME", "Globex", "Initech"], start=1):
+        assert f"{number}. {customer} (" in text
+        assert f"https://crm.example/c/{customer}" in text
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    row = SendLog.objects.get()
+    assert (row.run, row.status) == (digest, SendLog.Status.SENT)
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.digest) == (TaskRun.Status.SENT, digest)
+        # No ledger row of its own: the digest's is its key and message id.
+        assert not SendLog.objects.filter(key=run.ledger_key).exists()
+    assert tick_at(goes + timedelta(minutes=5)) == 0
+    assert len(outbox) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__one_item_alone_goes_as_its_own_message(outbox: list) -> None:
+    task = follow_up("bob", at(THURSDAY, 9, 3), "ACME")
+    tick_at(release("bob", at(THURSDAY, 9, 15)))
+    assert len(outbox) == 1
+    assert "3 follow-ups" not in str(outbox[0].body)
+    run = TaskRun.objects.get(task=task)
+    assert (run.status, run.digest) == (TaskRun.Status.SENT, None)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__one_per_recipient_and_window(outbox: list) -> None:
+    for recipient in ("alice", "bob"):
+        follow_up(recipient, at(THURSDAY, 9, 0), "ACME")
+        follow_up(recipient, at(THURSDAY, 9, 1), "Globex")
+    follow_up("alice", at(THURSDAY, 9, 20), "Initech")  # the next window
+    latest = max(release(r, at(THURSDAY, 9, 15)) for r in ("alice", "bob"))
+    tick_at(at(THURSDAY, 9, 0))
+    tick_at(latest)
+    assert sorted(m.recipient for m in outbox) == ["alice", "bob"]
+    assert all(m.body["content"].startswith("2 follow-ups due:") for m in outbox)
+    tick_at(release("alice", at(THURSDAY, 9, 30)))
+    assert len(outbox) == 3
+    assert "Initech" in str(outbox[2].body) and "ACME" not in str(outbox[2].body)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__in_the_recipients_language(outbox: list) -> None:
+    follow_up("alice", at(THURSDAY, 9, 0), "ACME", lang="zh-hans")
+    follow_up("alice", at(THURSDAY, 9, 1), "Globex", lang="zh-hans")
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    with translation.override("zh-hans"):
+        heading = digests.wording.heading("follow_up", 2)
+    assert heading != "2 follow-ups due:"
+    assert outbox[0].body["content"].startswith(heading)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__an_item_with_a_bad_link_fails_alone(outbox: list) -> None:
+    good = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1)]
+    bad = follow_up("alice", at(THURSDAY, 9, 2), "Bad")
+    ScheduledTask.objects.filter(pk=bad.pk).update(payload={"url": "javascript:alert(1)"})
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    assert TaskRun.objects.get(task=bad).status == TaskRun.Status.FAILED
+    assert [TaskRun.objects.get(task=t).status for t in good] == [TaskRun.Status.SENT] * 2
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__each_item_is_decided_on_its_own_first(outbox: list) -> None:
+    kept = follow_up("alice", at(THURSDAY, 9, 0), "ACME")
+    follow_up("alice", at(THURSDAY, 9, 1), "Globex")
+    paused = follow_up("alice", at(THURSDAY, 9, 2), "Initech")
+    actions.pause(paused)
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
+    assert "Initech" not in outbox[0].body["content"]
+    assert not TaskRun.objects.filter(task=paused).exclude(status__in=TaskRun.WAITING).exists()
+    assert TaskRun.objects.get(task=kept).status == TaskRun.Status.SENT
+
+
+# --- A digest's end is its items' end ---------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__retried_as_one_message_with_the_same_items(outbox: list) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1, 2)]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    tick_at(goes)
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.RETRYING
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.FOLDED}
+    late = follow_up("alice", at(THURSDAY, 9, 16), "Late")  # the next window's
+    tick_at(digest.next_attempt_at)
+    [text] = [m.body["content"] for m in outbox if m.body.get("content", "").startswith("3 ")]
+    assert "Late" not in text
+    assert TaskRun.objects.get(task=late).digest is None  # it went on its own
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+    assert TaskRun.objects.filter(task__payload__has_key=DIGEST_KEY).count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__failed_for_good_fails_its_items_saying_why(outbox: list, received: list) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1)]
+    MemorySender.script.append(PermanentSendError("no such member", code="81013"))
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.FAILED
+    for task in tasks:
+        run = TaskRun.objects.get(task=task)
+        assert (run.status, run.error_code) == (TaskRun.Status.FAILED, "81013")
+        assert f"digest, run {digest.pk}" in run.error_message
+    failed = [pk for name, pk, _ in received if name == "run_failed"]
+    assert sorted(failed) == sorted([digest.pk, *(TaskRun.objects.get(task=t).pk for t in tasks)])
+    assert outbox == []
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__a_folded_run_is_never_claimed_again(outbox: list) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1)]
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    goes = release("alice", at(THURSDAY, 9, 15))
+    tick_at(goes)
+    # Before the digest's retry: nothing of its items goes on its own.
+    assert dispatch.claim("test", 100, now=goes + timedelta(seconds=5)).run_ids == []
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.FOLDED}
+
+
+# --- A recipient's own choice ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_preference__a_kind_moved_to_a_digest_waits_for_its_window(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_DIGEST_SECONDS = 3600
+    preferences.set("alice", "birthday", digest=True, by="crm", reason="too many")
+    for name in ("Li", "Wang"):
+        api.schedule(
+            "birthday", "alice", at=at(THURSDAY, 9), tz=TZ, channel="memory", payload={"name": name}
+        )
+    api.schedule(
+        "birthday", "bob", at=at(THURSDAY, 9), tz=TZ, channel="memory", payload={"name": "Zhao"}
+    )
+    tick_at(at(THURSDAY, 9))
+    assert [m.recipient for m in outbox] == ["bob"]  # bob did not move it
+    waiting = TaskRun.objects.filter(task__recipient="alice")
+    assert {run.error_code for run in waiting} == {"digest"}
+    assert {run.next_attempt_at for run in waiting} == {at(THURSDAY, 10)}
+    tick_at(at(THURSDAY, 10))
+    assert outbox[1].recipient == "alice"
+    assert outbox[1].body["content"].startswith("2 birthdays:")
+
+
+@pytest.mark.django_db
+def test_preference__digest_and_opt_out_are_one_choice() -> None:
+    with pytest.raises(ValidationError) as caught:
+        preferences.set("alice", "follow_up", opted_out=True, digest=True, by="crm")
+    assert "digest" in caught.value.message_dict
+    with pytest.raises(ValidationError) as caught:
+        preferences.set("alice", "follow_up", digest="yes", by="crm")  # type: ignore[arg-type]
+    assert "digest" in caught.value.message_dict
+    assert preferences.get("alice")["follow_up"].digest is False
+    preferences.set("alice", "follow_up", digest=True, by="crm")
+    assert preferences.get("alice")["follow_up"].digest is True
+
+
+# --- The throttle ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def throttled(settings: Any) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {"throttle_per_hour": 2, "max_lateness_seconds": 400 * 24 * 3600}
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("throttled")
+def test_throttle__the_excess_folds_into_the_next_digest_never_dropped(outbox: list) -> None:
+    minutes = (0, 10, 20, 30, 40)
+    tasks = [follow_up("alice", at(THURSDAY, 10, m), f"C{m}") for m in minutes]
+    for m in minutes:
+        tick_at(at(THURSDAY, 10, m))
+    assert len(outbox) == 2  # 10:00 and 10:10; the rest held
+    held = TaskRun.objects.filter(task__in=tasks[2:])
+    assert {run.error_code for run in held} == {"throttled"}
+    assert {run.next_attempt_at for run in held} == {at(THURSDAY, 11, 0)}
+    tick_at(at(THURSDAY, 11, 0))
+    assert len(outbox) == 3
+    assert outbox[2].body["content"].startswith("3 follow-ups due:")
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("throttled")
+def test_throttle__a_burst_sends_what_the_hour_allows_and_folds_the_rest(outbox: list) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 10), f"C{n}") for n in range(5)]
+    tick_at(at(THURSDAY, 10))
+    # Two an hour: one alone, the other four as one digest.
+    assert len(outbox) == 2
+    assert outbox[1].body["content"].startswith("4 follow-ups due:")
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+    follow_up("alice", at(THURSDAY, 10, 30), "Later")
+    tick_at(at(THURSDAY, 10, 30))
+    assert len(outbox) == 2  # the hour is full until 11:00
+    tick_at(at(THURSDAY, 11, 0))
+    assert len(outbox) == 3
+
+
+# --- Quiet hours, a holiday, a year no package covers ------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("day", "morning"),
+    [
+        (date(2026, 10, 1), date(2026, 10, 8)),  # National Day: quiet until it ends
+        (date(2027, 1, 2), date(2027, 1, 4)),  # Saturday of a year no package covers
+    ],
+)
+def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
+    settings: Any, outbox: list, day: date, morning: date
+) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {
+            "digest_seconds": 900,
+            "quiet_hours": "21:00-08:30",
+            "quiet_calendar": "cn",
+            "max_lateness_seconds": 14 * 24 * 3600,
+        }
+    }
+    tasks = [follow_up("alice", at(day, 10, m), f"C{m}") for m in (0, 5)]
+    tick_at(release("alice", at(day, 10, 15)))
+    assert outbox == []
+    held = TaskRun.objects.filter(task__in=tasks)
+    assert {run.error_code for run in held} == {"quiet_hours"}
+    until = held[0].next_attempt_at
+    assert until.astimezone(SHANGHAI).date() == morning
+    tick_at(until)
+    assert len(outbox) == 1
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
