@@ -250,7 +250,8 @@ def _prepare(
             return None
         if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
             return None
-        found = digests.rule(task, (task.recipient, task.kind) in moved)
+        # A run made on request (run now) goes now, on its own.
+        found = None if run.is_manual else digests.rule(task, (task.recipient, task.kind) in moved)
         if found is not None:
             return _ready(run, row, found, now)
         # Never delivered: the message as the task says it now (a corrected recipient

@@ -227,6 +227,16 @@ def test_digest__each_item_is_decided_on_its_own_first(outbox: list) -> None:
     assert TaskRun.objects.get(task=kept).status == TaskRun.Status.SENT
 
 
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__a_run_made_on_request_goes_at_once_on_its_own(outbox: list) -> None:
+    task = follow_up("alice", at(THURSDAY, 9, 0), "ACME")
+    now = at(THURSDAY, 8, 0)
+    actions.run_now(task, now, by="ops")
+    tick_at(now)
+    assert len(outbox) == 1 and "follow-ups due" not in str(outbox[0].body)
+
+
 # --- A digest's end is its items' end ---------------------------------------------------
 
 
