@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
 from ..models import JobTake, Priority, ScheduledTask, TaskRun
-from . import cluster, digests, planning
+from . import cluster, digests, holds, planning
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
                 task.mark_error(exc.code, exc.message, now)
             else:
                 planned.append(task)
+        holds.defer_planned(runs)
         TaskRun.objects.add_planned(runs)
         _advance(planned)
     if tasks:

@@ -6,7 +6,9 @@ quiet hours: the recipient's own (``QuietHours``), else its kind's
 Invariants:
 
 * Read when a run starts, so a choice or a policy reaches every run not sent yet,
-  whenever it was planned; asked only of a message never delivered (a key in doubt is
+  whenever it was planned (the planner also plans a run due inside its quiet hours due
+  at their end, ``defer_planned``, so that the plan shows when it goes); asked only of
+  a message never delivered (a key in doubt is
   decided as any other: it may have reached the recipient).
 * What the recipients chose costs a job nothing when they chose nothing: it is looked up
   in the start's own SELECT of its runs (``lookups``), and read (``read``) only
@@ -32,7 +34,7 @@ from django.db.models import OuterRef, Subquery
 from .. import registry
 from ..calendars.backends import day_off
 from ..exceptions import RemindersError, UnknownKind
-from ..models import OPTED_OUT_CODE, Preference, QuietHours, TaskRun
+from ..models import OPTED_OUT_CODE, QUIET_CODE, Preference, QuietHours, TaskRun
 from ..schedule import timing
 from ..schedule.quiet import QuietWindow, quiet_until
 
@@ -160,6 +162,26 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
     )
     why = " and ".join(reasons)
     return Held(until, f"the recipient's own: {why}" if own else why, span)
+
+
+def defer_planned(runs: Sequence[TaskRun]) -> None:
+    """Runs just planned (unsaved) whose due time falls inside their quiet hours are
+    planned due at their end, staggered, saying so (code ``quiet_hours``): the plan and
+    the wave charts show when they will go, and no claim is spent before. One query for
+    the recipients' own quiet hours; none when no run is to be sent. A run whose deadline
+    comes first is left due as planned: its start ends it ``expired``, saying why. The
+    start asks again (``quiet``): a choice changed since still reaches the run."""
+    planned = [run for run in runs if run.status == TaskRun.Status.SCHEDULED]
+    if not planned:
+        return
+    recipients = {run.task.recipient for run in planned}
+    own = {row.recipient: row for row in QuietHours.objects.filter(recipient__in=recipients)}
+    for run in planned:
+        held = quiet(run, run.due_at, own.get(run.task.recipient))
+        if held is None or (run.deadline is not None and held.until > run.deadline):
+            continue
+        run.due_at = run.next_attempt_at = held.until
+        run.error_code, run.error_message = QUIET_CODE, held.message
 
 
 def _rest_days(calendar: str) -> Callable[[date], bool] | None:

@@ -153,6 +153,43 @@ def test_engine__a_message_due_at_night_waits_for_the_morning_and_says_so(outbox
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_planning__a_run_due_at_night_is_planned_due_in_the_morning_never_claimed_before(
+    outbox: list,
+) -> None:
+    evening = at(THURSDAY, 20, 30)  # plans an hour ahead: the 21:15 follow-up is planned now
+    task = api.schedule("follow_up", "alice", at=at(THURSDAY, 21, 15), tz=TZ, channel="memory")
+    dispatch.materialize(now=evening)
+    run = TaskRun.objects.get(task=task)
+    morning = at(THURSDAY + timedelta(days=1), 8, 30)
+    assert morning <= run.due_at == run.next_attempt_at < morning + timedelta(seconds=600)
+    assert (run.status, run.error_code) == ("scheduled", "quiet_hours")
+    assert "from 2026-12-03 21:15 to 2026-12-04 08:" in run.error_message
+    # All night, nothing of it is claimed.
+    assert dispatch.claim("test", 100, now=at(THURSDAY, 23, 0)).run_ids == []
+    assert tick_at(run.due_at) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_planning__the_recipients_own_hours_count_and_a_later_change_still_reaches_the_run(
+    outbox: list,
+) -> None:
+    preferences.set_quiet_hours("alice", "20:00-07:00", by="crm")
+    evening = at(THURSDAY, 19, 30)
+    task = api.schedule("follow_up", "alice", at=at(THURSDAY, 20, 15), tz=TZ, channel="memory")
+    dispatch.materialize(now=evening)
+    run = TaskRun.objects.get(task=task)
+    assert run.due_at.astimezone(SHANGHAI).hour == 7  # her 07:00, not the kind's 08:30
+    # Planned outside any quiet hours, then she sets hours that cover it: the start holds it.
+    other = api.schedule("follow_up", "bob", at=at(THURSDAY, 19, 50), tz=TZ, channel="memory")
+    dispatch.materialize(now=evening)
+    preferences.set_quiet_hours("bob", "19:00-07:00", by="crm")
+    assert tick_at(at(THURSDAY, 19, 50)) == 0
+    assert TaskRun.objects.get(task=other).error_code == "quiet_hours"
+
+
+@pytest.mark.django_db
 def test_engine__never_past_its_deadline_expired_saying_why(settings: Any, outbox: list) -> None:
     # A follow-up may be 2 hours late: 22:00 deferred to 08:30 would be 10 hours late.
     settings.REMINDERS_KINDS = {"follow_up": {"quiet_hours": "21:00-08:30"}}
