@@ -13,6 +13,10 @@ real admin:
   is used, never echoed.
 * Every task has a key, so running it again updates the same rows instead of adding new
   ones; the one-shot tasks are moved to the new "now" and so fire again.
+* One demo salesperson (``DIGEST_MEMBER``) has moved follow-ups to a digest
+  (``preferences.set``, as a CRM would on their behalf): their three follow-ups go as one
+  message at the end of the window (``REMINDERS_DIGEST_SECONDS``; ``make run`` makes it
+  five minutes).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
-from reminders import api
+from reminders import api, preferences
 from reminders.intake.occasions import escalation_key
 from reminders.models import ScheduledTask
 from reminders.schedule import timing
@@ -37,6 +41,9 @@ PASSWORD_BYTES = 12  # 16 characters of token_urlsafe
 INQUIRY_KEY = "demo:inquiry_timeout"
 # Time enough to open the sandbox's page and click the inquiry's card.
 ESCALATE_AFTER = timedelta(minutes=5)
+# Who gets their follow-ups as one digest, and the customers they are about.
+DIGEST_MEMBER = SALESPEOPLE[0]
+DIGEST_CUSTOMERS = ("Initech", "Umbrella", "Hooli")
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,18 @@ def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
                 "escalated_from": SALESPEOPLE[2],
             },
         ),
+        # Three follow-ups a minute apart to a salesperson who takes them as one digest
+        # (``digest_choice``): one message listing the three, at the window's end.
+        *(
+            DemoTask(
+                f"demo:digest:{number}",
+                "follow_up",
+                DIGEST_MEMBER,
+                at=now + timedelta(minutes=number),
+                payload={"customer": customer, "url": f"https://crm.example/customers/{number}"},
+            )
+            for number, customer in enumerate(DIGEST_CUSTOMERS, start=1)
+        ),
         DemoTask(
             "demo:every_minute",
             "follow_up",
@@ -107,6 +126,19 @@ def demo_tasks(now: datetime, tz: str) -> list[DemoTask]:
         ),
     ]
     return tasks
+
+
+def digest_choice() -> str:
+    """``DIGEST_MEMBER`` takes follow-ups as a digest, as the CRM's API records it; a line
+    saying so."""
+    preferences.set(
+        DIGEST_MEMBER,
+        "follow_up",
+        digest=True,
+        by="reminders_demo",
+        reason=_("The demo: follow-ups as one digest."),
+    )
+    return "  " + _("%(member)s takes follow-ups as one digest") % {"member": DIGEST_MEMBER}
 
 
 def ensure_login(username: str, given_password: str | None) -> str:

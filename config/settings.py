@@ -140,6 +140,8 @@ REMINDERS_TICK_SECONDS = env.float("REMINDERS_TICK_SECONDS", default=1.0)
 REMINDERS_CLAIM_BATCH = env.int("REMINDERS_CLAIM_BATCH", default=500)
 REMINDERS_MAX_IN_FLIGHT = env.int("REMINDERS_MAX_IN_FLIGHT", default=1000)
 REMINDERS_RUNS_PER_JOB = env.int("REMINDERS_RUNS_PER_JOB", default=20)
+# The window of a kind a recipient moved to a digest (bin/run-dev makes it 5 minutes).
+REMINDERS_DIGEST_SECONDS = env.int("REMINDERS_DIGEST_SECONDS", default=3600)
 REMINDERS_RATE_MAX_WAIT = env.float("REMINDERS_RATE_MAX_WAIT", default=2.0)
 # The longest pause a provider's "too fast" (Retry-After) may put on a channel.
 REMINDERS_MAX_PAUSE_SECONDS = env.float("REMINDERS_MAX_PAUSE_SECONDS", default=300.0)

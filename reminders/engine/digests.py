@@ -64,6 +64,7 @@ from ..models import (
 from ..schedule import timing
 from ..schedule.policies import Policy
 from ..senders import SendResult
+from . import planning
 from .jobs import logger, wait, worker_id
 
 # Runs one job takes in beside its claim's, at most (``pull``).
@@ -83,14 +84,8 @@ class Rule:
     def release(self, run: TaskRun) -> datetime:
         """When the digest of ``run``'s window goes: the window's end, staggered by
         recipient as the kind staggers its waves."""
-        task = run.task
-        _, end = timing.window(run.occurrence, task.timezone, self.window)
-        return end + timing.stagger(
-            recipient=task.recipient,
-            jitter_seconds=self.policy.jitter_seconds,
-            batches=self.policy.batches,
-            batch_interval_seconds=self.policy.batch_interval_seconds,
-        )
+        _, end = timing.window(run.occurrence, run.task.timezone, self.window)
+        return end + planning.stagger(run.task, self.policy)
 
 
 def rule(task: ScheduledTask, moved: bool) -> Rule | None:

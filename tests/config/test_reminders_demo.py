@@ -16,7 +16,8 @@ from django.db.models import F
 from django.test import TestCase
 from django.utils import timezone
 
-from config.demo import ESCALATE_AFTER, INQUIRY_KEY, demo_tasks
+from config.demo import DIGEST_CUSTOMERS, DIGEST_MEMBER, ESCALATE_AFTER, INQUIRY_KEY, demo_tasks
+from reminders import preferences
 from reminders.engine import dispatch
 from reminders.intake.occasions import escalation_key
 from reminders.models import ScheduledTask, SendLog, TaskRun
@@ -314,3 +315,21 @@ def test_demo__the_inquiry_card_has_an_escalation_its_click_cancels():
     assert escalation.payload["escalated_from"] == first.recipient != escalation.recipient
     # Cards, not the CRM's own text (which stays text).
     assert "content" not in first.payload and "content" not in tasks["demo:follow_up"].payload
+
+
+def test_demo__one_salesperson_takes_the_follow_ups_as_one_digest(settings):
+    settings.REMINDERS_DIGEST_SECONDS = 300
+    out = demo()
+    assert f"{DIGEST_MEMBER} takes follow-ups as one digest" in out
+    assert preferences.get(DIGEST_MEMBER)["follow_up"].digest
+    later = timezone.now() + timedelta(minutes=10)  # past the window of the last one
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=later)
+        dispatch.claim("test", 100, now=later)
+        run_queued(now=later)
+    [row] = SendLog.objects.filter(recipient=DIGEST_MEMBER, task__kind="follow_up")
+    assert "3 follow-ups due:" in row.body
+    assert all(customer in row.body for customer in DIGEST_CUSTOMERS)
+    items = TaskRun.objects.filter(task__key__startswith="demo:digest:")
+    assert {run.status for run in items} == {TaskRun.Status.SENT}
+    assert {run.digest_id for run in items} == {row.run_id}

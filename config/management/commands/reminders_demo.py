@@ -63,6 +63,7 @@ class Command(TranslatedCommand):
             login = demo.ensure_login(username, os.environ.get("DEMO_ADMIN_PASSWORD") or None)
             now = timezone.now().replace(microsecond=0)
             lines = [demo.save_task(task, tz) for task in demo.demo_tasks(now, tz)]
+            lines.append(demo.digest_choice())
         if options["verbosity"] >= 1:
             self.stdout.write(login)
             for line in lines:
