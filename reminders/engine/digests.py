@@ -347,7 +347,7 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
     if not items:
         return
     TaskRun.objects.filter(pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED).update(
-        status=TaskRun.Status.SENT, finished_at=now
+        status=TaskRun.Status.SENT, finished_at=now, error_code="", error_message=""
     )
     for item in items:
         item.status, item.finished_at = TaskRun.Status.SENT, now

@@ -154,7 +154,7 @@ def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
     assert (row.run, row.status) == (digest, SendLog.Status.SENT)
     for run in runs:
         run.refresh_from_db()
-        assert (run.status, run.digest) == (TaskRun.Status.SENT, digest)
+        assert (run.status, run.digest, run.error_message) == (TaskRun.Status.SENT, digest, "")
         # No ledger row of its own: the digest's is its key and message id.
         assert not SendLog.objects.filter(key=run.ledger_key).exists()
     assert tick_at(goes + timedelta(minutes=5)) == 0
@@ -249,7 +249,9 @@ def test_digest__retried_as_one_message_with_the_same_items(outbox: list) -> Non
     tick_at(goes)
     digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
     assert digest.status == TaskRun.Status.RETRYING
-    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.FOLDED}
+    folded = [TaskRun.objects.get(task=t) for t in tasks]
+    assert {run.status for run in folded} == {TaskRun.Status.FOLDED}
+    assert {run.error_message for run in folded} == {f"In digest run {digest.pk}."}
     late = follow_up("alice", at(THURSDAY, 9, 16), "Late")  # the next window's
     tick_at(digest.next_attempt_at)
     [text] = [m.body["content"] for m in outbox if m.body.get("content", "").startswith("3 ")]
