@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
+from django.db.models import Case, F, Min, PositiveSmallIntegerField, Q, QuerySet, When
 from django.utils import timezone
 
 from ..conf import settings as conf
@@ -133,18 +133,19 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         if only_high:
             runs = runs.filter(priority=Priority.HIGH.rank)
         candidates = runs.order_by("priority", "next_attempt_at").values_list(
-            "pk", "status", "lease_token"
+            "pk", "status", "lease_token", "task__recipient", "task__kind"
         )
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
         rows = list(candidates[:limit])
         if not rows:
             return Claim(token, [])
-        ids = [pk for pk, _, _ in rows]
+        rows += _recipients_rest(candidates, rows)
+        ids = [pk for pk, *_ in rows]
         # Runs still ``queued`` under an expired lease whose job took them (``JobTake``)
         # and ended before starting them: it failed, timed out, or went with its worker.
         # Those that only waited in the queue past their lease were never taken.
-        stale = {held for _, status, held in rows if status == TaskRun.Status.QUEUED}
+        stale = {held for _, status, held, *_ in rows if status == TaskRun.Status.QUEUED}
         lost = JobTake.objects.lost_runs(stale) if stale else set()
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
@@ -175,6 +176,24 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         )
         _enqueue(token, claimed)
     return Claim(token, [pk for pk, *_ in claimed])
+
+
+def _recipients_rest(
+    candidates: QuerySet[TaskRun, tuple[Any, ...]], rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """The claimable runs of the recipients and kinds in ``rows`` that fold into digests
+    or are throttled (``engine.digests``), beyond the claim's ``limit``: a recipient's
+    runs due at one moment go in one claim, and so one job and one digest, whatever
+    order the database gave runs due at the same instant. At most ``PULL_LIMIT`` a
+    recipient and kind, as a job takes in."""
+    pairs = {(recipient, kind) for *_, recipient, kind in rows if digests.folds(kind)}
+    if not pairs:
+        return []
+    around = Q()
+    for recipient, kind in sorted(pairs):
+        around |= Q(task__recipient=recipient, task__kind=kind)
+    taken = [pk for pk, *_ in rows]
+    return list(candidates.filter(around).exclude(pk__in=taken)[: len(pairs) * digests.PULL_LIMIT])
 
 
 def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str]]) -> None:

@@ -163,6 +163,23 @@ def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
+def test_claim__takes_a_recipients_runs_due_together_whole_beyond_its_limit() -> None:
+    members = [f"m{n}" for n in range(5)]
+    for member in members:
+        for minute in (0, 1, 2):
+            follow_up(member, at(THURSDAY, 9, minute), f"C{minute}")
+    dispatch.materialize(now=at(THURSDAY, 9))
+    latest = max(release(member, at(THURSDAY, 9, 15)) for member in members)
+    claimed = dispatch.claim("test", 4, now=latest)
+    runs = TaskRun.objects.filter(pk__in=claimed.run_ids).select_related("task")
+    counts = {run.task.recipient: 0 for run in runs}
+    for run in runs:
+        counts[run.task.recipient] += 1
+    assert set(counts.values()) == {3}  # whole recipients, never a part of one
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
 def test_digest__one_item_alone_goes_as_its_own_message(outbox: list) -> None:
     task = follow_up("bob", at(THURSDAY, 9, 3), "ACME")
     tick_at(release("bob", at(THURSDAY, 9, 15)))
