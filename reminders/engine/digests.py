@@ -69,6 +69,9 @@ from .jobs import logger, wait, worker_id
 
 # Runs one job takes in beside its claim's, at most (``pull``).
 PULL_LIMIT = 200
+# What a run held for its digest's window or its throttle says: it folds when it goes,
+# whatever its kind's policy (a recipient's own digest).
+HELD_CODES = (DIGEST_CODE, THROTTLED_CODE)
 HOUR = timedelta(hours=1)
 
 

@@ -133,7 +133,7 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         if only_high:
             runs = runs.filter(priority=Priority.HIGH.rank)
         candidates = runs.order_by("priority", "next_attempt_at").values_list(
-            "pk", "status", "lease_token", "task__recipient", "task__kind"
+            "pk", "status", "lease_token", "error_code", "task__recipient", "task__kind"
         )
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
@@ -172,7 +172,9 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         claimed = list(
             TaskRun.objects.filter(pk__in=ids, lease_token=token)
             .order_by("priority", "next_attempt_at")
-            .values_list("pk", "priority", "job_failures", "task__recipient", "task__kind")
+            .values_list(
+                "pk", "priority", "job_failures", "error_code", "task__recipient", "task__kind"
+            )
         )
         _enqueue(token, claimed)
     return Claim(token, [pk for pk, *_ in claimed])
@@ -182,11 +184,16 @@ def _recipients_rest(
     candidates: QuerySet[TaskRun, tuple[Any, ...]], rows: list[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
     """The claimable runs of the recipients and kinds in ``rows`` that fold into digests
-    or are throttled (``engine.digests``), beyond the claim's ``limit``: a recipient's
+    or are throttled (``engine.digests``: by their kind's policy, or held for a digest
+    or a throttle, as a recipient's own digest is), beyond the claim's ``limit``: a recipient's
     runs due at one moment go in one claim, and so one job and one digest, whatever
     order the database gave runs due at the same instant. At most ``PULL_LIMIT`` a
     recipient and kind, as a job takes in."""
-    pairs = {(recipient, kind) for *_, recipient, kind in rows if digests.folds(kind)}
+    pairs = {
+        (recipient, kind)
+        for *_, code, recipient, kind in rows
+        if digests.folds(kind) or code in digests.HELD_CODES
+    }
     if not pairs:
         return []
     around = Q()
@@ -196,7 +203,7 @@ def _recipients_rest(
     return list(candidates.filter(around).exclude(pk__in=taken)[: len(pairs) * digests.PULL_LIMIT])
 
 
-def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str]]) -> None:
+def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> None:
     """Enqueue the claimed runs in jobs of about ``RUNS_PER_JOB``, each on its priority's
     queue; a recipient's runs of a kind that folds or is throttled in one job, where
     they fold together (``engine.digests``).
@@ -207,11 +214,12 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str]]) -> None:
     """
     queues: dict[str, dict[object, list[int]]] = {}
     alone: list[tuple[str, int]] = []
-    for pk, rank, job_failures, recipient, kind in claimed:
+    for pk, rank, job_failures, code, recipient, kind in claimed:
         if job_failures:
             alone.append((queue_for(rank), pk))
         else:
-            together = (recipient, kind) if digests.folds(kind) else pk
+            folds = digests.folds(kind) or code in digests.HELD_CODES
+            together = (recipient, kind) if folds else pk
             queues.setdefault(queue_for(rank), {}).setdefault(together, []).append(pk)
     chunks = [(queue, [pk]) for queue, pk in alone]
     chunks += [

@@ -334,6 +334,30 @@ def test_preference__a_kind_moved_to_a_digest_waits_for_its_window(
 
 
 @pytest.mark.django_db
+def test_preference__a_claim_takes_the_held_runs_of_a_recipient_whole(settings: Any) -> None:
+    settings.REMINDERS_DIGEST_SECONDS = 3600
+    members = [f"m{n}" for n in range(4)]
+    for member in members:
+        preferences.set(member, "birthday", digest=True, by="crm")
+        for name in ("Li", "Wang", "Zhao"):
+            api.schedule(
+                "birthday",
+                member,
+                at=at(THURSDAY, 9),
+                tz=TZ,
+                channel="memory",
+                payload={"name": name},
+            )
+    tick_at(at(THURSDAY, 9))  # all held for the 10:00 digest
+    claimed = dispatch.claim("test", 5, now=at(THURSDAY, 10))
+    runs = TaskRun.objects.filter(pk__in=claimed.run_ids).select_related("task")
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.task.recipient] = counts.get(run.task.recipient, 0) + 1
+    assert set(counts.values()) == {3}
+
+
+@pytest.mark.django_db
 def test_preference__digest_and_opt_out_are_one_choice() -> None:
     with pytest.raises(ValidationError) as caught:
         preferences.set("alice", "follow_up", opted_out=True, digest=True, by="crm")
