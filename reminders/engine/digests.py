@@ -352,6 +352,8 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
     TaskRun.objects.filter(pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED).update(
         status=TaskRun.Status.SENT, finished_at=now, error_code="", error_message=""
     )
+    # Their tasks ran: the task list's "last run" says so, as a job stamps its own.
+    ScheduledTask.objects.filter(pk__in={item.task_id for item in items}).update(last_run_at=now)
     for item in items:
         item.status, item.finished_at = TaskRun.Status.SENT, now
         result = replies[item.digest_id] if item.digest_id is not None else SendResult()

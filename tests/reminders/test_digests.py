@@ -157,6 +157,7 @@ def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
         assert (run.status, run.digest, run.error_message) == (TaskRun.Status.SENT, digest, "")
         # No ledger row of its own: the digest's is its key and message id.
         assert not SendLog.objects.filter(key=run.ledger_key).exists()
+        assert run.task.last_run_at is not None
     assert tick_at(goes + timedelta(minutes=5)) == 0
     assert len(outbox) == 1
 
