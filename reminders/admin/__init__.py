@@ -8,8 +8,8 @@ Importing it registers on ``django.contrib.admin.site``, in this order, the admi
 ``admin.autodiscover()`` imports it as it imported the module it replaces. The other
 modules register nothing: the task's form (``task_form``), run now (``run_now``), the
 confirmation pages (``confirm``), the change form's read-only previews (``display``),
-the run history's filters (``filters``) and the history's read-only base
-(``read_only``).
+the run history's filters (``filters``), what the history and the ledger say of digests
+(``digests``) and the history's read-only base (``read_only``).
 
 The admin holds no rules of its own: its actions call the models' state methods, the
 same ones the API and the commands use, and every page and POST checks its permissions

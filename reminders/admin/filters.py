@@ -10,6 +10,10 @@ local midnights (``timing.day_start``), never 24-hour steps.
 handled yet: a run once handled drops out (it is still under "failed" with "handled:
 yes"), and a handled run retried loses its mark, so that it comes back if it fails
 again. ``FAILED_TODAY`` is its query string on the runs' changelist.
+
+"Digest" tells the runs that are digests (one message carrying the runs folded into it,
+``engine.digests``) from the others, and shows the runs a digest carried, whatever
+became of them (``folded`` while their digest is pending, then as it ended).
 """
 
 from __future__ import annotations
@@ -19,17 +23,19 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from .. import kinds
+from ..models import DIGEST_KEY
 from ..schedule import timing
 
 TODAY, YESTERDAY, LAST_7_DAYS = "today", "yesterday", "7d"
 HANDLED_PARAMETER, DUE_PARAMETER = "handled", "due"
+DIGEST_PARAMETER = "digest"
 
 FAILED_TODAY = urlencode({DUE_PARAMETER: TODAY, "status__exact": "failed", HANDLED_PARAMETER: "no"})
 
@@ -79,6 +85,31 @@ class HandledFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() in ("yes", "no"):
             return queryset.filter(handled_at__isnull=self.value() == "no")
+        return queryset
+
+
+class DigestFilter(admin.SimpleListFilter):
+    """Digests (their task is one the engine folded, ``messages.digests.is_digest``), the
+    other runs, or the runs carried in a digest."""
+
+    title = _("digest")
+    parameter_name = DIGEST_PARAMETER
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("yes", _("Digests")),
+            ("no", _("Not digests")),
+            ("items", _("Carried in a digest")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        digests = Q(task__payload__has_key=DIGEST_KEY)
+        if self.value() == "yes":
+            return queryset.filter(digests)
+        if self.value() == "no":
+            return queryset.exclude(digests)
+        if self.value() == "items":
+            return queryset.filter(digest__isnull=False)
         return queryset
 
 

@@ -17,6 +17,10 @@ one that failed, and why.
 Both need ``reminders.recall_sendlog`` and the permission to see the ledger, checked on
 the server: without them there is no button and no action, and a POST (the button's
 page, or the action forced on a list) is 403 and recalls nothing.
+
+A digest's row (``engine.digests``) is the message of every run the digest carried,
+which have no row of their own: its page lists them (``reminders.admin.digests``), and
+recalling it takes back that one message, every run's line in it.
 """
 
 from __future__ import annotations
@@ -40,14 +44,16 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..engine import recall as recalling
 from ..exceptions import ActionRefused, SendError
+from ..messages.digests import is_digest
 from ..models import SendLog
-from . import confirm
+from . import confirm, digests
 from .confirm import Noun, Plan
 from .display import ERROR_CHARS
 from .read_only import ReadOnlyAdmin
@@ -118,6 +124,22 @@ def recall_cell(log: SendLog) -> str:
     if not state:
         return "-"
     return format_html('<span title="{}">{}</span>', state, Truncator(state).chars(ERROR_CHARS))
+
+
+def ledger_line(log: SendLog) -> SafeString:
+    """A row in one line, linking to its page: its key, status, the provider's message id
+    and, if any, its recall (a digest's item names the row of its digest so)."""
+    line = format_html(
+        '{}: <a href="{}">{}</a> ({}); {}: {}',
+        SendLog._meta.get_field("key").verbose_name,
+        reverse("admin:reminders_sendlog_change", args=[log.pk]),
+        log.key,
+        log.get_status_display(),
+        SendLog._meta.get_field("provider_message_id").verbose_name,
+        log.provider_message_id or "-",
+    )
+    state = recall_state(log)
+    return format_html("{}; {}", line, state) if state else line
 
 
 def gist(log: SendLog) -> str:
@@ -365,7 +387,7 @@ class SendLogAdmin(RecallMixin, ReadOnlyAdmin):
         "sent_at",
         "recall",
     )
-    readonly_fields = ("recall",)
+    readonly_fields = ("recall", "digest_items")
     list_filter = ("status", "channel", RecalledFilter)
     list_select_related = ("task",)
     search_fields = ("key", "recipient", "provider_message_id")
@@ -375,6 +397,18 @@ class SendLogAdmin(RecallMixin, ReadOnlyAdmin):
     @admin.display(description=_("recall"), ordering="recalled_at")
     def recall(self, log: SendLog) -> str:
         return recall_cell(log)
+
+    def get_fields(self, request: HttpRequest, obj: SendLog | None = None) -> list[Any]:
+        """A digest's row lists the runs it carried, after its run; other rows do not."""
+        fields = [f for f in super().get_fields(request, obj) if f != "digest_items"]
+        if obj is not None and obj.task is not None and is_digest(obj.task):
+            at = fields.index("run") + 1 if "run" in fields else len(fields)
+            fields.insert(at, "digest_items")
+        return fields
+
+    @admin.display(description=_("runs in this digest"))
+    def digest_items(self, log: SendLog) -> str:
+        return digests.items_of(log.run)
 
     def get_urls(self) -> list[URLPattern]:
         recall = path(

@@ -14,6 +14,13 @@ A run's message is recalled through its ledger rows (``reminders.admin.ledger`` 
 how): the run's page has a "Recall" button for each row ``engine.recall`` would
 recall, the list the action "Recall the selected messages", and both say who recalled a
 run's message, when and why, or how far a recall that failed got.
+
+A digest is a run of its own (``engine.digests``), and its page lists the runs it
+carried; a run carried in a digest names it, with the ledger row of the message that
+carried it, having none of its own (``reminders.admin.digests``). The list tells them
+apart (the "digest" column and filter), and its status filter has ``folded``, the runs
+waiting in a digest not sent yet. A run carried in a digest is recalled with its digest,
+whose message it was: the action leaves it, saying so.
 """
 
 from __future__ import annotations
@@ -38,12 +45,20 @@ from django.utils.translation import gettext_lazy as _
 from ..engine import actions as operator
 from ..engine import recall as recalling
 from ..engine.actions import NOT_ENDED_UNSENT, Refusal
+from ..messages.digests import is_digest
 from ..models import FailedToday, SendLog, TaskRun
-from . import confirm
+from . import confirm, digests
 from .confirm import Plan
 from .display import ERROR_CHARS
-from .filters import FAILED_TODAY, DueDayFilter, HandledFilter, KindListFilter
-from .ledger import RECALL_ACTION, RecallMixin, recall_cell, recall_state, recall_url
+from .filters import FAILED_TODAY, DigestFilter, DueDayFilter, HandledFilter, KindListFilter
+from .ledger import (
+    RECALL_ACTION,
+    RecallMixin,
+    ledger_line,
+    recall_cell,
+    recall_state,
+    recall_url,
+)
 from .read_only import ReadOnlyAdmin
 
 RUN_NOUN = (_("run"), _("runs"))
@@ -52,6 +67,8 @@ NOT_CHANGED = Refusal("changed", _("it changed meanwhile"))
 # What a run's recall column reads: its ledger rows that were recalled or tried.
 # A run without a ledger row: it never reached a send.
 NOTHING_SENT = Refusal("nothing_sent", _("it sent no message"))
+# A run carried in a digest: the digest's message was its message.
+IN_DIGEST = Refusal("in_digest", _("its message is its digest's, recalled from the digest's run"))
 TRIED = Q(recalled_at__isnull=False) | ~Q(recall_error="") | Q(recalled_ids__isnull=False)
 
 
@@ -62,6 +79,7 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
         "occurrence",
         "due_at",
         "status",
+        "digest_cell",
         "attempts",
         "error_code",
         "error",
@@ -72,10 +90,13 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
         "acted",
         "recalled",
     )
-    readonly_fields = ("acted", "card", "recall")
+    readonly_fields = ("acted", "card", "recall", "in_digest", "digest_items")
+    # Shown in place of the ``digest`` field, each on the runs it applies to.
+    DIGEST_FIELDS = ("in_digest", "digest_items")
     list_filter = (
         DueDayFilter,
         "status",
+        DigestFilter,
         ("task__kind", KindListFilter),
         ("task__channel", admin.AllValuesFieldListFilter),
         "is_compensation",
@@ -106,6 +127,35 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
                 )
             )
         )
+
+    def get_fields(self, request: HttpRequest, obj: TaskRun | None = None) -> list[Any]:
+        """The run's page: where the ``digest`` field was, the digest it went in (an
+        item) or the runs it carried (a digest), each only on the runs it applies to."""
+        fields = list(super().get_fields(request, obj))
+        at = fields.index("digest") if "digest" in fields else len(fields)
+        fields = [f for f in fields if f != "digest" and f not in self.DIGEST_FIELDS]
+        shown = []
+        if obj is not None and obj.digest_id is not None:
+            shown.append("in_digest")
+        if obj is not None and is_digest(obj.task):
+            shown.append("digest_items")
+        fields[at:at] = shown
+        return fields
+
+    @admin.display(description=_("digest"))
+    def digest_cell(self, run: TaskRun) -> str:
+        """A digest, how many runs it carries and a link to them; a run carried in one,
+        a link to it."""
+        return digests.cell(run)
+
+    @admin.display(description=_("digest"))
+    def in_digest(self, run: TaskRun) -> str:
+        """The digest the run went in, and the ledger row of its message."""
+        return digests.digest_of(run, ledger_line)
+
+    @admin.display(description=_("runs in this digest"))
+    def digest_items(self, run: TaskRun) -> str:
+        return digests.items_of(run)
 
     @admin.display(description=_("lateness"), ordering="lateness_value")
     def lateness(self, run: TaskRun) -> str:
@@ -286,7 +336,9 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
         """The messages the selected runs sent, taken back (``reminders.admin.ledger``);
         a run that has no ledger row sent nothing to take back."""
         silent = Plan[TaskRun]()
-        silent.leave(queryset.filter(send_logs__isnull=True), NOTHING_SENT.message)
+        unlogged = queryset.filter(send_logs__isnull=True)
+        silent.leave(unlogged.filter(digest__isnull=False), IN_DIGEST.message)
+        silent.leave(unlogged.filter(digest__isnull=True), NOTHING_SENT.message)
         logs = SendLog.objects.filter(run__in=queryset.values("pk"))
         left = confirm.left_lines(silent, RUN_NOUN)
         return self.recall_selected(request, logs, queryset, left=left)

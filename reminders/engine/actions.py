@@ -43,6 +43,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import settings as conf
 from ..exceptions import ActionRefused, UnknownKind, UnplannableTask
+from ..messages.digests import is_digest
 from ..models import ScheduledTask, SendLog, TaskRun
 from ..models.choices import (
     LOST_STATUSES,
@@ -90,6 +91,11 @@ MADE_UP = Refusal("made_up", _("a make-up run covers it: retry that one instead"
 
 
 ALREADY_HANDLED = Refusal("handled", _("already handled"))
+
+
+DIGEST_ENDED = Refusal(
+    "digest", _("a digest that ended is not sent again: retry its runs, which go in a new one")
+)
 
 
 def pause(task: ScheduledTask) -> bool:
@@ -254,10 +260,15 @@ def run_now(
 
 def retry_refusal(run: TaskRun, now: datetime) -> Refusal | None:
     """Why ``retry_now`` at ``now`` would leave this run as it is, or None: not
-    waiting nor ended unsent, its task cancelled, its deadline passed, or a make-up
-    run that covers it (waiting, sent or in doubt)."""
+    waiting nor ended unsent, a digest that ended (its runs are retried instead), its
+    task cancelled, its deadline passed, or a make-up run that covers it (waiting, sent
+    or in doubt)."""
     if run.status not in run.RETRYABLE:
         return NOT_ENDED_UNSENT
+    if run.status in run.UNSENT_ENDS and is_digest(run.task):
+        # Its items ended with it: sent again, their lines would go twice if they were
+        # retried too. They are what ops retry.
+        return DIGEST_ENDED
     if run.task.status == ScheduledTask.Status.CANCELLED:
         return TASK_CANCELLED
     if run.deadline is not None and run.deadline <= now:
@@ -314,6 +325,9 @@ def retry_now(run: TaskRun, now: datetime | None = None) -> bool:
                 finished_at=None,
                 handled_at=None,
                 handled_by="",
+                # A run of a digest that ended leaves it: it goes again on its own, or
+                # in a new digest.
+                digest=None,
             )
         )
         if updated and run.status == run.Status.UNKNOWN:

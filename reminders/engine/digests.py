@@ -193,8 +193,9 @@ class Plan:
 
 def plan(ready: Sequence[Ready], now: datetime) -> Plan:
     """Group ``ready`` by recipient, kind and channel; a group of a throttled kind sends
-    no more than its recipient's hour allows (the rest waits, or goes folded as one), and
-    a group of a folding kind goes as one digest (one run alone: its own message)."""
+    no more than its recipient's hour allows, all channels together (the rest waits, or
+    goes folded as one), and a group of a folding kind goes as one digest, or as many as
+    its lines need (``messages.digests.chunks``; one run alone: its own message)."""
     groups: dict[tuple[str, str, str], list[Ready]] = {}
     for item in ready:
         task = item.run.task
@@ -206,6 +207,7 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         allowance = items[0].rule.throttle
         count, oldest = used.get((recipient, kind), (0, None))
         room = allowance - count if allowance else len(items)
+        messages_before = len(result.alone) + len(result.folds)
         if room <= 0:
             _throttled(items, allowance, oldest or now, now)
             continue
@@ -213,10 +215,15 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         alone = [] if folds else items[: room - 1 if len(items) > room else room]
         rest = items[len(alone) :]
         result.alone += alone
-        if len(rest) == 1:
-            result.alone += rest
-        elif rest:
-            result.folds.append(rest)
+        for chunk in wording.chunks([item.entry for item in rest]) if rest else []:
+            together = [rest[index] for index in chunk]
+            if len(together) == 1:
+                result.alone += together
+            else:
+                result.folds.append(together)
+        # The recipient's other channels share the hour's allowance.
+        sent = len(result.alone) + len(result.folds) - messages_before
+        used[(recipient, kind)] = (count + sent, oldest or now)
     return result
 
 

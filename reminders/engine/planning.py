@@ -451,12 +451,18 @@ def new_run(
 def due_at(task: ScheduledTask, occurrence: datetime, policy: Policy | None = None) -> datetime:
     """When the run of ``occurrence`` falls due: staggered (``stagger``), and for a kind
     that folds its occurrences into digests (``Policy.digest_seconds``), at the end of
-    the occurrence's window, staggered, when its digest goes (``engine.digests``)."""
+    the occurrence's window, staggered, when its digest goes (``engine.digests``),
+    unless its deadline comes before that."""
     policy = policy_of(task, policy)
     delay = stagger(task, policy)
     if not policy.digest_seconds:
         return occurrence + delay
     _, end = timing.window(occurrence, task.timezone, policy.digest_seconds)
+    deadline = policy.deadline(occurrence, end + delay, task.timezone)
+    if deadline is not None and deadline < end + delay:
+        # Its deadline (send_by) comes first: due at its own time, it goes with
+        # whatever of its digest is ready then, never made to expire waiting.
+        return occurrence + delay
     return end + delay
 
 

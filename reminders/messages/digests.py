@@ -9,8 +9,9 @@ sent again after a crash, is the same bytes, whatever became of its items' tasks
 
 Invariants:
 
-* Every item is listed, never cut: a digest longer than WeCom's text takes is sent in
-  parts by the sender (``senders.parts``), as any long text.
+* Every item is listed, never cut, and a digest fits one text message (2,048 bytes):
+  items beyond what fits go in another digest (``chunks``), so that no channel refuses
+  a digest as too long (one that does not split messages, a group robot say).
 * What the CRM wrote is one line of plain text (``wording.crm_text``); a link is the
   item's own ``payload["url"]``, refused when bad (``wording.link``), as its own message
   would be: an item whose entry cannot be written fails alone, when it is folded.
@@ -20,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import ngettext
@@ -28,13 +30,16 @@ from .. import registry
 from ..models.choices import DIGEST_KEY
 from ..schedule import timing
 from .content import Content
-from .wording import crm_text, cut, link
+from .wording import TEXT_LIMIT, crm_text, cut, link, size
 
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
 
 # An item's title, at most (the CRM's text is cut, marked "…").
 TITLE_BYTES = 120
+# A digest's item lines, at most: a text's limit less room for its heading and the stamp
+# ``kinds.render`` adds. More items than fit go in another digest (``chunks``).
+LINES_BYTES = TEXT_LIMIT - 256
 
 
 def is_digest(task: ScheduledTask) -> bool:
@@ -59,6 +64,32 @@ def entry(task: ScheduledTask, run: TaskRun) -> dict[str, Any]:
     }
 
 
+def chunks(entries: Sequence[dict[str, Any]]) -> list[list[int]]:
+    """``entries`` (by index, in order) in groups whose lines fit one text message
+    (``LINES_BYTES``), so that a digest is never refused as too long by a channel that
+    does not split messages: each group is a digest of its own."""
+    groups: list[list[int]] = [[]]
+    used = 0
+    for index, item in enumerate(entries):
+        lines = _lines(len(groups[-1]) + 1, item, item["title"] or "-")
+        need = sum(size(line) + 1 for line in lines)
+        if groups[-1] and used + need > LINES_BYTES:
+            groups.append([])
+            used = 0
+            need = sum(size(line) + 1 for line in _lines(1, item, item["title"] or "-"))
+        groups[-1].append(index)
+        used += need
+    return groups
+
+
+def _lines(number: int, item: dict[str, Any], title: str) -> list[str]:
+    """One item's lines: numbered, its title and time, and its link on its own line."""
+    lines = [f"{number}. {title} ({item['at']})"]
+    if item["url"]:
+        lines.append(f"   {item['url']}")
+    return lines
+
+
 def content(task: ScheduledTask) -> Content:
     """The digest's text, in the language ``kinds.render`` made active: a heading
     counting the items, then each one, numbered, with its link on a line of its own."""
@@ -66,9 +97,7 @@ def content(task: ScheduledTask) -> Content:
     lines = [heading(task.kind, len(items))]
     label = str(registry.label(task.kind))
     for number, item in enumerate(items, start=1):
-        lines.append(f"{number}. {item['title'] or label} ({item['at']})")
-        if item["url"]:
-            lines.append(f"   {item['url']}")
+        lines += _lines(number, item, item["title"] or label)
     return Content("text", {"content": "\n".join(lines)})
 
 

@@ -115,13 +115,19 @@ def local_day(moment: datetime, tz_name: str) -> tuple[datetime, datetime]:
 
 
 def window(moment: datetime, tz_name: str, seconds: int) -> tuple[datetime, datetime]:
-    """The window of ``seconds`` around ``moment`` on the local clock of ``tz_name``:
-    windows are counted from local midnight (09:00-09:15, 09:15-09:30 for 900 s), and
-    the day's last one ends at midnight, so that no window spans two local days."""
-    begin, end = local_day(moment, tz_name)
-    into = int((moment - begin).total_seconds()) // seconds * seconds
-    start = begin + timedelta(seconds=into)
-    return start, min(start + timedelta(seconds=seconds), end)
+    """The window of ``seconds`` around ``moment`` on the wall clock of ``tz_name``:
+    windows are counted from local midnight (09:00-09:15, 09:15-09:30 for 900 s), the
+    day's last one ends at midnight, so that no window spans two local days, and a DST
+    change moves no window's wall-clock bounds (a bound in a gap moves past it)."""
+    tz = zone(tz_name)
+    local = moment.astimezone(tz)
+    into = local.hour * 3600 + local.minute * 60 + local.second
+    first = into // seconds * seconds
+    day = datetime.combine(local.date(), time())
+    start = localize(day + timedelta(seconds=first), tz)
+    if first + seconds >= 24 * 3600:
+        return start, day_start(local.date() + timedelta(days=1), tz_name)
+    return start, localize(day + timedelta(seconds=first + seconds), tz)
 
 
 def day_start(day: date, tz_name: str) -> datetime:

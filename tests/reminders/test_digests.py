@@ -95,6 +95,16 @@ def test_window__the_days_last_ends_at_midnight() -> None:
     )
 
 
+def test_window__on_the_wall_clock_across_a_dst_change() -> None:
+    # New York springs forward at 02:00 on 8 March 2026: 7-hour windows stay 07:00-14:00.
+    york = ZoneInfo("America/New_York")
+    moment = datetime(2026, 3, 8, 8, 30, tzinfo=york)
+    assert timing.window(moment, "America/New_York", 7 * 3600) == (
+        datetime(2026, 3, 8, 7, 0, tzinfo=york),
+        datetime(2026, 3, 8, 14, 0, tzinfo=york),
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -255,6 +265,39 @@ def test_digest__a_run_made_on_request_goes_at_once_on_its_own(outbox: list) -> 
     assert len(outbox) == 1 and "follow-ups due" not in str(outbox[0].body)
 
 
+@pytest.mark.django_db
+def test_digest__a_deadline_before_the_windows_end_is_never_waited_past(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_KINDS = {"follow_up": {"digest_seconds": 3 * 3600, "send_by": "11:30"}}
+    task = follow_up("alice", at(THURSDAY, 10, 0), "ACME")  # its window ends at 12:00
+    assert tick_at(at(THURSDAY, 10, 0)) == 1
+    assert TaskRun.objects.get(task=task).status == TaskRun.Status.SENT
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__more_items_than_one_text_holds_go_in_several_digests_none_cut(
+    outbox: list,
+) -> None:
+    long_path = "x" * 90
+    tasks = [
+        follow_up(
+            "alice",
+            at(THURSDAY, 9, 0),
+            f"Customer{n:02d}",
+            url=f"https://crm.example/{long_path}/{n}",
+        )
+        for n in range(40)
+    ]
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    assert len(outbox) >= 3
+    assert all(len(m.body["content"].encode()) <= 2048 for m in outbox)
+    listed = "".join(m.body["content"] for m in outbox)
+    assert all(f"Customer{n:02d}" in listed and f"/{long_path}/{n}\n" in listed for n in range(40))
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
 # --- A digest's end is its items' end ---------------------------------------------------
 
 
@@ -294,6 +337,26 @@ def test_digest__failed_for_good_fails_its_items_saying_why(outbox: list, receiv
     failed = [pk for name, pk, _ in received if name == "run_failed"]
     assert sorted(failed) == sorted([digest.pk, *(TaskRun.objects.get(task=t).pk for t in tasks)])
     assert outbox == []
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__one_that_ended_is_not_retried_its_runs_are(outbox: list) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1)]
+    MemorySender.script.append(PermanentSendError("refused", code="40003"))
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    refusal = actions.retry_refusal(digest, at(THURSDAY, 9, 30))
+    assert refusal is not None and refusal.code == "digest"
+    assert actions.retry_now(digest, at(THURSDAY, 9, 30)) is False
+    items = [TaskRun.objects.get(task=t) for t in tasks]
+    for item in items:
+        assert actions.retry_now(item, at(THURSDAY, 9, 30))
+        item.refresh_from_db()
+        assert (item.status, item.digest) == (TaskRun.Status.RETRYING, None)
+    tick_at(at(THURSDAY, 9, 30))
+    assert len(outbox) == 1 and outbox[0].body["content"].startswith("2 follow-ups due:")
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
 
 
 @pytest.mark.django_db
@@ -412,6 +475,25 @@ def test_throttle__a_burst_sends_what_the_hour_allows_and_folds_the_rest(outbox:
     assert len(outbox) == 2  # the hour is full until 11:00
     tick_at(at(THURSDAY, 11, 0))
     assert len(outbox) == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("throttled")
+def test_throttle__one_allowance_for_all_the_recipients_channels(outbox: list) -> None:
+    for channel in ("memory", "memory_dedup"):
+        for n in range(3):
+            api.schedule(
+                "follow_up",
+                "alice",
+                at=at(THURSDAY, 10),
+                tz=TZ,
+                channel=channel,
+                payload={"customer": f"{channel}{n}"},
+            )
+    tick_at(at(THURSDAY, 10))
+    assert len(outbox) == 2  # two an hour, whichever channel
+    held = TaskRun.objects.filter(error_code="throttled")
+    assert held.count() == 3 and {run.task.channel for run in held} == {"memory_dedup"}
 
 
 # --- Quiet hours, a holiday, a year no package covers ------------------------------------
