@@ -239,11 +239,10 @@ def _latest_rows(stats: Stats, links: RunLinks) -> list[dict[str, Any]]:
 
 def _plan_row(plan: PriorityPlan, links: RunLinks, now: datetime) -> dict[str, Any]:
     """One priority's plan: what falls due in the next hour, what is overdue (the
-    backlog, marked when there is any), and the queue."""
-    waiting = {
-        "status__in": ",".join(TaskRun.WAITING),
-        "priority__exact": str(Priority(plan.priority).rank),
-    }
+    backlog, marked when there is any), the queue, and the runs in a digest not sent
+    yet (linked to them: each names its digest)."""
+    rank = str(Priority(plan.priority).rank)
+    waiting = {"status__in": ",".join(TaskRun.WAITING), "priority__exact": rank}
     return {
         "priority": plan.priority,
         "label": Priority(plan.priority).label,
@@ -266,6 +265,12 @@ def _plan_row(plan: PriorityPlan, links: RunLinks, now: datetime) -> dict[str, A
         "queued": plan.queued,
         "running": plan.running,
         "paused": plan.paused,
+        "folded": Cell(
+            str(plan.folded),
+            links.runs(status__exact=TaskRun.Status.FOLDED, priority__exact=rank)
+            if plan.folded
+            else None,
+        ),
     }
 
 

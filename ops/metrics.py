@@ -24,6 +24,11 @@ whichever web process serves the admin, so a counter that the ``message_recalled
 signal raised in memory would be seen only by scrapes that process answers, and lost
 when it restarts. ``recalled_at`` says the same for every process, read through the
 ledger's partial index of recalled rows; windowed, as retention deletes old rows.
+
+Digests (``reminders.engine.digests``): a run folded into one is open (``folded``) until
+its digest ends it, and then finishes as the digest did. The digest is a run of its own,
+so the run figures count it beside the runs it carries; ``reminders_sends`` counts its
+one message (the ledger's row), the carried runs having none.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from .models import AlertDelivery, AlertEvent
 
 LATENESS_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, math.inf)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, math.inf)
-OPEN = (*TaskRun.WAITING, *TaskRun.LEASED)
+# Not finished: waiting, claimed, or folded into a digest not sent yet (``folded``).
+OPEN: tuple[str, ...] = TaskRun.UNFINISHED
 # A run's local date (indexed) is at most this far before the moment it finished, for
 # any run that finished in the window (zones reach UTC-12; retries take hours).
 RUN_DATE_SLACK = timedelta(days=2)
@@ -95,7 +101,8 @@ class RemindersCollector(Collector):
     def _open_runs(self) -> Metric:
         family = GaugeMetricFamily(
             "reminders_runs_open",
-            "Runs not finished (scheduled, queued, running, retrying), by status and kind.",
+            "Runs not finished (scheduled, queued, running, retrying, or folded into a "
+            "digest not sent yet), by status and kind.",
             labels=["status", "kind"],
         )
         rows = (

@@ -10,9 +10,16 @@ against (nobody confirmed the message arrived). None when no run ended. The peri
 day, or the 7 local days ending with it. (The alert check of ``ops.alerts`` applies the
 same ratio to runs *finished* in a sliding window.)
 
+**Digests** (``reminders.engine.digests``): a run folded into a digest is ``pending``
+(``folded``) until its digest goes, and then ends as its digest does; the digest is a
+run of its own, due when it was made. So a digest of three runs sent is four runs
+``sent`` and one message (the ledger's row, which ``ops.stats.wave`` counts): these
+figures count runs, never messages.
+
 Invariants: ``planned`` = ``pending`` + ``sent`` + ``failed`` + ``expired`` +
 ``unknown`` + ``skipped``, and counts add up (``+``), so the hours of a day add up to the
-day. Each query groups by status too, with one ``COUNT(*)``.
+day. Every run status is ``pending`` or one of the others: none is left out. Each query
+groups by status too, with one ``COUNT(*)``.
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from reminders.models import TaskRun
 
 from .days import bucket_of
 
-PENDING = (*TaskRun.WAITING, *TaskRun.LEASED)
+# Not finished: waiting, claimed, or folded into a digest that has not ended them.
+PENDING: tuple[str, ...] = TaskRun.UNFINISHED
 
 
 @dataclass(frozen=True)
 class Counts:
-    """Runs by what became of them (``pending``: scheduled, queued, running, retrying)."""
+    """Runs by what became of them (``pending``: scheduled, queued, running, retrying,
+    or in a digest not sent yet)."""
 
     pending: int = 0
     sent: int = 0

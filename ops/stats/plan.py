@@ -1,11 +1,13 @@
 """The plan ahead, as of now rather than of the day asked for: per priority, the waiting
 runs due within ``PLAN_HORIZON``, the backlog already due and how long its oldest has
-waited, the runs claimed and not finished, and those held back by a paused task.
+waited, the runs claimed and not finished, those folded into a digest that has not
+gone yet (``folded``: they go, or not, with their digest, which is a run of its own
+counted here as any), and those held back by a paused task.
 
 One query (conditional ``COUNT(…) FILTER``), read through the engine's partial indexes of
-waiting and of leased runs. Invariants: one ``PriorityPlan`` per ``Priority``, in its
-order, zeros for a priority without runs; ranks outside the three merge into bulk work,
-as the engine reads them.
+waiting, of leased and of folded runs. Invariants: one ``PriorityPlan`` per
+``Priority``, in its order, zeros for a priority without runs; ranks outside the three
+merge into bulk work, as the engine reads them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ PLAN_HORIZON = timedelta(hours=1)
 class PriorityPlan:
     """Waiting runs of one priority (their task not paused): due within the next hour,
     and already due (the backlog: how many, and how long the oldest has waited); runs
-    claimed and not finished (``queued``, ``running``)."""
+    claimed and not finished (``queued``, ``running``); runs in a digest not sent yet
+    (``folded``)."""
 
     priority: str
     next_hour: int = 0
@@ -36,20 +39,25 @@ class PriorityPlan:
     queued: int = 0
     running: int = 0
     paused: int = 0  # waiting runs of paused tasks due by the hour's end: not sent
+    folded: int = 0  # runs in a digest not sent yet, whenever due
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def plan(now: datetime) -> list[PriorityPlan]:
-    """Query: waiting runs due within the hour and claimed runs, by priority (read
-    through the engine's partial indexes of waiting and of leased runs)."""
+    """Query: waiting runs due within the hour, claimed runs and runs in a digest, by
+    priority (read through the engine's partial indexes of waiting, leased and folded
+    runs)."""
     waiting = Q(status__in=TaskRun.WAITING)
     due = waiting & Q(next_attempt_at__lte=now)
     paused = Q(task__status=ScheduledTask.Status.PAUSED)
+    folded = Q(status=TaskRun.Status.FOLDED)
     rows = (
         TaskRun.objects.filter(
-            (waiting & Q(next_attempt_at__lte=now + PLAN_HORIZON)) | Q(status__in=TaskRun.LEASED)
+            (waiting & Q(next_attempt_at__lte=now + PLAN_HORIZON))
+            | Q(status__in=TaskRun.LEASED)
+            | folded
         )
         .values("priority")
         .annotate(
@@ -59,6 +67,7 @@ def plan(now: datetime) -> list[PriorityPlan]:
             paused=Count("pk", filter=waiting & paused),
             queued=Count("pk", filter=Q(status=TaskRun.Status.QUEUED)),
             running=Count("pk", filter=Q(status=TaskRun.Status.RUNNING)),
+            folded=Count("pk", filter=folded),
         )
         .order_by()
     )
@@ -74,6 +83,7 @@ def plan(now: datetime) -> list[PriorityPlan]:
             queued=row["queued"],
             running=row["running"],
             paused=row["paused"],
+            folded=row["folded"],
         )
         # Ranks outside the three are bulk work, as the engine reads them.
         found[name] = _merge(found[name], got) if name in found else got
@@ -90,4 +100,5 @@ def _merge(a: PriorityPlan, b: PriorityPlan) -> PriorityPlan:
         a.queued + b.queued,
         a.running + b.running,
         a.paused + b.paused,
+        a.folded + b.folded,
     )

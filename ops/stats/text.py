@@ -154,6 +154,8 @@ def _plan(stats: Stats) -> list[str]:
             _("queued"),
             _("running"),
             _("paused"),
+            # With a context: "in a digest" alone is a recipient's choice (Preference).
+            pgettext("runs", "in a digest"),
         ],
         [
             [
@@ -164,6 +166,7 @@ def _plan(stats: Stats) -> list[str]:
                 plan.queued,
                 plan.running,
                 plan.paused,
+                plan.folded,
             ]
             for plan in stats.plan
         ],

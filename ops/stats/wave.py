@@ -21,9 +21,17 @@ a split text being several messages). Forecast: used plus the runs waiting that 
 before the day ends (the backlog included). Tomorrow: the waiting runs of one-off tasks
 due tomorrow, plus, for recurring tasks (a cron), an estimate: the runs of the same
 tasks (still active) due on the same weekday a week before, make-ups, runs made on
-request, cancelled and skipped ones left out. Runs are planned only
+request, cancelled and skipped ones left out, and the runs one digest carried counted
+once, as the one message it was. Runs are planned only
 ``REMINDERS_PLAN_AHEAD_SECONDS`` ahead, so last week stands for tomorrow's recurring
 work; a run counts as one message (not its parts), a task created since is missed.
+
+**Digests** (``reminders.engine.digests``). A digest is one message, and one run of its
+own: while it waits to be retried it counts once, as any run, and the runs it carries
+(``folded``) wait no more, so they count nowhere here. Runs still waiting to be folded
+(for their window, their kind's throttle, or planned at their window's end) count each,
+as every waiting run does: of those, the figures of the hour, the members and the
+forecast are an upper bound.
 
 **Cost.** Six queries, whatever the data: the minutes by kind; the
 members in three (the 10 with the busiest minutes and the 10 busiest in the hour pick
@@ -297,6 +305,8 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
         & Q(task__status=ScheduledTask.Status.ACTIVE, is_manual=False, is_compensation=False)
         & ~Q(status__in=(TaskRun.Status.CANCELLED, TaskRun.Status.SKIPPED))
     )
+    # A digest's runs were one message: counted once, by their digest.
+    alone, carried = Q(digest__isnull=True), Q(digest__isnull=False)
     planned_tomorrow = waiting & Q(at__gte=tomorrow_start, at__lt=tomorrow_end) & ~recurring
     rows = (
         TaskRun.objects.annotate(at=_at())
@@ -308,7 +318,8 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             last=Max("at", filter=quiet),
             today=Count("pk", filter=waiting & Q(at__lt=end)),
             planned=Count("pk", filter=planned_tomorrow),
-            estimated=Count("pk", filter=week_before),
+            estimated=Count("pk", filter=week_before & alone),
+            digests=Count("digest", filter=week_before & carried, distinct=True),
         )
         .order_by("task__kind")
     )
@@ -321,9 +332,10 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             held.append(QuietHeld(kind, row["quiet"], row["first"], row["last"]))
         waiting_today += row["today"]
         planned += row["planned"]
-        estimated += row["estimated"]
-        if row["planned"] or row["estimated"]:
-            tomorrow[kind] = row["planned"] + row["estimated"]
+        kind_estimated = row["estimated"] + row["digests"]
+        estimated += kind_estimated
+        if row["planned"] or kind_estimated:
+            tomorrow[kind] = row["planned"] + kind_estimated
     quota = Quota(
         seats=conf.SEATS,
         used=_sent(start, min(end, now)),
