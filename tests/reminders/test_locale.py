@@ -46,6 +46,7 @@ TRANSLATED = {
         "reminders/admin/run_now.py",
         "reminders/admin/calendar.py",
         "reminders/admin/preferences.py",
+        "reminders/admin/digests.py",
         "reminders/models/preferences.py",
         "reminders/preferences.py",
         "reminders/calendars/days.py",
