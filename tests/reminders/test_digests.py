@@ -16,6 +16,7 @@ from django.test import TestCase
 from django.utils import translation
 
 from reminders import api, preferences
+from reminders.calendars.backends import day_off
 from reminders.engine import actions, digests, dispatch
 from reminders.exceptions import PermanentSendError, TransientSendError
 from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
@@ -527,4 +528,24 @@ def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
     assert until.astimezone(SHANGHAI).date() == morning
     tick_at(until)
     assert len(outbox) == 1
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+@pytest.mark.django_db
+def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on_time(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {
+            "digest_seconds": 900,
+            "quiet_hours": "21:00-08:30",
+            "quiet_calendar": "cn",
+            "max_lateness_seconds": 14 * 24 * 3600,
+        }
+    }
+    saturdays = [date(2026, 1, 3) + timedelta(weeks=n) for n in range(52)]
+    made_up = next(day for day in saturdays if day_off("cn", day) is None)
+    for minute in (0, 5):
+        follow_up("alice", at(made_up, 10, minute), f"C{minute}")
+    assert tick_at(release("alice", at(made_up, 10, 15))) == 1
     assert outbox[0].body["content"].startswith("2 follow-ups due:")
