@@ -26,7 +26,7 @@ from reminders.exceptions import TransientSendError
 from reminders.models import DIGEST_KEY, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.senders.memory import MemorySender
-from tests.reminders.test_digests import TZ, at, follow_up, release, tick_at
+from tests.support.digests import TZ, at, follow_up, release, tick_at
 
 from .test_dashboard import PAGE, changelist
 from .test_metrics import of, scrape

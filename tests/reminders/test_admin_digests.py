@@ -8,68 +8,23 @@ makes them."""
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
-from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from reminders import api
-from reminders.engine import digests, dispatch
+from reminders.engine import dispatch
 from reminders.exceptions import TransientSendError
-from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
-from reminders.schedule import timing
-from reminders.schedule.policies import Policy
+from reminders.models import DIGEST_KEY, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
-from tests.support.jobs import run_queued
+from tests.support.digests import THURSDAY, at, follow_up, release, tick_at
 
 pytestmark = pytest.mark.django_db
 
-SHANGHAI = ZoneInfo("Asia/Shanghai")
-TZ = "Asia/Shanghai"
-THURSDAY = date(2026, 12, 3)
 RUNS = "admin:reminders_taskrun_changelist"
 CUSTOMERS = ("ACME", "Globex", "Initech")
-
-
-def at(day: date, hour: int, minute: int = 0) -> datetime:
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=SHANGHAI)
-
-
-def tick_at(now: datetime) -> int:
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.materialize(now=now)
-        dispatch.claim("test", 100, now=now)
-        sent = run_queued(now=now)
-        digests.settle_ended(now)
-        return sent
-
-
-def follow_up(
-    recipient: str, when: datetime, customer: str, channel: str = "memory"
-) -> ScheduledTask:
-    return api.schedule(
-        "follow_up",
-        recipient,
-        at=when,
-        tz=TZ,
-        channel=channel,
-        payload={"customer": customer, "url": f"https://crm.example/c/{customer}"},
-    )
-
-
-def release(recipient: str, end: datetime) -> datetime:
-    policy = Policy()
-    return end + timing.stagger(
-        recipient=recipient,
-        jitter_seconds=policy.jitter_seconds,
-        batches=policy.batches,
-        batch_interval_seconds=policy.batch_interval_seconds,
-    )
 
 
 @pytest.fixture(autouse=True)

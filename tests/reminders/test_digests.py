@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.test import TestCase
 from django.utils import translation
 
 from reminders import api, preferences
@@ -23,45 +22,7 @@ from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
-from tests.support.jobs import run_queued
-
-SHANGHAI = ZoneInfo("Asia/Shanghai")
-TZ = "Asia/Shanghai"
-THURSDAY = date(2026, 12, 3)
-
-
-def at(day: date, hour: int, minute: int = 0, second: int = 0) -> datetime:
-    return datetime(day.year, day.month, day.day, hour, minute, second, tzinfo=SHANGHAI)
-
-
-def tick_at(now: datetime) -> int:
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.materialize(now=now)
-        dispatch.claim("test", 100, now=now)
-        sent = run_queued(now=now)
-        digests.settle_ended(now)
-        return sent
-
-
-def follow_up(recipient: str, when: datetime, customer: str, **payload: Any) -> ScheduledTask:
-    return api.schedule(
-        "follow_up",
-        recipient,
-        at=when,
-        tz=TZ,
-        channel="memory",
-        payload={"customer": customer, "url": f"https://crm.example/c/{customer}", **payload},
-    )
-
-
-def release(recipient: str, end: datetime, policy: Policy | None = None) -> datetime:
-    policy = policy or Policy()
-    return end + timing.stagger(
-        recipient=recipient,
-        jitter_seconds=policy.jitter_seconds,
-        batches=policy.batches,
-        batch_interval_seconds=policy.batch_interval_seconds,
-    )
+from tests.support.digests import SHANGHAI, THURSDAY, TZ, at, follow_up, release, tick_at
 
 
 @pytest.fixture
@@ -500,17 +461,8 @@ def test_throttle__one_allowance_for_all_the_recipients_channels(outbox: list) -
 # --- Quiet hours, a holiday, a year no package covers ------------------------------------
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("day", "morning"),
-    [
-        (date(2026, 10, 1), date(2026, 10, 8)),  # National Day: quiet until it ends
-        (date(2027, 1, 2), date(2027, 1, 4)),  # Saturday of a year no package covers
-    ],
-)
-def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
-    settings: Any, outbox: list, day: date, morning: date
-) -> None:
+@pytest.fixture
+def quiet_digested(settings: Any) -> None:
     settings.REMINDERS_KINDS = {
         "follow_up": {
             "digest_seconds": 900,
@@ -519,6 +471,20 @@ def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
             "max_lateness_seconds": 14 * 24 * 3600,
         }
     }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("day", "morning"),
+    [
+        (date(2026, 10, 1), date(2026, 10, 8)),  # National Day: quiet until it ends
+        (date(2027, 1, 2), date(2027, 1, 4)),  # Saturday of a year no package covers
+    ],
+)
+@pytest.mark.usefixtures("quiet_digested")
+def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
+    outbox: list, day: date, morning: date
+) -> None:
     tasks = [follow_up("alice", at(day, 10, m), f"C{m}") for m in (0, 5)]
     tick_at(release("alice", at(day, 10, 15)))
     assert outbox == []
@@ -532,17 +498,10 @@ def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_digested")
 def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on_time(
-    settings: Any, outbox: list
+    outbox: list,
 ) -> None:
-    settings.REMINDERS_KINDS = {
-        "follow_up": {
-            "digest_seconds": 900,
-            "quiet_hours": "21:00-08:30",
-            "quiet_calendar": "cn",
-            "max_lateness_seconds": 14 * 24 * 3600,
-        }
-    }
     saturdays = [date(2026, 1, 3) + timedelta(weeks=n) for n in range(52)]
     made_up = next(day for day in saturdays if day_off("cn", day) is None)
     for minute in (0, 5):
