@@ -118,6 +118,7 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) MARIADB_URL=$(MARIADB_URL) $(PY) benchmarks/history.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/memory.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/card_latency.py
+	DATABASE_URL=$(PG_URL) $(PY) benchmarks/digest_morning.py
 
 clean:
 	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache dist build reminders.egg-info
