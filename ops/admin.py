@@ -82,6 +82,7 @@ class StatisticsCheckAdmin(ReadOnly):
         "tolerance",
         "outcome",
         "checked_at",
+        "attempts",
     )
     list_filter = ("outcome", "agent_id")
     date_hierarchy = "day"
@@ -97,6 +98,7 @@ class StatisticsCheckAdmin(ReadOnly):
         "outcome",
         "error",
         "checked_at",
+        "attempts",
     )
     fields = readonly_fields
 

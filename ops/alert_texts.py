@@ -138,13 +138,15 @@ def _advice() -> dict[str, str]:
         ),
         AlertType.STATISTICS_UNAVAILABLE: _(
             "The alert step could not ask WeCom for yesterday's count of this app, so the "
-            "ledger was not compared; WeCom keeps yesterday's count until midnight "
-            "(Beijing time)."
+            "ledger was not compared. It asks again every hour until midnight (Beijing "
+            "time), after which WeCom no longer gives yesterday's count; a difference "
+            "found then is alerted on its own."
         ),
         DAILY_QUOTA: _(
-            "WeCom allows OPS_WECOM_SEATS x 200 person-messages a day per corp and refuses "
-            "the rest. Spread the recurring tasks, or raise the seats; the dashboard's wave "
-            "section shows the figures."
+            "WeCom allows OPS_WECOM_SEATS x 200 person-messages of its apps a day per corp "
+            "(a Beijing day) and refuses the rest; a group robot's messages do not count. "
+            "Spread the recurring tasks, or raise the seats; the dashboard's wave section "
+            "shows the figures."
         ),
     }
 

@@ -198,15 +198,16 @@ def check_calendar_coverage(now: datetime) -> int:
 
 
 def check_daily_quota(now: datetime) -> int:
-    """Record, once per local day, that tomorrow's planned volume (the waiting runs of
-    one-off tasks plus last week's of the recurring ones, ``ops.stats.wave``) exceeds
-    WeCom's daily quota of ``OPS_WECOM_SEATS`` x 200; nothing without seats."""
+    """Record, once per Beijing day, that tomorrow's planned WeCom app messages (the
+    waiting runs of one-off tasks plus last week's of the recurring ones, of the channels
+    that spend the quota, ``ops.stats.wave``) exceed WeCom's daily quota of
+    ``OPS_WECOM_SEATS`` x 200; nothing without seats."""
     if conf.SEATS is None:
         return 0
     found = quota(now)
-    if not found.tomorrow_over:
+    if not found.tomorrow_over or found.tomorrow_day is None:
         return 0
-    tomorrow = (timezone.localdate(now) + timedelta(days=1)).isoformat()
+    tomorrow = found.tomorrow_day.isoformat()
     return int(
         AlertEvent.objects.record_once(
             f"daily_quota:{tomorrow}",
@@ -214,9 +215,10 @@ def check_daily_quota(now: datetime) -> int:
             occurred_at=now,
             code="daily_quota",
             message=(
-                f"Tomorrow ({tomorrow}) {found.tomorrow} messages are planned "
-                f"({found.tomorrow_planned} one-off runs planned, {found.tomorrow_estimated} "
-                f"estimated for recurring tasks), over WeCom's daily quota of {found.quota} "
+                f"Tomorrow ({tomorrow}, Beijing time) {found.tomorrow} WeCom app messages are "
+                f"planned ({found.tomorrow_planned} one-off runs planned, "
+                f"{found.tomorrow_estimated} estimated for recurring tasks, on channels "
+                f"{', '.join(found.channels)}), over WeCom's daily quota of {found.quota} "
                 f"({found.seats} seats x 200)."
             ),
             data={
@@ -226,6 +228,7 @@ def check_daily_quota(now: datetime) -> int:
                 "estimated": found.tomorrow_estimated,
                 "quota": found.quota,
                 "seats": found.seats,
+                "channels": list(found.channels),
             },
         )
     )

@@ -80,8 +80,10 @@ def _channel_problem(alias: str, problem: object) -> str:
 
 @register("ops", deploy=True)
 def check_daily_quota(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """ops.W003: tomorrow's planned volume (``ops.stats.wave``) over WeCom's daily quota
-    (``OPS_WECOM_SEATS`` x 200). Nothing without seats, or without a database to read."""
+    """ops.W003: tomorrow's planned WeCom app messages (the next Beijing day, of the
+    channels that spend the quota, ``ops.stats.wave``) over WeCom's daily quota
+    (``OPS_WECOM_SEATS`` x 200), as the alert step's ``daily_quota`` counts them. Nothing
+    without seats, or without a database to read."""
     from .stats.wave import quota  # the stats read the models: not at import
 
     try:
@@ -95,11 +97,16 @@ def check_daily_quota(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     return [
         Warning(
             gettext(
-                "Tomorrow's planned volume, %(tomorrow)d messages, exceeds WeCom's daily "
-                "quota of %(quota)d (OPS_WECOM_SEATS %(seats)d x 200): messages past it "
-                "are refused."
+                "Tomorrow's planned volume (%(day)s, Beijing time), %(tomorrow)d WeCom app "
+                "messages, exceeds WeCom's daily quota of %(quota)d (OPS_WECOM_SEATS "
+                "%(seats)d x 200): messages past it are refused."
             )
-            % {"tomorrow": found.tomorrow, "quota": found.quota, "seats": found.seats},
+            % {
+                "day": found.tomorrow_day,
+                "tomorrow": found.tomorrow,
+                "quota": found.quota,
+                "seats": found.seats,
+            },
             hint=gettext(
                 "Spread the recurring tasks over more days, or buy seats and raise "
                 "OPS_WECOM_SEATS. The dashboard's wave section shows the figures."

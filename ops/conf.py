@@ -222,7 +222,8 @@ class Settings:
     @property
     def SEATS(self) -> int | None:
         """The corp's seats: WeCom allows seats x ``PER_SEAT_DAILY`` (200) person-messages
-        a day per corp. None (the default): no quota known, nothing compared."""
+        of app messages a Beijing day per corp. None (the default): no quota known,
+        nothing compared."""
         value = getattr(django_settings, "OPS_WECOM_SEATS", None)  # not WECOM_*: ours
         if value is None or value == "":
             return None
@@ -354,7 +355,8 @@ SETTINGS: tuple[Setting, ...] = (
         "OPS_STATISTICS_HOUR",
         1,
         "The hour of the Beijing day (0 to 23) from which the alert step compares yesterday; "
-        "once per app and day.",
+        "once per app and day, a check WeCom did not answer asked again hourly until "
+        "midnight (Beijing).",
     ),
     Setting(
         "OPS_STATISTICS_TOLERANCE",
@@ -371,10 +373,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "OPS_WECOM_SEATS",
         None,
-        "The corp's seats in WeCom, which allows seats x 200 person-messages a day per corp: "
-        "the dashboard shows the day's quota used and forecast, and ``check --deploy`` "
-        "(ops.W003) and the alert step (``daily_quota``) warn when tomorrow's planned volume "
-        "would exceed it. None: no quota known (the dashboard says so).",
+        "The corp's seats in WeCom, which allows seats x 200 person-messages a day per corp, "
+        "of app messages (the channels whose sender is the WeCom app's; not a group robot) "
+        "and by Beijing's day: the dashboard shows the day's quota used and forecast, and "
+        "``check --deploy`` (ops.W003) and the alert step (``daily_quota``) warn when "
+        "tomorrow's planned volume would exceed it. None: no quota known (the dashboard says "
+        "so).",
     ),
     # Metrics and health
     Setting(

@@ -411,6 +411,7 @@ def wave(wave: Wave, links: RunLinks) -> dict[str, Any]:
             for held in wave.quiet
         ],
         "quota": quota,
+        "quota_channels": ", ".join(quota.channels) or fmt.NOTHING,
         "quota_cells": [
             (_("Daily quota"), str(quota.quota) if quota.quota is not None else None, False),
             (_("Sent today"), str(quota.used), False),

@@ -363,8 +363,10 @@ class AlertDelivery(models.Model):
 class StatisticsCheck(models.Model):
     """One day's count of one WeCom app's messages: ours (the ledger) against WeCom's
     (``message/get_statistics``), as the alert step compared them (``ops.statistics``).
-    One row per app and Beijing day: the comparison is made once, however many steps
-    run. ``theirs`` is None when WeCom could not be asked (``error`` says why)."""
+    One row per app and Beijing day: the comparison is made once WeCom answers, however
+    many steps run. ``theirs`` is None when WeCom could not be asked (``error`` says
+    why); such a check is asked again in the same row, hourly, until that Beijing day
+    ends (``attempts`` counts the askings, ``checked_at`` is the last)."""
 
     class Outcome(models.TextChoices):
         MATCH = "match", _("Match")
@@ -385,6 +387,11 @@ class StatisticsCheck(models.Model):
     outcome = models.CharField(_("outcome"), max_length=longest(Outcome), choices=Outcome.choices)
     error = models.TextField(_("error"), blank=True)
     checked_at = models.DateTimeField(_("checked"))
+    attempts = models.PositiveSmallIntegerField(
+        _("attempts"),
+        default=1,
+        help_text=_("Times WeCom was asked; one it did not answer is asked again hourly."),
+    )
 
     class Meta:
         verbose_name = _("WeCom count check")

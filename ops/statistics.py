@@ -9,6 +9,15 @@ and records an alert event when the counts differ by more than the tolerance
 not be asked. A failure to ask is recorded, alerted and never raised: the rest of the
 step goes on.
 
+A check WeCom did not answer (unreachable, an error reply: ``unavailable``) is asked
+again ``RETRY_AFTER`` (an hour) after its last attempt, in the same row, until the
+Beijing day ends: after midnight WeCom's "yesterday" is another day, and that day's
+count can no longer be asked. One step takes a retry (a compare-and-set on the row's
+``checked_at``), however many run. The failure is alerted once per app and day,
+however many attempts fail (the event's key is the day's); a difference found by a
+later attempt is alerted on its own key; a check that got WeCom's answer is never
+asked again.
+
 What is counted, on both sides, is what WeCom counts (发消息成功人次, per app and Beijing
 day; WeCom's days are Beijing's whatever ``TIME_ZONE`` says):
 
@@ -37,6 +46,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from reminders import senders
 from reminders.models import SendLog
@@ -51,6 +61,12 @@ BEIJING = ZoneInfo("Asia/Shanghai")
 # A ledger row is reserved (``created_at``) at most this long before it is sent: the
 # bound lets the count use the ledger's (status, created_at) index.
 RESERVED_BEFORE_SENT = timedelta(days=2)
+# A check WeCom did not answer is asked again this long after its last attempt. The
+# alert step runs every minute or so: asking at each step would call an API that is down
+# (or refusing our credentials) hundreds of times a night, and log each. An hour bounds
+# that to the 23 hours left of the day at most, per app, and still gives an outage of a
+# few hours (ours or WeCom's, the usual kind) many chances to pass before midnight.
+RETRY_AFTER = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -122,8 +138,8 @@ def due_day(now: datetime) -> date | None:
 
 
 def check_statistics(now: datetime) -> int:
-    """Compare yesterday's counts of every app not compared yet; returns the alert
-    events recorded."""
+    """Compare yesterday's counts of every app not compared yet, or whose last attempt
+    WeCom did not answer ``RETRY_AFTER`` ago; returns the alert events recorded."""
     if not conf.STATISTICS_CHECK:
         return 0
     day = due_day(now)
@@ -131,19 +147,31 @@ def check_statistics(now: datetime) -> int:
         return 0
     recorded = 0
     for app in wecom_apps():
-        if StatisticsCheck.objects.filter(
+        found = StatisticsCheck.objects.filter(
             day=day, corp_id=app.corp_id, agent_id=app.agent_id
-        ).exists():
+        ).first()
+        if found is None:
+            check = compare(app, day, now)
+        elif retry_due(found, now):
+            check = retry(app, found, now)
+        else:
             continue
-        check = compare(app, day, now)
         if check is not None:
             recorded += alert(app, check, now)
     return recorded
 
 
-def compare(app: App, day: date, now: datetime) -> StatisticsCheck | None:
-    """Ask WeCom, count ours, and record the day's check; None when another step
-    recorded it first."""
+def retry_due(check: StatisticsCheck, now: datetime) -> bool:
+    """Whether to ask WeCom again for ``check``: it did not answer, an hour ago or more."""
+    return (
+        check.outcome == StatisticsCheck.Outcome.UNAVAILABLE
+        and now >= check.checked_at + RETRY_AFTER
+    )
+
+
+def ask(app: App, day: date) -> dict[str, Any]:
+    """Our count and WeCom's of ``day``, as a check's fields: its outcome, or
+    ``unavailable`` with the error when WeCom did not answer."""
     ours = our_count(app.channels, day)
     values: dict[str, Any] = {"ours": ours, "channels": ",".join(app.channels)[:255]}
     try:
@@ -151,22 +179,32 @@ def compare(app: App, day: date, now: datetime) -> StatisticsCheck | None:
         theirs = int(reply["count"])
     except Exception as exc:
         logger.warning("WeCom's count of app %s for %s not available: %s", app.scope, day, exc)
-        values |= {"outcome": StatisticsCheck.Outcome.UNAVAILABLE, "error": str(exc)[:2000]}
-    else:
-        tolerance = conf.statistics_tolerance(ours, theirs)
-        difference = abs(theirs - ours)
-        if difference == 0:
-            outcome = StatisticsCheck.Outcome.MATCH
-        elif difference <= tolerance:
-            outcome = StatisticsCheck.Outcome.WITHIN_TOLERANCE
-        else:
-            outcome = StatisticsCheck.Outcome.MISMATCH
-        values |= {
-            "theirs": theirs,
-            "app_name": str(reply.get("app_name") or "")[:128],
-            "tolerance": tolerance,
-            "outcome": outcome,
+        return values | {
+            "theirs": None,
+            "outcome": StatisticsCheck.Outcome.UNAVAILABLE,
+            "error": str(exc)[:2000],
         }
+    tolerance = conf.statistics_tolerance(ours, theirs)
+    difference = abs(theirs - ours)
+    if difference == 0:
+        outcome = StatisticsCheck.Outcome.MATCH
+    elif difference <= tolerance:
+        outcome = StatisticsCheck.Outcome.WITHIN_TOLERANCE
+    else:
+        outcome = StatisticsCheck.Outcome.MISMATCH
+    return values | {
+        "theirs": theirs,
+        "app_name": str(reply.get("app_name") or "")[:128],
+        "tolerance": tolerance,
+        "outcome": outcome,
+        "error": "",
+    }
+
+
+def compare(app: App, day: date, now: datetime) -> StatisticsCheck | None:
+    """Ask WeCom, count ours, and record the day's check; None when another step
+    recorded it first."""
+    values = ask(app, day)
     try:
         with transaction.atomic():
             return StatisticsCheck.objects.create(
@@ -176,8 +214,22 @@ def compare(app: App, day: date, now: datetime) -> StatisticsCheck | None:
         return None
 
 
+def retry(app: App, check: StatisticsCheck, now: datetime) -> StatisticsCheck | None:
+    """Ask WeCom again for a check it did not answer, and record the answer in its row;
+    None when another step took this retry (or answered the check) first."""
+    taken = StatisticsCheck.objects.filter(
+        pk=check.pk, outcome=StatisticsCheck.Outcome.UNAVAILABLE, checked_at=check.checked_at
+    ).update(checked_at=now, attempts=F("attempts") + 1)
+    if not taken:
+        return None
+    StatisticsCheck.objects.filter(pk=check.pk).update(**ask(app, check.day))
+    check.refresh_from_db()
+    return check
+
+
 def alert(app: App, check: StatisticsCheck, now: datetime) -> int:
-    """The alert event a check calls for (a mismatch, or WeCom not reached), once."""
+    """The alert event a check calls for (a mismatch, or WeCom not reached), once each
+    per app and day."""
     day = check.day.isoformat()
     data = {
         "day": day,
@@ -190,7 +242,11 @@ def alert(app: App, check: StatisticsCheck, now: datetime) -> int:
         "tolerance": check.tolerance,
         "check_id": check.pk,
     }
+    # The day's key: a failure is told once, however many attempts fail; a difference
+    # found by a later attempt has a key of its own, so it is told too.
+    key = f"statistics:{app.scope}:{day}"
     if check.outcome == StatisticsCheck.Outcome.MISMATCH:
+        key += ":mismatch"
         alert_type = AlertType.STATISTICS_MISMATCH
         message = (
             f"{day}: WeCom counted {check.theirs} messages from app {app.scope}"
@@ -209,7 +265,7 @@ def alert(app: App, check: StatisticsCheck, now: datetime) -> int:
     else:
         return 0
     recorded = AlertEvent.objects.record_once(
-        f"statistics:{app.scope}:{day}",
+        key,
         alert_type,
         occurred_at=now,
         scope=app.scope,

@@ -1,11 +1,13 @@
 """``reminders_stats`` without ``--json``: the numbers of ``ops.stats`` as plain-text
 tables, for a terminal or a mail. The same figures as the dashboard, written the same
-way (``ops.stats.format``); charts are left to the page."""
+way (``ops.stats.format``); charts are left to the page, the wave's minutes are a table
+of the minutes that have runs."""
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
@@ -14,7 +16,9 @@ from reminders import kinds as kind_registry
 
 from . import format as fmt
 from .counts import Counts
+from .days import label
 from .summary import Stats
+from .wave import PER_HOUR, PER_MINUTE, Quota, Wave
 
 Row = Sequence[object]
 
@@ -58,7 +62,7 @@ def _counts(counts: Counts) -> list[object]:
 
 def render(stats: Stats) -> str:
     """The numbers as tables under a heading, one section after another."""
-    sections = [_kinds, _channels, _failures, _plan, _runners]
+    sections = [_kinds, _channels, _failures, _plan, _wave, _runners]
     lines = [line for section in sections for line in section(stats)]
     return "\n".join(lines) + "\n"
 
@@ -173,6 +177,103 @@ def _plan(stats: Stats) -> list[str]:
     )
 
 
+def _wave(stats: Stats) -> list[str]:
+    """The wave ahead: the next hour's minutes that have runs, by kind; the members
+    nearest WeCom's limits; the runs held by quiet hours; the daily quota."""
+    wave = stats.wave
+    if wave is None:
+        return []
+    return _minutes(wave) + _members(wave) + _quiet(wave) + _quota(wave.quota)
+
+
+def _minutes(wave: Wave) -> list[str]:
+    lines = ["", _("The next hour, minute by minute"), ""]
+    rows: list[Row] = [
+        [minute.label, *[minute.kinds.get(kind, 0) for kind in wave.kinds], minute.total]
+        for minute in wave.minutes
+        if minute.total
+    ]
+    if not rows:
+        return [*lines, _("Nothing waits in the next hour.")]
+    head = [_("minute"), *[kind_registry.label(kind) for kind in wave.kinds], _("total")]
+    return lines + table(head, rows)
+
+
+def _members(wave: Wave) -> list[str]:
+    lines = [
+        "",
+        _("Members nearest WeCom's limits (%(minute)s a minute, %(hour)s an hour)")
+        % {"minute": PER_MINUTE, "hour": PER_HOUR},
+        "",
+    ]
+    if not wave.members:
+        return [*lines, _("None.")]
+    return lines + table(
+        [_("recipient"), _("next hour"), _("busiest minute"), _("at"), _("of the limit")],
+        [
+            [
+                member.recipient,
+                member.next_hour,
+                member.busiest_minute,
+                _clock(member.busiest_at, "%H:%M"),
+                fmt.rate(member.closeness),
+            ]
+            for member in wave.members
+        ],
+        align="lrrrr",
+    )
+
+
+def _quiet(wave: Wave) -> list[str]:
+    lines = ["", _("Held by quiet hours"), ""]
+    if not wave.quiet:
+        return [*lines, _("None.")]
+    return lines + table(
+        [_("kind"), _("runs"), _("resume from"), _("resume until")],
+        [
+            [
+                kind_registry.label(held.kind),
+                held.runs,
+                _clock(held.first_resume, "%Y-%m-%d %H:%M"),
+                _clock(held.last_resume, "%Y-%m-%d %H:%M"),
+            ]
+            for held in wave.quiet
+        ],
+        align="lrll",
+    )
+
+
+def _quota(quota: Quota) -> list[str]:
+    """The quota's figures, each marked when over the quota (or the quota unknown), and
+    what they count: the Beijing day, of the WeCom app channels."""
+    over = _("over the quota")
+    rows: list[list[object]] = [
+        [
+            _("Daily quota"),
+            fmt.NOTHING if quota.quota is None else quota.quota,
+            _("set OPS_WECOM_SEATS") if quota.quota is None else "",
+        ],
+        [_("Sent today"), quota.used, ""],
+        [_("Forecast for today"), quota.forecast, over if quota.today_over else ""],
+        [_("Tomorrow"), quota.tomorrow, over if quota.tomorrow_over else ""],
+        [_("Tomorrow: one-off runs planned"), quota.tomorrow_planned, ""],
+        [_("Tomorrow: recurring runs estimated"), quota.tomorrow_estimated, ""],
+    ]
+    head: list[object] = ["", _("messages"), ""]
+    if not any(row[2] for row in rows):  # no note: no empty column
+        head, rows = head[:2], [row[:2] for row in rows]
+    lines = ["", _("WeCom's daily quota"), ""]
+    lines += table(head, rows, align="lrl"[: len(head)])
+    lines.append(
+        _("Beijing day %(day)s; WeCom app channels: %(channels)s.")
+        % {
+            "day": quota.day.isoformat() if quota.day else fmt.NOTHING,
+            "channels": ", ".join(quota.channels) or fmt.NOTHING,
+        }
+    )
+    return lines
+
+
 def _runners(stats: Stats) -> list[str]:
     """The schedulers' heartbeats, and django-q2's queue."""
     lines = ["", _("Schedulers"), ""]
@@ -202,6 +303,11 @@ def _runners(stats: Stats) -> list[str]:
         },
     ]
     return lines
+
+
+def _clock(moment: datetime | None, pattern: str) -> str:
+    """``moment`` on the clock of ``TIME_ZONE``, as the dashboard shows it."""
+    return fmt.NOTHING if moment is None else label(moment, pattern)
 
 
 def _short(text: str, limit: int = 60) -> str:

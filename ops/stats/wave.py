@@ -14,17 +14,22 @@ the runs waiting in the hour and its busiest minute; the ``TOP_MEMBERS`` closest
 either limit (the larger share of the two) come first. Every channel counts: a robot or
 an HTTP channel is not held to WeCom's app limits, so the figures are an upper bound.
 
-**The daily quota**: seats x ``PER_SEAT_DAILY`` person-messages a local day per corp
-(``OPS_WECOM_SEATS``; unset, no quota and nothing compared). Used: the ledger's ``sent``
-rows whose ``sent_at`` falls on today, each counting its parts (``reply_detail["parts"]``,
-a split text being several messages). Forecast: used plus the runs waiting that fall
-before the day ends (the backlog included). Tomorrow: the waiting runs of one-off tasks
-due tomorrow, plus, for recurring tasks (a cron), an estimate: the runs of the same
-tasks (still active) due on the same weekday a week before, make-ups, runs made on
-request, cancelled and skipped ones left out, and the runs one digest carried counted
-once, as the one message it was. Runs are planned only
+**The daily quota**: seats x ``PER_SEAT_DAILY`` person-messages a day per corp
+(``OPS_WECOM_SEATS``; unset, no quota and nothing compared), of app messages only, and by
+WeCom's day, Beijing's (``Asia/Shanghai``, whatever ``TIME_ZONE`` says). So only the
+channels whose sender spends it count (``quota_channels``: ``spends_app_quota``, the
+WeCom app sender); a group robot, an HTTP or a console channel does not. Used: those
+channels' ``sent`` ledger rows whose ``sent_at`` falls on the Beijing day, each counting
+its parts (``reply_detail["parts"]``, a split text being several messages). Forecast:
+used plus their runs waiting that fall before the Beijing day ends (the backlog
+included). Tomorrow (the next Beijing day): their waiting runs of one-off tasks due
+then, plus, for recurring tasks (a cron), an estimate: the runs of the same tasks
+(still active) due on the same Beijing day of the week a week before, make-ups, runs
+made on request, cancelled and skipped ones left out, and the runs one digest carried
+counted once, as the one message it was. Runs are planned only
 ``REMINDERS_PLAN_AHEAD_SECONDS`` ahead, so last week stands for tomorrow's recurring
-work; a run counts as one message (not its parts), a task created since is missed.
+work; a run counts as one message (not its parts), a task created since is missed, and
+a task's run counts on the channel the task names now.
 
 **Digests** (``reminders.engine.digests``). A digest is one message, and one run of its
 own: while it waits to be retried it counts once, as any run, and the runs it carries
@@ -36,26 +41,31 @@ forecast are an upper bound.
 **Cost.** Six queries, whatever the data: the minutes by kind; the
 members in three (the 10 with the busiest minutes and the 10 busiest in the hour pick
 at most 20 candidates, whose minutes are then read: the 10 closest to either limit are among
-them); the waiting runs by kind (held by quiet hours, due by today's end, due
-tomorrow) together with last week's runs of the recurring tasks; the ledger's messages
-sent today.
+them); the waiting runs by kind (held by quiet hours; of the quota's channels, due by
+the Beijing day's end, due tomorrow) together with last week's runs of their recurring
+tasks; the ledger's messages of those channels sent today. Whatever the channels
+(none: a channel no alias has, so that the queries stay the same).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, IntegerField, Max, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncMinute
+from django.utils.module_loading import import_string
 
+from reminders.conf import settings as reminders_conf
 from reminders.models import QUIET_CODE, ScheduledTask, SendLog, TaskRun
 
 from ..conf import settings as conf
-from .days import day_bounds, iso, label, local_iso, today
+from ..statistics import BEIJING, beijing_day_bounds
+from .days import iso, label, local_iso
 
 MINUTES = 60
 TOP_MEMBERS = 10
@@ -135,13 +145,20 @@ class QuietHeld:
 
 @dataclass(frozen=True)
 class Quota:
-    """The corp's daily quota (None without ``OPS_WECOM_SEATS``), today and tomorrow."""
+    """The corp's daily quota (None without ``OPS_WECOM_SEATS``), today and tomorrow, by
+    Beijing's day, of the ``channels`` that spend it."""
 
     seats: int | None
     used: int
     waiting_today: int
     tomorrow_planned: int  # waiting runs due tomorrow, one-off tasks only
     tomorrow_estimated: int  # recurring tasks: their runs a week before tomorrow
+    day: date | None = None  # today in Beijing
+    channels: tuple[str, ...] = ()  # the channels counted (``quota_channels``)
+
+    @property
+    def tomorrow_day(self) -> date | None:
+        return None if self.day is None else self.day + timedelta(days=1)
 
     @property
     def quota(self) -> int | None:
@@ -165,6 +182,9 @@ class Quota:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "day": None if self.day is None else self.day.isoformat(),
+            "time_zone": str(BEIJING),
+            "channels": list(self.channels),
             "seats": self.seats,
             "per_seat": PER_SEAT_DAILY,
             "quota": self.quota,
@@ -288,16 +308,41 @@ def _members(hour: QuerySet[Any]) -> list[Member]:
     return members[:TOP_MEMBERS]
 
 
+def quota_channels() -> tuple[str, ...]:
+    """The channels whose messages spend WeCom's daily quota: those whose sender says so
+    (``BaseSender.spends_app_quota``: the WeCom app sender and its subclasses). Read from
+    the backend's class in ``REMINDERS_CHANNELS``, without building the sender, so that a
+    channel whose options are wrong still counts what it sent; one whose backend does
+    not import is left out (the reminders system checks say why)."""
+    found = []
+    for alias, config in reminders_conf.CHANNELS.items():
+        try:
+            backend = import_string(str((config or {})["BACKEND"]))
+        except (ImportError, KeyError, TypeError):
+            continue
+        if getattr(backend, "spends_app_quota", False):
+            found.append(alias)
+    return tuple(sorted(found))
+
+
+def beijing_today(now: datetime) -> date:
+    """WeCom's day at ``now``: the date in Beijing."""
+    return now.astimezone(BEIJING).date()
+
+
 def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quota]:
-    """Query: the waiting runs by kind (held by quiet hours and when they resume, due by
-    today's end, due tomorrow) and last week's runs of the recurring tasks; query: the
-    ledger's messages sent today."""
-    day = today(now)
-    start, end = day_bounds(day)
-    tomorrow_start, tomorrow_end = day_bounds(day + timedelta(days=1))
-    week_start, week_end = day_bounds(day - timedelta(days=6))
+    """Query: the waiting runs by kind (held by quiet hours and when they resume; of the
+    quota's channels, due by the Beijing day's end, due tomorrow) and last week's runs of
+    the quota's recurring tasks; query: the quota's messages sent today."""
+    day = beijing_today(now)
+    channels = quota_channels()
+    start, end = beijing_day_bounds(day)
+    tomorrow_start, tomorrow_end = beijing_day_bounds(day + timedelta(days=1))
+    week_start, week_end = beijing_day_bounds(day - timedelta(days=6))
     waiting = _waiting()
     quiet = waiting & Q(error_code=QUIET_CODE)
+    # Without such a channel, "" (never an alias) keeps the query, and the count, fixed.
+    spends = Q(task__channel__in=list(channels) or [""])
     recurring = ~Q(task__cron="")
     week_before = (
         Q(due_at__gte=week_start, due_at__lt=week_end)
@@ -316,10 +361,10 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             quiet=Count("pk", filter=quiet),
             first=Min("at", filter=quiet),
             last=Max("at", filter=quiet),
-            today=Count("pk", filter=waiting & Q(at__lt=end)),
-            planned=Count("pk", filter=planned_tomorrow),
-            estimated=Count("pk", filter=week_before & alone),
-            digests=Count("digest", filter=week_before & carried, distinct=True),
+            today=Count("pk", filter=waiting & Q(at__lt=end) & spends),
+            planned=Count("pk", filter=planned_tomorrow & spends),
+            estimated=Count("pk", filter=week_before & alone & spends),
+            digests=Count("digest", filter=week_before & carried & spends, distinct=True),
         )
         .order_by("task__kind")
     )
@@ -338,20 +383,23 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             tomorrow[kind] = row["planned"] + kind_estimated
     quota = Quota(
         seats=conf.SEATS,
-        used=_sent(start, min(end, now)),
+        used=_sent(start, min(end, now), channels),
         waiting_today=waiting_today,
         tomorrow_planned=planned,
         tomorrow_estimated=estimated,
+        day=day,
+        channels=channels,
     )
     return (held, tomorrow), quota
 
 
-def _sent(start: datetime, until: datetime) -> int:
-    """Query: the ledger's messages sent in ``[start, until]``, a split text counting
-    its parts."""
+def _sent(start: datetime, until: datetime, channels: Sequence[str]) -> int:
+    """Query: the ledger's messages of ``channels`` sent in ``[start, until]``, a split
+    text counting its parts."""
     split = Q(reply_detail__parts__gt=1)
     got = SendLog.objects.filter(
         status=SendLog.Status.SENT,
+        channel__in=list(channels) or [""],
         created_at__gte=start - RESERVED_BEFORE_SENT,
         created_at__lte=until,
         sent_at__gte=start,
@@ -365,5 +413,6 @@ def _sent(start: datetime, until: datetime) -> int:
 
 
 def quota(now: datetime) -> Quota:
-    """The daily quota alone (two queries): for the deploy check and the alert step."""
+    """The daily quota alone (two queries): for the deploy check and the alert step,
+    which count what the dashboard does."""
     return _by_kind(now)[1]

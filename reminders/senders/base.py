@@ -187,6 +187,9 @@ class BaseSender(ABC):
     # How long after its sending a delivered message can be taken back (``recall``);
     # None: never (WeCom's app: 24 hours; a group robot: never).
     recall_window: ClassVar[timedelta | None] = None
+    # Whether each message spends the corp's daily quota of app messages (WeCom: seats x
+    # 200 person-messages a Beijing day; a group robot's do not): what ``ops`` counts.
+    spends_app_quota: ClassVar[bool] = False
 
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias

@@ -151,6 +151,8 @@ class WeComSender(BaseSender):
     carries_cards: ClassVar[bool] = True
     # WeCom's message/recall takes back an app message within 24 hours of its sending.
     recall_window: ClassVar[timedelta | None] = RECALL_WINDOW
+    # App messages spend the corp's daily quota (seats x 200 a Beijing day).
+    spends_app_quota: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -33,6 +33,26 @@ def robot(settings: Any) -> str:
     return "ops_robot"
 
 
+@pytest.fixture
+def app_channels(settings: Any) -> tuple[str, ...]:
+    """Beside the test settings' memory channels, a WeCom app channel ("wecom", whose
+    messages spend WeCom's daily quota) and a group robot ("robot", whose do not).
+    Nothing is ever sent to them: they are for what counts against the quota."""
+    never = "http://127.0.0.1:9"  # the discard port: a send would fail, not reach anyone
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "wecom": {
+            "BACKEND": "reminders.senders.wecom.WeComSender",
+            "OPTIONS": {"api_base": never, "corp_id": "ww-corp", "corp_secret": "s", "agent_id": 1},
+        },
+        "robot": {
+            "BACKEND": "reminders.senders.robot.WeComRobotSender",
+            "OPTIONS": {"api_base": never, "key": "robot-key"},
+        },
+    }
+    return ("wecom",)
+
+
 class Clock:
     """The alert step's clock, moved by the test."""
 

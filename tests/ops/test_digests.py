@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from datetime import date, timedelta
 from io import StringIO
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -41,6 +41,21 @@ ENDS = {"sent", "failed", "expired", "unknown", "skipped", "cancelled"}
 def digested(settings: Any) -> None:
     settings.REMINDERS_KINDS = {
         "follow_up": {"digest_seconds": 900, "max_lateness_seconds": 400 * 24 * 3600}
+    }
+
+
+class AppMemorySender(MemorySender):
+    """The memory sender, its messages counted as a WeCom app's (the daily quota)."""
+
+    spends_app_quota: ClassVar[bool] = True
+
+
+@pytest.fixture
+def memory_is_an_app(settings: Any) -> None:
+    """The "memory" channel spends WeCom's daily quota, as the WeCom app channel does."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "memory": {"BACKEND": f"{__name__}.AppMemorySender"},
     }
 
 
@@ -176,6 +191,7 @@ def test_wave__a_digest_waiting_to_retry_is_one_message_ahead_its_runs_none():
 # A digest sent ----------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("memory_is_an_app")
 def test_day__a_sent_digest_is_four_runs_sent_and_one_message():
     world = Folded()
     assert statuses([world.digest, *world.items]) == {TaskRun.Status.SENT}
@@ -196,6 +212,7 @@ def test_metrics__runs_finished_count_runs_and_sends_count_messages():
     assert of(samples, "reminders_sends") == {("memory", "sent"): 1}
 
 
+@pytest.mark.usefixtures("memory_is_an_app")
 def test_wave__tomorrows_estimate_counts_last_weeks_digest_once():
     """Recurring follow-ups folded a week before tomorrow: one message, not three."""
     thursday = date(2026, 12, 3)

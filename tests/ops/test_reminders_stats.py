@@ -9,12 +9,14 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.utils import translation
+from django.test import override_settings
+from django.utils import timezone, translation
 
 from ops.stats import text as stats_text
 from ops.stats.format import NOTHING
 
 from .stats_world import DAY, build
+from .test_wave import NOW, Builder, at, world  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -137,3 +139,91 @@ def test_default_day_is_today(db):
 def test_a_bad_date_is_refused(db):
     with pytest.raises(CommandError, match="not a day"):
         run("--date", "10/03/2026")
+
+
+# The wave ahead ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def frozen(monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(timezone, "now", lambda: NOW)
+
+
+def section(text: str, heading: str) -> list[str]:
+    """The lines under ``heading``, up to the next blank line after its table."""
+    lines = text.splitlines()
+    start = lines.index(heading) + 2
+    end = lines.index("", start) if "" in lines[start:] else len(lines)
+    return lines[start:end]
+
+
+def test_tables__the_wave_ahead(world, frozen):  # noqa: F811
+    """The same figures as the JSON's ``wave`` (tests/ops/test_wave.py works them out)."""
+    text = run("--date", "2026-03-10")
+
+    assert section(text, "The next hour, minute by minute") == [
+        "minute  Daily report  Follow-up reminder  total",
+        "------  ------------  ------------------  -----",
+        "15:05              3                  35     38",
+        "15:10              0                   5      5",
+    ]
+    members = section(text, "Members nearest WeCom's limits (30 a minute, 1000 an hour)")
+    assert [line.split() for line in members[2:]] == [
+        ["alice", "40", "35", "15:05", "116.7", "%"],
+        ["bob", "3", "3", "15:05", "10.0", "%"],
+    ]
+    assert members[0].split("  ")[:3] == ["recipient", "next hour", "busiest minute"]
+    quiet = section(text, "Held by quiet hours")
+    assert [line.split() for line in quiet[2:]] == [
+        ["Follow-up", "reminder", "2", "2026-03-11", "08:30", "2026-03-11", "08:40"]
+    ]
+    assert section(text, "WeCom's daily quota") == [
+        "                                    messages",
+        "----------------------------------  --------  -------------------",
+        "Daily quota                                \u2013  set OPS_WECOM_SEATS",
+        "Sent today                                 5",
+        "Forecast for today                        50",
+        "Tomorrow                                   5",
+        "Tomorrow: one-off runs planned             1",
+        "Tomorrow: recurring runs estimated         4",
+        "Beijing day 2026-03-10; WeCom app channels: wecom.",
+    ]
+    # Between the plan and the schedulers, as on the page.
+    lines = text.splitlines()
+    assert lines.index("The plan, now") < lines.index("The next hour, minute by minute")
+    assert lines.index("WeCom's daily quota") < lines.index("Schedulers")
+
+
+@override_settings(OPS_WECOM_SEATS=1)
+def test_tables__the_quota_marks_a_figure_over_it(world, frozen):  # noqa: F811
+    world.runs(world.task("birthday", "frank", cron=""), at(11, days=1), n=200)
+
+    quota = section(run("--date", "2026-03-10"), "WeCom's daily quota")
+
+    assert [line.split("  ")[0] for line in quota[2:6]] == [
+        "Daily quota",
+        "Sent today",
+        "Forecast for today",
+        "Tomorrow",
+    ]
+    assert quota[2].split() == ["Daily", "quota", "200"]
+    assert quota[4].split() == ["Forecast", "for", "today", "50"]
+    assert quota[5].split() == ["Tomorrow", "205", "over", "the", "quota"]
+
+
+def test_tables__nothing_ahead(db, frozen):
+    text = run("--date", "2026-03-10")
+    assert section(text, "The next hour, minute by minute") == ["Nothing waits in the next hour."]
+    assert section(text, "Members nearest WeCom's limits (30 a minute, 1000 an hour)") == ["None."]
+    assert section(text, "Held by quiet hours") == ["None."]
+    assert section(text, "WeCom's daily quota")[-1] == (
+        f"Beijing day 2026-03-10; WeCom app channels: {NOTHING}."
+    )
+
+
+def test_tables__the_wave_in_chinese_lines_up(world, frozen):  # noqa: F811
+    with translation.override("zh-hans"):
+        text = run("--date", "2026-03-10")
+    minutes = section(text, "未来一小时，逐分钟")
+    assert minutes[0].split() == ["分钟", "日报", "跟进提醒", "合计"]
+    assert len({stats_text.width(line) for line in minutes}) == 1

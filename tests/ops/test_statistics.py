@@ -230,6 +230,124 @@ def test_check__once_per_app_and_day_however_many_steps(box: WeComSandbox) -> No
     assert box.stats()["message/get_statistics calls"] == 1
 
 
+def calls(box: WeComSandbox) -> int:
+    return box.stats().get("message/get_statistics calls", 0)
+
+
+def test_check__wecom_unreachable_is_asked_again_hourly_and_alerted_once(
+    box: WeComSandbox,
+) -> None:
+    day = sandbox_day(box)
+    deliver(box, "one")
+    ledger_row(day + timedelta(hours=12))
+    night = next_night(box)
+    port = int(box.base_url.rsplit(":", 1)[1])
+    box.stop()
+
+    assert run_step(night).checked == 1  # WeCom not reached: recorded and alerted
+    for minutes in (1, 30, 59):  # within the hour: not asked again
+        run_step(night + timedelta(minutes=minutes))
+    check = StatisticsCheck.objects.get()
+    assert (check.outcome, check.attempts, check.checked_at) == ("unavailable", 1, night)
+
+    an_hour_on = night + timedelta(hours=1)
+    assert run_step(an_hour_on).checked == 0  # asked again, still down: not alerted again
+    check.refresh_from_db()
+    assert (check.outcome, check.attempts, check.checked_at) == ("unavailable", 2, an_hour_on)
+    assert check.error
+
+    box.start(port=port)  # WeCom answers again
+    run_step(an_hour_on + timedelta(minutes=30))  # within the hour of the last attempt
+    assert calls(box) == 0
+    run_step(an_hour_on + timedelta(hours=1))
+    check.refresh_from_db()
+    assert (check.outcome, check.ours, check.theirs, check.attempts, check.error) == (
+        StatisticsCheck.Outcome.MATCH,
+        1,
+        1,
+        3,
+        "",
+    )
+    assert check.checked_at == an_hour_on + timedelta(hours=1)
+    answered = calls(box)  # (two when the token fetched yesterday had expired)
+    for hours in (3, 4, 20):  # answered: never asked again that day
+        run_step(night + timedelta(hours=hours))
+    assert calls(box) == answered
+    assert StatisticsCheck.objects.count() == 1
+    (event,) = AlertEvent.objects.all()  # the failure, once
+    assert event.type == AlertType.STATISTICS_UNAVAILABLE
+    assert len(mail.outbox) == 1
+
+
+def test_check__an_error_reply_then_a_difference_are_each_alerted_once(
+    box: WeComSandbox,
+) -> None:
+    day = sandbox_day(box)
+    ledger_row(day + timedelta(hours=12))
+    ledger_row(day + timedelta(hours=13))
+    night = next_night(box)
+    # WeCom refuses the app's token (60020: our IP not allowed), the first time only.
+    box.control(invalidate_tokens=True, gettoken_errcodes=[60020])
+
+    run_step(night)
+    check = StatisticsCheck.objects.get()
+    assert check.outcome == StatisticsCheck.Outcome.UNAVAILABLE
+    assert "60020" in check.error
+
+    assert run_step(night + timedelta(hours=1)).checked == 1  # the difference, told
+    check.refresh_from_db()
+    assert (check.outcome, check.ours, check.theirs, check.attempts) == (
+        StatisticsCheck.Outcome.MISMATCH,
+        2,
+        0,
+        2,
+    )
+    run_step(night + timedelta(hours=2))
+    assert sorted(AlertEvent.objects.values_list("type", flat=True)) == [
+        AlertType.STATISTICS_MISMATCH,
+        AlertType.STATISTICS_UNAVAILABLE,
+    ]
+    assert calls(box) == 1  # the first attempt got no token
+
+
+def test_check__the_last_retry_is_before_beijing_midnight(box: WeComSandbox) -> None:
+    """After midnight WeCom's yesterday is another day: the day that failed is not asked
+    again; the new one is compared."""
+    night = next_night(box, hour=23)
+    port = int(box.base_url.rsplit(":", 1)[1])
+    box.stop()
+    run_step(night)
+    box.start(port=port)
+    box.advance(24 * 3600)  # WeCom's clock too: its yesterday is now the day after
+
+    run_step(night + timedelta(hours=2))  # 01:00 the next day, OPS_STATISTICS_HOUR
+
+    failed, compared = StatisticsCheck.objects.order_by("day")
+    assert (failed.outcome, failed.attempts) == (StatisticsCheck.Outcome.UNAVAILABLE, 1)
+    assert compared.day == failed.day + timedelta(days=1)
+    assert compared.outcome == StatisticsCheck.Outcome.MATCH
+
+
+def test_retry__taken_by_one_step_only(box: WeComSandbox) -> None:
+    """Two steps read the failed check at once: the first to move its ``checked_at`` asks
+    WeCom, the other asks nothing."""
+    night = next_night(box)
+    port = int(box.base_url.rsplit(":", 1)[1])
+    box.stop()
+    run_step(night)
+    box.start(port=port)
+    (app,) = statistics.wecom_apps()
+    seen = StatisticsCheck.objects.get()
+    later = night + statistics.RETRY_AFTER
+    assert statistics.retry_due(seen, later)
+
+    assert statistics.retry(app, StatisticsCheck.objects.get(), later) is not None
+    assert statistics.retry(app, seen, later) is None  # read before the first took it
+
+    assert calls(box) == 1
+    assert StatisticsCheck.objects.get().attempts == 2
+
+
 def test_check__off(box: WeComSandbox, settings: Any) -> None:
     settings.OPS_STATISTICS_CHECK = False
     run_step(next_night(box))

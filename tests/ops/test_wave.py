@@ -15,11 +15,14 @@ Last week, D-6 (a week before tomorrow): alice's task 4 sent, one cancelled, one
 one made on request; carol's (paused) 2 sent: the estimate for tomorrow is 4.
 Ledger: today 2 sent rows plus one in 3 parts (5 messages), one failed; one sent
 yesterday.
+
+Every task and ledger row is on the WeCom app channel ("wecom", ``app_channels``), whose
+messages spend the daily quota, unless a test says otherwise.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,7 +30,9 @@ from django.test import override_settings
 
 from ops import stats
 from ops.stats import Quota
+from ops.stats.wave import quota, quota_channels
 from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.senders.wecom import WeComSender
 
 from .stats_world import DAY, START
 
@@ -44,11 +49,19 @@ class Builder:
     def __init__(self) -> None:
         self.n = 0
 
-    def task(self, kind: str, recipient: str, *, cron: str = "0 9 * * *", **kw: Any) -> Any:
+    def task(
+        self,
+        kind: str,
+        recipient: str,
+        *,
+        cron: str = "0 9 * * *",
+        channel: str = "wecom",
+        **kw: Any,
+    ) -> Any:
         return ScheduledTask.objects.create(
             kind=kind,
             recipient=recipient,
-            channel="memory",
+            channel=channel,
             cron=cron,
             run_at=None if cron else at(10, days=1),
             timezone="Asia/Shanghai",
@@ -76,13 +89,15 @@ class Builder:
             rows.append(TaskRun(**fields))
         TaskRun.objects.bulk_create(rows)
 
-    def sent(self, when: Any, status: str = "sent", parts: int | None = None) -> None:
+    def sent(
+        self, when: Any, status: str = "sent", parts: int | None = None, channel: str = "wecom"
+    ) -> None:
         self.n += 1
         row = SendLog.objects.create(
             key=f"log{self.n}",
             status=status,
             recipient="alice",
-            channel="memory",
+            channel=channel,
             body="{}",
             reply_detail={"parts": parts} if parts else {},
             sent_at=when if status == "sent" else None,
@@ -91,7 +106,7 @@ class Builder:
 
 
 @pytest.fixture
-def world() -> Builder:
+def world(app_channels: tuple[str, ...]) -> Builder:
     b = Builder()
     alice = b.task("follow_up", "alice")
     bob = b.task("daily_report", "bob")
@@ -180,6 +195,9 @@ def test_the_quota_without_seats_is_unknown(world):
 def test_the_quota_with_seats(world):
     data = stats.compute(DAY, NOW).as_dict()["wave"]
     assert data["quota"] == {
+        "day": "2026-03-10",
+        "time_zone": "Asia/Shanghai",
+        "channels": ["wecom"],
         "seats": 2,
         "per_seat": 200,
         "quota": 400,
@@ -208,3 +226,78 @@ def test_nothing_waiting():
     wave = stats.compute(DAY, NOW).wave
     assert wave.members == [] and wave.quiet == [] and wave.peak == 0
     assert wave.quota.used == 0 and wave.quota.tomorrow == 0
+
+
+# Only WeCom app messages, by Beijing's day ------------------------------------------------
+
+
+def test_the_quota_counts_the_wecom_app_channels_only(world):
+    """A group robot, a console or any other channel does not spend WeCom's app quota:
+    their messages sent, their runs waiting and their runs last week count nowhere."""
+    b = world
+    for channel in ("robot", "console", "memory"):
+        b.sent(at(13), channel=channel)
+        recurring = b.task("follow_up", "zoe", channel=channel)
+        b.runs(recurring, at(20))  # waiting today, after the hour
+        b.runs(recurring, at(9, days=-6), "sent", n=2)  # a week before tomorrow
+        once = b.task("birthday", "zoe", cron="", channel=channel)
+        b.runs(once, at(10, days=1))
+
+    wave = stats.compute(DAY, NOW).wave
+
+    found = wave.quota
+    assert found.channels == ("wecom",)
+    assert (found.used, found.waiting_today, found.forecast) == (5, 45, 50)
+    assert (found.tomorrow_planned, found.tomorrow_estimated) == (1, 4)
+    assert wave.tomorrow_by_kind == {"birthday": 1, "follow_up": 4}
+
+
+@override_settings(TIME_ZONE="Europe/London")  # UTC+0 in March: 8 hours behind Beijing
+def test_the_quota_counts_beijings_day_whatever_the_time_zone(app_channels):
+    """At 17:00 UTC on the 10th it is already the 11th in Beijing: WeCom's day."""
+    b = Builder()
+    now = datetime(2026, 3, 10, 17, tzinfo=UTC)
+    b.sent(datetime(2026, 3, 10, 15, 30, tzinfo=UTC))  # 23:30 on the 10th in Beijing
+    b.sent(datetime(2026, 3, 10, 16, 30, tzinfo=UTC))  # 00:30 on the 11th in Beijing
+    once = b.task("birthday", "erin", cron="")
+    b.runs(once, datetime(2026, 3, 11, 10, tzinfo=UTC))  # 18:00 on the 11th: today
+    b.runs(once, datetime(2026, 3, 11, 17, tzinfo=UTC), n=2)  # 01:00 on the 12th: tomorrow
+    b.runs(once, datetime(2026, 3, 12, 15, tzinfo=UTC), n=4)  # 23:00 on the 12th: tomorrow
+    recurring = b.task("follow_up", "alice")
+    # A week before tomorrow is the 5th in Beijing: 4 March 16:00 to 5 March 16:00 UTC.
+    b.runs(recurring, datetime(2026, 3, 4, 15, tzinfo=UTC), "sent", n=16)  # the 4th there
+    b.runs(recurring, datetime(2026, 3, 4, 17, tzinfo=UTC), "sent", n=3)
+    b.runs(recurring, datetime(2026, 3, 5, 15, tzinfo=UTC), "sent", n=5)
+
+    found = quota(now)
+
+    assert found.day == date(2026, 3, 11)
+    assert found.tomorrow_day == date(2026, 3, 12)
+    assert found.used == 1
+    assert found.waiting_today == 1
+    assert (found.tomorrow_planned, found.tomorrow_estimated) == (6, 8)
+
+
+class BranchApp(WeComSender):
+    """A CRM's own WeCom app sender: its messages are app messages too."""
+
+
+def test_quota_channels__the_wecom_app_sender_and_its_subclasses(app_channels, settings):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "branch": {"BACKEND": f"{__name__}.BranchApp"},
+        # Options a send would refuse: what it sent still counts.
+        "odd": {"BACKEND": "reminders.senders.wecom.WeComSender", "OPTIONS": {"oversize": "?"}},
+        "gone": {"BACKEND": "reminders.senders.nowhere.Sender"},
+    }
+    assert quota_channels() == ("branch", "odd", "wecom")
+    assert WeComSender.spends_app_quota and not BranchApp.__dict__.get("spends_app_quota")
+
+
+def test_quota_channels__none_counts_nothing(world, settings):
+    settings.REMINDERS_CHANNELS = {
+        alias: config for alias, config in settings.REMINDERS_CHANNELS.items() if alias != "wecom"
+    }
+    found = quota(NOW)
+    assert found.channels == ()
+    assert (found.used, found.waiting_today, found.tomorrow) == (0, 0, 0)

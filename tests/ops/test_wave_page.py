@@ -28,6 +28,9 @@ def test_page_shows_the_wave(admin_client, world, frozen):  # noqa: F811
     assert wave["members"][0]["busiest"].alert
     assert [row["held"].runs for row in wave["quiet"]] == [2]
     assert "set OPS_WECOM_SEATS" in html
+    # What the quota counts: WeCom app messages, by Beijing's day.
+    assert "by Beijing's day (2026-03-10)" in html
+    assert "only the channels that send as a WeCom app count (wecom)" in html
     data = admin_client.get(reverse("ops_dashboard:data"), {"date": "2026-03-10"}).json()
     assert data["wave"]["minutes"][5]["total"] == wave["peak"] == 38
 
