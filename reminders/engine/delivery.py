@@ -61,10 +61,18 @@ from .starting import start
 __all__ = ["Job", "deliver", "reserve", "start"]
 
 
-def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) -> int:
+def deliver(
+    token: str,
+    run_ids: Sequence[int],
+    folding: Sequence[Sequence[str]] = (),
+    *,
+    now: datetime | None = None,
+) -> int:
     """Start the runs of one claim and send them at their rate-limit slots; returns how
     many were sent. Runs that cannot go soon wait for a later claim, without spending
-    an attempt. ``now``: the time the runs start at (default: the clock's).
+    an attempt. ``folding``: the (recipient, kind) pairs of its runs that fold into
+    digests (``engine.digests``); ``now``: the time the runs start at (default: the
+    clock's).
 
     Runs go in batches that may leave back to back: one reservation of slots and ledger
     keys, the sends, one record of what was sent. A batch is a whole claim on an
@@ -74,7 +82,8 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     time: one transaction per batch, plus one to start and one to end.
     """
     budget = Budget.begin()
-    jobs = _started(token, run_ids, now, budget)
+    pairs = [(recipient, kind) for recipient, kind in folding]
+    jobs = _started(token, run_ids, now, budget, pairs)
     if not jobs:
         return 0
     sent = 0
@@ -118,7 +127,13 @@ def deliver(token: str, run_ids: Sequence[int], *, now: datetime | None = None) 
     return sent
 
 
-def _started(token: str, run_ids: Sequence[int], now: datetime | None, budget: Budget) -> list[Job]:
+def _started(
+    token: str,
+    run_ids: Sequence[int],
+    now: datetime | None,
+    budget: Budget,
+    folding: Sequence[tuple[str, str]],
+) -> list[Job]:
     """Record that the job took its runs (``JobTake``, committed on its own before any
     is prepared), then start them; none if the database went away meanwhile and they
     were given back once it answered (``reminders.engine.job_outage``)."""
@@ -127,7 +142,7 @@ def _started(token: str, run_ids: Sequence[int], now: datetime | None, budget: B
     try:
         JobTake.objects.take(execution, token, run_ids)
         taken = True
-        return start(token, run_ids, now, execution=execution, taken=True)
+        return start(token, run_ids, now, execution=execution, taken=True, folding=folding)
     except BaseException as exc:
         if given_back_when_back(exc, budget, token, execution, run_ids, taken=taken):
             return []

@@ -72,6 +72,8 @@ PULL_LIMIT = 200
 # What a run held for its digest's window or its throttle says: it folds when it goes,
 # whatever its kind's policy (a recipient's own digest).
 HELD_CODES = (DIGEST_CODE, THROTTLED_CODE)
+# The runs a job may take in: waiting, or queued under another claim (not started).
+PULLED = (*TaskRun.WAITING, TaskRun.Status.QUEUED)
 HOUR = timedelta(hours=1)
 
 
@@ -144,10 +146,39 @@ def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
     return True
 
 
+def _pullable(now: datetime) -> Q:
+    """Runs a job may take in: due and waiting, or queued under a claim and not started."""
+    return Q(status__in=TaskRun.WAITING, next_attempt_at__lte=now) | Q(status=TaskRun.Status.QUEUED)
+
+
+def lock(pairs: Sequence[tuple[str, str]], now: datetime) -> None:
+    """Lock the waiting and queued runs of ``pairs`` (recipient, kind), by primary key,
+    in the caller's transaction (the start), before it takes its own: two jobs holding
+    runs of one recipient, from claims that ran side by side in two processes, then
+    start one after the other, and the first takes the other's runs not started yet
+    (``pull``), so that they fold into one digest. Two statements (the tasks, read, then
+    the runs, locked, without a join: MariaDB would lock the tasks too); none without
+    pairs. Where the database has no row locks (SQLite) there is one writer at a time."""
+    if not pairs or not connection.features.has_select_for_update:
+        return
+    around = Q()
+    for recipient, kind in sorted(set(pairs)):
+        around |= Q(recipient=recipient, kind=kind)
+    tasks = list(ScheduledTask.objects.filter(around).values_list("pk", flat=True))
+    list(
+        TaskRun.objects.filter(_pullable(now), task_id__in=tasks)
+        .order_by("pk")
+        .select_for_update()
+        .values_list("pk", flat=True)
+    )
+
+
 def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) -> list[int]:
-    """The due, waiting runs of the recipients and kinds of ``runs`` that fold or are
-    throttled, not among ``runs``: locked (skipping those another claim is taking), to
-    be started with them. Empty, without a query, when none of ``runs`` folds."""
+    """The due runs of the recipients and kinds of ``runs`` that fold or are throttled,
+    not among ``runs``: waiting, or queued under another claim and not started yet (two
+    claims side by side took a recipient's runs in two parts); locked (skipping those
+    another transaction holds), to be started with them. Empty, without a query, when
+    none of ``runs`` folds."""
     pairs = {
         (run.task.recipient, run.task.kind)
         for run in runs
@@ -159,10 +190,11 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     for recipient, kind in sorted(pairs):
         around |= Q(task__recipient=recipient, task__kind=kind)
     found = (
-        TaskRun.objects.filter(around, status__in=TaskRun.WAITING, next_attempt_at__lte=now)
+        TaskRun.objects.filter(around)
+        .filter(_pullable(now))
         .exclude(pk__in=[run.pk for run in runs])
         .exclude(task__status=ScheduledTask.Status.PAUSED)
-        .order_by("next_attempt_at")
+        .order_by("pk")
         .values_list("pk", flat=True)
     )
     features = connection.features
@@ -202,7 +234,9 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         groups.setdefault((task.recipient, task.kind, task.channel), []).append(item)
     used = _sent_last_hour([key for key, items in groups.items() if items[0].rule.throttle], now)
     result = Plan()
-    for (recipient, kind, _channel), items in groups.items():
+    # In a stable order (by recipient, kind and channel): which channel's runs a full
+    # hour holds back does not depend on the order the database gave them in.
+    for (recipient, kind, _channel), items in sorted(groups.items()):
         items.sort(key=lambda item: (item.run.occurrence, item.run.pk))
         allowance = items[0].rule.throttle
         count, oldest = used.get((recipient, kind), (0, None))

@@ -214,11 +214,14 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> 
     """
     queues: dict[str, dict[object, list[int]]] = {}
     alone: list[tuple[str, int]] = []
+    pairs: dict[int, list[str]] = {}
     for pk, rank, job_failures, code, recipient, kind in claimed:
+        folds = digests.folds(kind) or code in digests.HELD_CODES
+        if folds:
+            pairs[pk] = [recipient, kind]
         if job_failures:
             alone.append((queue_for(rank), pk))
         else:
-            folds = digests.folds(kind) or code in digests.HELD_CODES
             together = (recipient, kind) if folds else pk
             queues.setdefault(queue_for(rank), {}).setdefault(together, []).append(pk)
     chunks = [(queue, [pk]) for queue, pk in alone]
@@ -229,7 +232,11 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> 
     ]
     for queue, chunk in chunks:
         name = f"deliver-{token[:8]}-{chunk[0]}"
-        cluster.enqueue(queue, DELIVER, token, chunk, task_name=name)
+        # A job of runs that fold is told their recipients and kinds: it locks their
+        # runs before it starts its own (``engine.digests.lock``).
+        folding = sorted({tuple(pairs[pk]) for pk in chunk if pk in pairs})
+        args = (token, chunk, [list(pair) for pair in folding]) if folding else (token, chunk)
+        cluster.enqueue(queue, DELIVER, *args, task_name=name)
 
 
 # The queues of the engine's clusters.

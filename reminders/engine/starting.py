@@ -83,16 +83,20 @@ def start(
     *,
     execution: str = "",
     taken: bool = False,
+    folding: Sequence[tuple[str, str]] = (),
 ) -> list[Job]:
     """Take the claimed runs that are still ours and decide, from the ledger and the
     task's other runs, which may be sent; finish or put back the others. ``execution``:
     the lease token the started runs take (default: a new one); ``taken``: the job
-    recorded its ``JobTake`` under it, which the start deletes."""
+    recorded its ``JobTake`` under it, which the start deletes; ``folding``: the
+    recipients and kinds of its runs that fold, whose runs it locks first
+    (``digests.lock``)."""
     now = now or timezone.now()
     execution = execution or uuid.uuid4().hex
     with transaction.atomic():
         if taken:
             JobTake.objects.filter(job=execution).delete()
+        digests.lock(folding, now)
         _take(
             TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
             execution,
@@ -104,7 +108,7 @@ def start(
         # The recipients' other due runs of a kind that folds go with them.
         pulled = digests.pull(runs, moved, now)
         if pulled:
-            _take(TaskRun.objects.filter(pk__in=pulled, status__in=TaskRun.WAITING), execution, now)
+            _take(TaskRun.objects.filter(pk__in=pulled, status__in=digests.PULLED), execution, now)
             more = _taken(pulled, execution)
             moved |= digests.moved_to_digest(more)
             runs += more

@@ -12,17 +12,19 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import TestCase
 from django.utils import translation
 
 from reminders import api, preferences
 from reminders.calendars.backends import day_off
-from reminders.engine import actions, digests, dispatch
+from reminders.engine import actions, cluster, digests, dispatch
 from reminders.exceptions import PermanentSendError, TransientSendError
 from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
 from tests.support.digests import SHANGHAI, THURSDAY, TZ, at, follow_up, release, tick_at
+from tests.support.jobs import run_queued
 
 
 @pytest.fixture
@@ -149,6 +151,31 @@ def test_claim__takes_a_recipients_runs_due_together_whole_beyond_its_limit() ->
     for run in runs:
         counts[run.task.recipient] += 1
     assert set(counts.values()) == {3}  # whole recipients, never a part of one
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_claims_side_by_side__the_first_job_takes_the_others_runs_not_started(
+    outbox: list,
+) -> None:
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1, 2)]
+    dispatch.materialize(now=at(THURSDAY, 9))
+    goes = release("alice", at(THURSDAY, 9, 15))
+    # Another process's claim took one of her runs a moment before this one's.
+    other = TaskRun.objects.get(task=tasks[2])
+    TaskRun.objects.filter(pk=other.pk).update(
+        status=TaskRun.Status.QUEUED,
+        lease_token="other",
+        lease_owner="elsewhere",
+        lease_expires_at=goes + timedelta(minutes=5),
+    )
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        cluster.enqueue(cluster.bulk_queue(), dispatch.DELIVER, "other", [other.pk], task_name="o")
+        dispatch.claim("test", 100, now=goes)
+        run_queued(now=goes)
+    assert len(outbox) == 1
+    assert outbox[0].body["content"].startswith("3 follow-ups due:")
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
 
 
 @pytest.mark.django_db
