@@ -8,12 +8,14 @@ How a digest goes (``engine.starting`` asks this module at each step):
 1. A run of a digest's kind, never delivered and free to go, waits for the end of its
    window on its task's clock, staggered by recipient as its kind staggers its waves
    (``Rule.release``). The planner already makes a digest kind's runs due then
-   (``engine.planning.due_at``), so only
-   a kind its recipient moved to a digest waits here. A run whose deadline comes before
-   that goes at once, with whatever else is ready.
-2. The job that starts one takes in the recipient's other runs of the kind that are due
-   (``pull``; a claim keeps one recipient's runs in one job, ``engine.dispatch``), and
-   each of them is decided as any run: paused, opted out, quiet or expired on its own.
+   (``engine.planning.due_at``), so only a kind its recipient moved to a digest waits
+   here. A run whose deadline comes before that goes at once, with whatever is ready.
+2. A claim takes a recipient's due runs of such a kind whole, and keeps them in one job
+   (``engine.dispatch``). Claims running side by side in two processes may still split
+   them: each job is told the recipients and kinds it folds, locks their due runs before
+   it starts its own (``lock``), and takes in those waiting or queued under another
+   claim and not started yet (``pull``); the job that locks second finds its runs gone.
+   Each run taken in is decided as any run: paused, opted out, quiet or expired alone.
 3. Those free to go, of one recipient, kind and channel, are folded (``fold``): in the
    start's own transaction a digest task and its run (started, under the job's lease)
    are created, listing the items (``messages.digests.entry``), and each item becomes
