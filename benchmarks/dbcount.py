@@ -12,11 +12,15 @@ processes), ``scheduler`` (``run_reminders``' loop: planning, claiming, ticks).
 A thread of each process writes its counts, by role and statement shape, to
 ``<BENCH_STATEMENTS_DIR>/<pid>.json`` every ``FLUSH_SECONDS`` (the file replaced
 whole, with the moment of the snapshot), so the orchestrator reads them while the
-processes run; a process forked from another starts from zero.
+processes run; a process forked from another starts from zero. Beside them, by role, the
+CPU time of the PostgreSQL backends that served the process's connections (the server
+runs on the same machine): read at each snapshot, so a connection closed and opened again
+(``CONN_MAX_AGE``) keeps its backend's CPU up to its last second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 
@@ -49,12 +54,38 @@ class _Counts:
         self.directory = directory
         self.pid = os.getpid()
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.backends: dict[int, tuple[str, psutil.Process | None, float]] = {}
         self.lock = threading.Lock()
         self.flusher: threading.Thread | None = None
 
     def add(self, role: str, sql: str) -> None:
         with self.lock:
             self.counts[role, sql] += 1
+
+    def backend(self, role: str, pid: int) -> None:
+        """Count the CPU of backend ``pid`` for ``role`` from now on (all of it: its
+        start is the connection's cost too)."""
+        try:
+            process: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            process = None
+        with self.lock:
+            self.backends[pid] = (role, process, 0.0)
+        self._read_backends()
+
+    def _read_backends(self) -> dict[str, float]:
+        with self.lock:
+            backends = dict(self.backends)
+        cpu: dict[str, float] = {}
+        for pid, (role, process, last) in backends.items():
+            if process is not None:
+                with contextlib.suppress(psutil.Error):
+                    times = process.cpu_times()
+                    last = times.user + times.system
+                    with self.lock:
+                        self.backends[pid] = (role, process, last)
+            cpu[role] = cpu.get(role, 0.0) + last
+        return cpu
 
     def start(self) -> None:
         if self.flusher is None:
@@ -71,6 +102,7 @@ class _Counts:
 
         with self.lock:
             snapshot = dict(self.counts)
+        server = self._read_backends()
         at = time.time()
         roles: dict[str, Counter[str]] = {}
         for (role, sql), count in snapshot.items():
@@ -78,7 +110,9 @@ class _Counts:
             roles.setdefault(role, Counter())[text] += count
         path = self.directory / f"{self.pid}.json"
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"pid": self.pid, "at": at, "roles": roles}))
+        temporary.write_text(
+            json.dumps({"pid": self.pid, "at": at, "roles": roles, "server_cpu": server})
+        )
         temporary.replace(path)
 
 
@@ -118,6 +152,7 @@ def _connected(sender: Any, connection: Any, **kwargs: Any) -> None:
         return
     counts.start()
     connection.bench_role = _role()
+    counts.backend(connection.bench_role, connection.connection.info.backend_pid)
     if getattr(connection, "bench_counted", False):
         return
     connection.bench_counted = True

@@ -85,7 +85,6 @@ from benchmarks.throughput import (  # noqa: E402
     Databases,
     Failed,
     Processes,
-    backend_cpu,
     busy_share,
     code_version,
     log,
@@ -182,6 +181,7 @@ class Sample:
 
     at: float
     statements: dict[str, Counter[str]]
+    server_cpu: dict[str, float]  # CPU seconds of the PostgreSQL backends, by role
     xacts: int
     rows: int
 
@@ -189,15 +189,22 @@ class Sample:
         roles = [role] if role else list(self.statements)
         return sum(sum(self.statements.get(r, Counter()).values()) for r in roles)
 
+    def cpu(self, role: str | None = None) -> float:
+        return sum(v for r, v in self.server_cpu.items() if role in (None, r))
 
-def read_statements(directory: Path) -> dict[str, Counter[str]]:
+
+def read_counts(directory: Path) -> tuple[dict[str, Counter[str]], dict[str, float]]:
+    """The statements by role and shape, and the backends' CPU by role, of every process."""
     roles: dict[str, Counter[str]] = {}
+    cpu: dict[str, float] = {}
     for path in directory.glob("*.json"):
         with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
             data = json.loads(path.read_text())
             for role, shapes in data["roles"].items():
                 roles.setdefault(role, Counter()).update(shapes)
-    return roles
+            for role, seconds in data["server_cpu"].items():
+                cpu[role] = cpu.get(role, 0.0) + seconds
+    return roles, cpu
 
 
 def server_counts(observer: psycopg.Connection, database: str) -> tuple[int, int]:
@@ -232,7 +239,6 @@ class Outcome:
     idle_rate: dict[str, float]  # per second with nothing due: statements by role, xacts, rows
     span: float  # seconds the cost was counted over
     cpu: float
-    pg_cpu: float
     sandbox_cpu: float
     busy: float
     load: tuple[float, float, float]
@@ -251,6 +257,12 @@ class Outcome:
         roles = [role] if role else list(ROLES)
         idle = sum(self.idle_rate.get(r, 0.0) for r in roles)
         return self.cost.total(role) - idle * self.span
+
+    def net_server_cpu(self, role: str | None = None) -> float:
+        """The PostgreSQL backends' CPU seconds for ``role`` (all), less the idle rate."""
+        roles = [role] if role else list(ROLES)
+        idle = sum(self.idle_rate.get(f"cpu {r}", 0.0) for r in roles)
+        return self.cost.cpu(role) - idle * self.span
 
     def net_xacts(self) -> float:
         return self.cost.xacts - self.idle_rate["xacts"] * self.span
@@ -372,23 +384,30 @@ class Bench:
             done = time.time()
             busy = busy_share(machine, psutil.cpu_times())
             procs.watch()
-            cpu, pg_cpu, sandbox_cpu = procs.cpu_seconds(), backend_cpu(conn), _cpu(sandbox)
-            sandbox_cpu -= sandbox_before
-            own += 1
+            cpu, sandbox_cpu = procs.cpu_seconds(), _cpu(sandbox) - sandbox_before
             log(f"{label}: the wave is done, {done - start.timestamp():.0f} s after W; idle now")
             # Idle backends flush their statistics within 10 s; the statements' files
             # are at most a second old.
             time.sleep(11)
-            first = Sample(time.time(), read_statements(counts), *server_counts(observer, db))
+            first = Sample(time.time(), *read_counts(counts), *server_counts(observer, db))
             time.sleep(args.idle)
-            second = Sample(time.time(), read_statements(counts), *server_counts(observer, db))
+            second = Sample(time.time(), *read_counts(counts), *server_counts(observer, db))
             idle_span = second.at - first.at
             idle_rate = {
                 role: (second.total(role) - first.total(role)) / idle_span for role in ROLES
             }
+            idle_rate.update(
+                {f"cpu {role}": (second.cpu(role) - first.cpu(role)) / idle_span for role in ROLES}
+            )
             idle_rate["xacts"] = (second.xacts - first.xacts) / idle_span
             idle_rate["rows"] = (second.rows - first.rows) / idle_span
-            cost = Sample(first.at, first.statements, first.xacts - xacts - own, first.rows - rows)
+            cost = Sample(
+                first.at,
+                first.statements,
+                first.server_cpu,
+                first.xacts - xacts - own,
+                first.rows - rows,
+            )
             procs.stop()
             if code_version() != code:
                 code += f" (the checkout was at {code_version()} by the end)"
@@ -422,7 +441,6 @@ class Bench:
             idle_rate=idle_rate,
             span=first.at - began,
             cpu=cpu,
-            pg_cpu=pg_cpu,
             sandbox_cpu=sandbox_cpu,
             busy=busy,
             load=load,
@@ -612,12 +630,20 @@ def report(outcomes: list[Outcome], args: argparse.Namespace, command: str, serv
         per_item = (digests.net() / digests.items) / (none.net() / none.items)
         raw = (digests.cost.total() / digests.messages) / (none.cost.total() / none.messages)
         xacts = (digests.net_xacts() / digests.messages) / (none.net_xacts() / none.messages)
+        cpu_ratio = (digests.net_server_cpu() / digests.messages) / (
+            none.net_server_cpu() / none.messages
+        )
+        server_item = (digests.net_server_cpu() / digests.items) / (
+            none.net_server_cpu() / none.items
+        )
         lines += [
             "",
             f"**Database cost per delivered message, digests ÷ none: {per_message:.2f}x in "
             f"statements (net of idle; {raw:.2f}x everything counted), {xacts:.2f}x in "
-            f"transactions; target ≤ {COST_TARGET}x: {verdict(per_message <= COST_TARGET)}.** "
-            f"Per item (a follow-up or a report reaching its member): {per_item:.2f}x.",
+            f"transactions; target ≤ {COST_TARGET}x: {verdict(per_message <= COST_TARGET)}. "
+            f"In PostgreSQL's CPU (net): {cpu_ratio:.2f}x per message, "
+            f"{verdict(cpu_ratio <= COST_TARGET)}.** Per item (a follow-up or a report reaching "
+            f"its member): {per_item:.2f}x the statements, {server_item:.2f}x the CPU.",
         ]
     lines += ["", *shapes(outcomes), *environment(args, server), "", "Reproduce:", "", "```"]
     lines += [command, "```"]
@@ -653,7 +679,8 @@ def describe(o: Outcome) -> list[str]:
             )
     lines[-1] += (
         f"; CPU per message: ours {o.cpu / o.messages * 1e3:.1f} ms + PostgreSQL "
-        f"{o.pg_cpu / o.messages * 1e3:.1f} ms + sandbox {o.sandbox_cpu / o.messages * 1e3:.1f} ms;"
+        f"{o.cost.cpu() / o.messages * 1e3:.1f} ms + sandbox "
+        f"{o.sandbox_cpu / o.messages * 1e3:.1f} ms;"
         f" CPUs busy {o.busy:.0%}; load average {o.load[0]:.2f} at the start; "
         f"tasks scheduled in {o.fill_seconds:.1f} s before the processes started."
     )
@@ -668,21 +695,28 @@ def cost_table(outcomes: list[Outcome]) -> list[str]:
         "",
         "| scenario | counted over | statements / msg: all (net) | per item (net) "
         "| transactions / msg (net) | rows written / msg (net) "
-        "| net statements / msg by role: " + ", ".join(ROLES) + " |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| PostgreSQL CPU ms / msg (net) | per item (net) "
+        "| net statements / msg by role: " + ", ".join(ROLES) + " "
+        "| net PostgreSQL CPU ms / msg by role |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for o in outcomes:
-        roles = " / ".join(f"{o.net(role) / o.messages:.2f}" for role in ROLES)
+        n = o.messages
+        roles = " / ".join(f"{o.net(role) / n:.2f}" for role in ROLES)
+        server = " / ".join(f"{o.net_server_cpu(role) / n * 1e3:.2f}" for role in ROLES)
         lines.append(
-            f"| {o.label} | {o.span:.0f} s | {o.cost.total() / o.messages:.2f} "
-            f"({o.net() / o.messages:.2f}) | {o.net() / o.items:.2f} "
-            f"| {o.cost.xacts / o.messages:.2f} ({o.net_xacts() / o.messages:.2f}) "
-            f"| {o.cost.rows / o.messages:.2f} ({o.net_rows() / o.messages:.2f}) | {roles} |"
+            f"| {o.label} | {o.span:.0f} s | {o.cost.total() / n:.2f} ({o.net() / n:.2f}) "
+            f"| {o.net() / o.items:.2f} "
+            f"| {o.cost.xacts / n:.2f} ({o.net_xacts() / n:.2f}) "
+            f"| {o.cost.rows / n:.2f} ({o.net_rows() / n:.2f}) "
+            f"| {o.cost.cpu() / n * 1e3:.2f} ({o.net_server_cpu() / n * 1e3:.2f}) "
+            f"| {o.net_server_cpu() / o.items * 1e3:.2f} | {roles} | {server} |"
         )
     idle = "; ".join(
         f"{o.label} {sum(o.idle_rate[r] for r in ROLES):.0f} statements ("
         + ", ".join(f"{r} {o.idle_rate[r]:.0f}" for r in ROLES)
-        + f") and {o.idle_rate['xacts']:.0f} transactions a second"
+        + f"), {o.idle_rate['xacts']:.0f} transactions and "
+        f"{sum(o.idle_rate[f'cpu {r}'] for r in ROLES) * 1e3:.0f} ms of PostgreSQL CPU a second"
         for o in outcomes
     )
     lines += ["", f"With nothing due: {idle}."]
