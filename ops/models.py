@@ -387,9 +387,11 @@ class StatisticsCheck(models.Model):
     outcome = models.CharField(_("outcome"), max_length=longest(Outcome), choices=Outcome.choices)
     error = models.TextField(_("error"), blank=True)
     checked_at = models.DateTimeField(_("checked"))
+    # db_default: the release before this column inserts checks without it.
     attempts = models.PositiveSmallIntegerField(
         _("attempts"),
         default=1,
+        db_default=1,
         help_text=_("Times WeCom was asked; one it did not answer is asked again hourly."),
     )
 

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='statisticscheck',
             name='attempts',
-            field=models.PositiveSmallIntegerField(default=1, help_text='Times WeCom was asked; one it did not answer is asked again hourly.', verbose_name='attempts'),
+            field=models.PositiveSmallIntegerField(db_default=1, default=1, help_text='Times WeCom was asked; one it did not answer is asked again hourly.', verbose_name='attempts'),
         ),
     ]
