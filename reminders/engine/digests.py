@@ -42,7 +42,7 @@ Invariants (exactly once, both ways):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -111,13 +111,25 @@ def rule(task: ScheduledTask, moved: bool) -> Rule | None:
     return Rule(window, policy.throttle_per_hour, policy)
 
 
-def folds(kind: str) -> bool:
-    """Whether ``kind``'s runs fold or are throttled for every recipient (by its policy)."""
+def folds(kind: str, code: str = "") -> bool:
+    """Whether a run of ``kind`` whose error code is ``code`` folds or is throttled: its
+    kind's policy says so for every recipient, or the run was held for a digest or a
+    throttle (``HELD_CODES``), as a recipient's own digest holds it."""
+    if code in HELD_CODES:
+        return True
     try:
         policy = registry.policy(kind)
     except UnknownKind:
         return False
     return bool(policy.digest_seconds or policy.throttle_per_hour)
+
+
+def of_pairs(pairs: Iterable[tuple[str, str]], task: str = "task__") -> Q:
+    """The runs (or, with ``task=""``, the tasks) of these (recipient, kind) pairs."""
+    around = Q()
+    for recipient, kind in sorted(set(pairs)):
+        around |= Q(**{f"{task}recipient": recipient, f"{task}kind": kind})
+    return around
 
 
 @dataclass
@@ -163,10 +175,7 @@ def lock(pairs: Sequence[tuple[str, str]], now: datetime) -> None:
     pairs. Where the database has no row locks (SQLite) there is one writer at a time."""
     if not pairs or not connection.features.has_select_for_update:
         return
-    around = Q()
-    for recipient, kind in sorted(set(pairs)):
-        around |= Q(recipient=recipient, kind=kind)
-    tasks = list(ScheduledTask.objects.filter(around).values_list("pk", flat=True))
+    tasks = list(ScheduledTask.objects.filter(of_pairs(pairs, "")).values_list("pk", flat=True))
     list(
         TaskRun.objects.filter(_pullable(now), task_id__in=tasks)
         .order_by("pk")
@@ -188,11 +197,8 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     }
     if not pairs:
         return []
-    around = Q()
-    for recipient, kind in sorted(pairs):
-        around |= Q(task__recipient=recipient, task__kind=kind)
     found = (
-        TaskRun.objects.filter(around)
+        TaskRun.objects.filter(of_pairs(pairs))
         .filter(_pullable(now))
         .exclude(pk__in=[run.pk for run in runs])
         .exclude(task__status=ScheduledTask.Status.PAUSED)
@@ -271,12 +277,13 @@ def _sent_last_hour(
     (the job's clock); one query, none without keys."""
     if not keys:
         return {}
-    around = Q()
-    for recipient, kind in sorted({(recipient, kind) for recipient, kind, _ in keys}):
-        around |= Q(task__recipient=recipient, task__kind=kind)
+    pairs = [(recipient, kind) for recipient, kind, _ in keys]
     rows = (
         TaskRun.objects.filter(
-            around, status=TaskRun.Status.SENT, digest__isnull=True, started_at__gt=now - HOUR
+            of_pairs(pairs),
+            status=TaskRun.Status.SENT,
+            digest__isnull=True,
+            started_at__gt=now - HOUR,
         )
         .values("task__recipient", "task__kind")
         .annotate(count=Count("pk"), oldest=Min("started_at"))

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Min, PositiveSmallIntegerField, Q, QuerySet, When
+from django.db.models import Case, F, Min, PositiveSmallIntegerField, QuerySet, When
 from django.utils import timezone
 
 from ..conf import settings as conf
@@ -184,23 +184,16 @@ def _recipients_rest(
     candidates: QuerySet[TaskRun, tuple[Any, ...]], rows: list[tuple[Any, ...]]
 ) -> list[tuple[Any, ...]]:
     """The claimable runs of the recipients and kinds in ``rows`` that fold into digests
-    or are throttled (``engine.digests``: by their kind's policy, or held for a digest
-    or a throttle, as a recipient's own digest is), beyond the claim's ``limit``: a recipient's
+    or are throttled (``digests.folds``), beyond the claim's ``limit``: a recipient's
     runs due at one moment go in one claim, and so one job and one digest, whatever
     order the database gave runs due at the same instant. At most ``PULL_LIMIT`` a
     recipient and kind, as a job takes in."""
-    pairs = {
-        (recipient, kind)
-        for *_, code, recipient, kind in rows
-        if digests.folds(kind) or code in digests.HELD_CODES
-    }
+    pairs = {(recipient, kind) for *_, code, recipient, kind in rows if digests.folds(kind, code)}
     if not pairs:
         return []
-    around = Q()
-    for recipient, kind in sorted(pairs):
-        around |= Q(task__recipient=recipient, task__kind=kind)
     taken = [pk for pk, *_ in rows]
-    return list(candidates.filter(around).exclude(pk__in=taken)[: len(pairs) * digests.PULL_LIMIT])
+    rest = candidates.filter(digests.of_pairs(pairs)).exclude(pk__in=taken)
+    return list(rest[: len(pairs) * digests.PULL_LIMIT])
 
 
 def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> None:
@@ -216,7 +209,7 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> 
     alone: list[tuple[str, int]] = []
     pairs: dict[int, list[str]] = {}
     for pk, rank, job_failures, code, recipient, kind in claimed:
-        folds = digests.folds(kind) or code in digests.HELD_CODES
+        folds = digests.folds(kind, code)
         if folds:
             pairs[pk] = [recipient, kind]
         if job_failures:
