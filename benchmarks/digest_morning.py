@@ -363,6 +363,8 @@ class Bench:
                 raise Failed(f"{label}: not ready before the morning began; give a longer --lead")
             ahead = start.timestamp() - time.time()
             log(f"{label}: processes up; the morning starts in {ahead:.0f} s")
+            if args.analyze:
+                own += self._analyze(conn, args.members * (args.follow_ups + 1), start)
             expected = args.members * (2 if digest_seconds else args.follow_ups + 1)
             deadline = start.timestamp() + 2 * args.window + 300
             checked = time.monotonic()
@@ -446,6 +448,24 @@ class Bench:
             load=load,
             code=code,
         )
+
+    @staticmethod
+    def _analyze(conn: psycopg.Connection, runs: int, start: datetime) -> int:
+        """``ANALYZE`` the runs and tasks once the morning's runs are planned (or 5 s
+        before W): what autovacuum would have done by then; returns the statements sent."""
+        sent = 0
+        planned = 0
+        while time.time() < start.timestamp() - 5:
+            row = conn.execute("SELECT count(*) FROM reminders_taskrun").fetchone()
+            sent += 1
+            planned = int(row[0]) if row else 0
+            if planned >= runs:
+                break
+            time.sleep(1.0)
+        conn.execute("ANALYZE reminders_taskrun")
+        conn.execute("ANALYZE reminders_scheduledtask")
+        log(f"analyzed with {planned:,} of the morning's {runs:,} runs planned")
+        return sent + 2
 
     @staticmethod
     def _settled(conn: psycopg.Connection) -> bool:
@@ -735,7 +755,13 @@ def shapes(outcomes: list[Outcome], top: int = 15) -> list[str]:
 
 
 def environment(args: argparse.Namespace, server: str) -> list[str]:
+    statistics = (
+        "the runs and tasks analyzed once the morning's runs were planned (`--analyze`)"
+        if args.analyze
+        else "no ANALYZE but the server's autovacuum's"
+    )
     return [
+        f"Planner statistics: {statistics}. "
         f"{os.cpu_count()} CPUs ({platform.machine()}), Python "
         f"{platform.python_version()}, Django {version('django')}, django-q2 "
         f"{version('django-q2')}, psycopg {version('psycopg')}, PostgreSQL {server}; "
@@ -746,6 +772,12 @@ def environment(args: argparse.Namespace, server: str) -> list[str]:
 
 
 # Main ------------------------------------------------------------------------------------
+
+
+def server(dbs: Databases) -> str:
+    """PostgreSQL's version and whether its autovacuum runs."""
+    row = dbs.admin.execute("SHOW autovacuum").fetchone()
+    return f"{dbs.server_version()} (autovacuum {row[0] if row else '?'})"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -775,6 +807,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=0.0,
         help="seconds before W to schedule the tasks and start the processes "
         "(0: 45 plus one per thousand tasks)",
+    )
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="ANALYZE the runs and tasks once the morning's runs are planned, before W "
+        "(as autovacuum would on a small table); without it the planner's statistics are "
+        "whatever the server's autovacuum made of them",
     )
     parser.add_argument(
         "--keep-databases",
@@ -812,7 +851,7 @@ def main(argv: list[str]) -> int:
         bench = Bench(dbs, template, work, args)
         for label in args.scenarios:
             outcomes.append(bench.run(label, args.window if label == DIGEST else 0))
-        print(report(outcomes, args, command, dbs.server_version()))
+        print(report(outcomes, args, command, server(dbs)))
         return 0
     except KeyboardInterrupt:
         log("interrupted; stopping what was started and dropping the databases")
@@ -820,7 +859,7 @@ def main(argv: list[str]) -> int:
     except Failed as exc:
         log(f"FAILED: {exc} (logs in {work})")
         if outcomes:
-            print(report(outcomes, args, command, dbs.server_version()))
+            print(report(outcomes, args, command, server(dbs)))
         return 1
     finally:
         dbs.drop_all()
