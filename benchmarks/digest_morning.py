@@ -55,6 +55,7 @@ import platform
 import random
 import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -837,6 +838,7 @@ def main(argv: list[str]) -> int:
     dbs = Databases(url)
     work = Path(tempfile.mkdtemp(prefix="bench-morning-"))
     outcomes: list[Outcome] = []
+    failed = False
     try:
         template = dbs.migrated("morning_template")
         bench = Bench(dbs, template, work, args)
@@ -848,12 +850,15 @@ def main(argv: list[str]) -> int:
         log("interrupted; stopping what was started and dropping the databases")
         return 130
     except Failed as exc:
+        failed = True
         log(f"FAILED: {exc} (logs in {work})")
         if outcomes:
             print(report(outcomes, args, command, server(dbs)))
         return 1
     finally:
         dbs.drop_all()
+        if not failed:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
