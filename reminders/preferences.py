@@ -122,6 +122,38 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
         member = _member(user)
     except ValidationError as exc:
         errors["user"] = exc
+    errors.update(_choice_errors(kind, opted_out, digest))
+    by = _who(by, errors)
+    if not isinstance(reason, str):
+        errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
+    if errors:
+        raise ValidationError(errors)
+    now = timezone.now()
+    values = {
+        "opted_out": opted_out,
+        "digest": digest,
+        "changed_by": by[:150],
+        "reason": reason,
+        "changed_at": now,
+    }
+    with transaction.atomic():
+        Preference.objects.update_or_create(recipient=member, kind=kind, defaults=values)
+        PreferenceChange.objects.create(recipient=member, kind=kind, **values)
+    return Choice(
+        kind=kind,
+        opted_out=opted_out,
+        mandatory=mandatory(kind),
+        changed_by=by[:150],
+        changed_at=now,
+        reason=reason,
+        digest=digest,
+    )
+
+
+def _choice_errors(kind: object, opted_out: object, digest: object) -> dict[str, ValidationError]:
+    """What is wrong with a choice about ``kind``, by field: a kind not registered, an
+    opt-out of a mandatory one, a flag that is not a bool, a digest of a kind opted out of."""
+    errors: dict[str, ValidationError] = {}
     if kind not in registry.names():
         errors["kind"] = ValidationError(
             _("%(kind)r is not a registered task kind."), code="unknown_kind", params={"kind": kind}
@@ -149,31 +181,7 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
             _("A kind opted out of is not sent in a digest either: choose one."),
             code="opted_out",
         )
-    by = _who(by, errors)
-    if not isinstance(reason, str):
-        errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
-    if errors:
-        raise ValidationError(errors)
-    now = timezone.now()
-    values = {
-        "opted_out": opted_out,
-        "digest": digest,
-        "changed_by": by[:150],
-        "reason": reason,
-        "changed_at": now,
-    }
-    with transaction.atomic():
-        Preference.objects.update_or_create(recipient=member, kind=kind, defaults=values)
-        PreferenceChange.objects.create(recipient=member, kind=kind, **values)
-    return Choice(
-        kind=kind,
-        opted_out=opted_out,
-        mandatory=mandatory(kind),
-        changed_by=by[:150],
-        changed_at=now,
-        reason=reason,
-        digest=digest,
-    )
+    return errors
 
 
 @dataclass(frozen=True)
