@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, Count, Min, Model, Q, Value, When
+from django.db.models import Case, Count, Min, Model, QuerySet, Value, When
 
 from .. import registry, signals
 from ..conf import settings as conf
@@ -76,6 +76,7 @@ PULL_LIMIT = 200
 HELD_CODES = (DIGEST_CODE, THROTTLED_CODE)
 # The runs a job may take in: waiting, or queued under another claim (not started).
 PULLED = (*TaskRun.WAITING, TaskRun.Status.QUEUED)
+NOT_PULLED = tuple(status for status in TaskRun.Status if status not in PULLED)
 HOUR = timedelta(hours=1)
 
 
@@ -89,10 +90,8 @@ class Rule:
     policy: Policy
 
     def release(self, run: TaskRun) -> datetime:
-        """When the digest of ``run``'s window goes: the window's end, staggered by
-        recipient as the kind staggers its waves."""
-        _, end = timing.window(run.occurrence, run.task.timezone, self.window)
-        return end + planning.stagger(run.task, self.policy)
+        """When the digest of ``run``'s window goes (``planning.digest_release``)."""
+        return planning.digest_release(run.task, run.occurrence, self.window, self.policy)
 
 
 def rule(task: ScheduledTask, moved: bool) -> Rule | None:
@@ -124,12 +123,41 @@ def folds(kind: str, code: str = "") -> bool:
     return bool(policy.digest_seconds or policy.throttle_per_hour)
 
 
-def of_pairs(pairs: Iterable[tuple[str, str]], task: str = "task__") -> Q:
-    """The runs (or, with ``task=""``, the tasks) of these (recipient, kind) pairs."""
-    around = Q()
-    for recipient, kind in sorted(set(pairs)):
-        around |= Q(**{f"{task}recipient": recipient, f"{task}kind": kind})
-    return around
+def tasks_of(pairs: Iterable[tuple[str, str]], *, active: bool = False) -> list[int]:
+    """The tasks of these (recipient, kind) pairs (with ``active``, not paused), by their
+    index (``reminders_task_recipient_idx``), in one statement; none without pairs."""
+    wanted = set(pairs)
+    if not wanted:
+        return []
+    tasks = ScheduledTask.objects.filter(
+        recipient__in={recipient for recipient, _ in wanted},
+        kind__in={kind for _, kind in wanted},
+    )
+    if active:
+        tasks = tasks.exclude(status=ScheduledTask.Status.PAUSED)
+    rows = tasks.values_list("pk", "recipient", "kind")
+    return sorted(pk for pk, recipient, kind in rows if (recipient, kind) in wanted)
+
+
+def open_runs(
+    pairs: Iterable[tuple[str, str]], *fields: str, active: bool = False
+) -> QuerySet[TaskRun, tuple[Any, ...]]:
+    """The waiting and queued runs (``PULLED``) of these (recipient, kind) pairs, by
+    primary key, as rows of ``fields``; with ``active``, of tasks not paused. Two
+    statements: the tasks (``tasks_of``), then their runs, on the run's own columns.
+
+    Read by task only: the status is excluded (``NOT IN`` the others), which no index
+    answers, and the due time is left to the caller, on the rows. When the planner's
+    statistics of the runs predate the morning's (a large table, whose morning does not
+    reach autovacuum's threshold), a query on the status or the due time takes a plan
+    that reads every waiting run for each recipient's handful; this one reads the runs of
+    these tasks (each one-off task has one), whatever the statistics say."""
+    return (
+        TaskRun.objects.filter(task_id__in=tasks_of(pairs, active=active))
+        .exclude(status__in=NOT_PULLED)
+        .order_by("pk")
+        .values_list(*fields)
+    )
 
 
 @dataclass
@@ -160,9 +188,12 @@ def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
     return True
 
 
-def _pullable(now: datetime) -> Q:
-    """Runs a job may take in: due and waiting, or queued under a claim and not started."""
-    return Q(status__in=TaskRun.WAITING, next_attempt_at__lte=now) | Q(status=TaskRun.Status.QUEUED)
+def due(status: str, next_attempt_at: datetime | None, now: datetime) -> bool:
+    """Whether a run in ``PULLED`` may be taken in at ``now``: queued under a claim and
+    not started, or waiting and due."""
+    return status == TaskRun.Status.QUEUED or (
+        next_attempt_at is not None and next_attempt_at <= now
+    )
 
 
 def lock(pairs: Sequence[tuple[str, str]], now: datetime) -> None:
@@ -171,17 +202,12 @@ def lock(pairs: Sequence[tuple[str, str]], now: datetime) -> None:
     runs of one recipient, from claims that ran side by side in two processes, then
     start one after the other, and the first takes the other's runs not started yet
     (``pull``), so that they fold into one digest. Two statements (the tasks, read, then
-    the runs, locked, without a join: MariaDB would lock the tasks too); none without
-    pairs. Where the database has no row locks (SQLite) there is one writer at a time."""
+    the runs, locked, without a join: MariaDB would lock the tasks too; runs not due yet
+    are locked too, and left as they are); none without pairs. Where the database has no
+    row locks (SQLite) there is one writer at a time."""
     if not pairs or not connection.features.has_select_for_update:
         return
-    tasks = list(ScheduledTask.objects.filter(of_pairs(pairs, "")).values_list("pk", flat=True))
-    list(
-        TaskRun.objects.filter(_pullable(now), task_id__in=tasks)
-        .order_by("pk")
-        .select_for_update()
-        .values_list("pk", flat=True)
-    )
+    list(open_runs(pairs, "pk").select_for_update())
 
 
 def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) -> list[int]:
@@ -197,21 +223,16 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     }
     if not pairs:
         return []
-    found = (
-        TaskRun.objects.filter(of_pairs(pairs))
-        .filter(_pullable(now))
-        .exclude(pk__in=[run.pk for run in runs])
-        .exclude(task__status=ScheduledTask.Status.PAUSED)
-        .order_by("pk")
-        .values_list("pk", flat=True)
+    found = open_runs(pairs, "pk", "status", "next_attempt_at", active=True).exclude(
+        pk__in=[run.pk for run in runs]
     )
-    features = connection.features
-    if features.has_select_for_update_skip_locked and features.has_select_for_update_of:
-        # The runs only: a claim taking one now is skipped, not waited for. Elsewhere
-        # (MariaDB would lock the tasks too) the start's UPDATE checks each is still
-        # waiting, and takes only those.
-        found = found.select_for_update(skip_locked=True, of=("self",))
-    return list(found[:PULL_LIMIT])
+    if connection.features.has_select_for_update_skip_locked:
+        # A claim taking one now is skipped, not waited for. Elsewhere (SQLite: one
+        # writer at a time) the start's UPDATE checks each is still waiting.
+        found = found.select_for_update(skip_locked=True)
+    return [pk for pk, status, next_attempt_at in found if due(status, next_attempt_at, now)][
+        :PULL_LIMIT
+    ]
 
 
 def moved_to_digest(runs: Sequence[TaskRun]) -> set[tuple[str, str]]:
@@ -274,13 +295,13 @@ def _sent_last_hour(
 ) -> dict[tuple[str, str], tuple[int, datetime | None]]:
     """Per (recipient, kind): the messages sent in the hour before ``now`` (a digest is
     one, its items none) and the oldest of them, by when their sending attempt started
-    (the job's clock); one query, none without keys."""
+    (the job's clock); two statements (``tasks_of``), none without keys."""
     if not keys:
         return {}
     pairs = [(recipient, kind) for recipient, kind, _ in keys]
     rows = (
         TaskRun.objects.filter(
-            of_pairs(pairs),
+            task_id__in=tasks_of(pairs),
             status=TaskRun.Status.SENT,
             digest__isnull=True,
             started_at__gt=now - HOUR,

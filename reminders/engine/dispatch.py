@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Case, F, Min, PositiveSmallIntegerField, QuerySet, When
+from django.db.models import Case, F, Min, PositiveSmallIntegerField, When
 from django.utils import timezone
 
 from ..conf import settings as conf
@@ -113,6 +113,10 @@ def _advance(tasks: list[ScheduledTask]) -> None:
         ScheduledTask.objects.filter(pk__in=pks).update(next_run=next_run, status=status)
 
 
+# What a claim reads of each run it takes.
+CLAIMED = ("pk", "status", "lease_token", "error_code", "task__recipient", "task__kind")
+
+
 @dataclass(frozen=True)
 class Claim:
     token: str
@@ -132,15 +136,13 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         runs = TaskRun.objects.claimable(now)
         if only_high:
             runs = runs.filter(priority=Priority.HIGH.rank)
-        candidates = runs.order_by("priority", "next_attempt_at").values_list(
-            "pk", "status", "lease_token", "error_code", "task__recipient", "task__kind"
-        )
+        candidates = runs.order_by("priority", "next_attempt_at").values_list(*CLAIMED)
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
         rows = list(candidates[:limit])
         if not rows:
             return Claim(token, [])
-        rows += _recipients_rest(candidates, rows)
+        rows += _recipients_rest(rows, now)
         ids = [pk for pk, *_ in rows]
         # Runs still ``queued`` under an expired lease whose job took them (``JobTake``)
         # and ended before starting them: it failed, timed out, or went with its worker.
@@ -180,20 +182,27 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
     return Claim(token, [pk for pk, *_ in claimed])
 
 
-def _recipients_rest(
-    candidates: QuerySet[TaskRun, tuple[Any, ...]], rows: list[tuple[Any, ...]]
-) -> list[tuple[Any, ...]]:
-    """The claimable runs of the recipients and kinds in ``rows`` that fold into digests
+def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, ...]]:
+    """The due waiting runs of the recipients and kinds in ``rows`` that fold into digests
     or are throttled (``digests.folds``), beyond the claim's ``limit``: a recipient's
     runs due at one moment go in one claim, and so one job and one digest, whatever
     order the database gave runs due at the same instant. At most ``PULL_LIMIT`` a
-    recipient and kind, as a job takes in."""
+    recipient and kind, as a job takes in. Read as ``digests.open_runs`` reads them, so
+    that the plan reads these recipients' runs only; their state is checked on the rows
+    (runs queued under another claim are the job's to take in, ``digests.pull``)."""
     pairs = {(recipient, kind) for *_, code, recipient, kind in rows if digests.folds(kind, code)}
     if not pairs:
         return []
     taken = [pk for pk, *_ in rows]
-    rest = candidates.filter(digests.of_pairs(pairs)).exclude(pk__in=taken)
-    return list(rest[: len(pairs) * digests.PULL_LIMIT])
+    rest = digests.open_runs(pairs, *CLAIMED, "next_attempt_at", active=True).exclude(pk__in=taken)
+    if _skip_locked():
+        rest = rest.select_for_update(skip_locked=True, of=_of_self())
+    waiting = [
+        row
+        for *row, next_attempt_at in rest
+        if row[1] in TaskRun.WAITING and digests.due(row[1], next_attempt_at, now)
+    ]
+    return [tuple(row) for row in waiting[: len(pairs) * digests.PULL_LIMIT]]
 
 
 def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> None:
@@ -280,7 +289,10 @@ def next_due(*, only_high: bool = False) -> datetime | None:
         runs = runs.filter(priority=Priority.HIGH.rank)
         tasks = tasks.filter(priority=Priority.HIGH)
     moments = [
-        runs.aggregate(first=Min("next_attempt_at"))["first"],
+        # The first in the order of the index of waiting runs, not MIN() over a join to
+        # the tasks: that reads every waiting run (all a morning has planned ahead)
+        # each time the scheduler sleeps, where this reads the first few.
+        runs.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first(),
         tasks.aggregate(first=Min("next_run"))["first"],
     ]
     return min((moment for moment in moments if moment is not None), default=None)

@@ -72,6 +72,11 @@ _Planned = TypeVar("_Planned")
 PLAN_AHEAD_MAX = 60
 
 
+# The longest a kind with no jitter spreads its digests of one window after its end
+# (``digest_release``), as quiet hours spread their end (``holds.QUIET_SPREAD_SECONDS``).
+DIGEST_SPREAD_SECONDS = 600
+
+
 # Tasks whose pending runs ``ScheduledTask.replan_all`` cancels in one UPDATE (well under
 # every database's limit of parameters in one statement).
 REPLAN_CHUNK = 500
@@ -450,20 +455,18 @@ def new_run(
 
 def due_at(task: ScheduledTask, occurrence: datetime, policy: Policy | None = None) -> datetime:
     """When the run of ``occurrence`` falls due: staggered (``stagger``), and for a kind
-    that folds its occurrences into digests (``Policy.digest_seconds``), at the end of
-    the occurrence's window, staggered, when its digest goes (``engine.digests``),
-    unless its deadline comes before that."""
+    that folds its occurrences into digests (``Policy.digest_seconds``), when its digest
+    goes (``digest_release``), unless its deadline comes before that."""
     policy = policy_of(task, policy)
-    delay = stagger(task, policy)
     if not policy.digest_seconds:
-        return occurrence + delay
-    _, end = timing.window(occurrence, task.timezone, policy.digest_seconds)
-    deadline = policy.deadline(occurrence, end + delay, task.timezone)
-    if deadline is not None and deadline < end + delay:
+        return occurrence + stagger(task, policy)
+    release = digest_release(task, occurrence, policy.digest_seconds, policy)
+    deadline = policy.deadline(occurrence, release, task.timezone)
+    if deadline is not None and deadline < release:
         # Its deadline (send_by) comes first: due at its own time, it goes with
         # whatever of its digest is ready then, never made to expire waiting.
-        return occurrence + delay
-    return end + delay
+        return occurrence + stagger(task, policy)
+    return release
 
 
 def stagger(task: ScheduledTask, policy: Policy | None = None) -> timedelta:
@@ -472,6 +475,23 @@ def stagger(task: ScheduledTask, policy: Policy | None = None) -> timedelta:
     return timing.stagger(
         recipient=task.recipient,
         jitter_seconds=policy.jitter_seconds,
+        batches=policy.batches,
+        batch_interval_seconds=policy.batch_interval_seconds,
+    )
+
+
+def digest_release(
+    task: ScheduledTask, occurrence: datetime, window: int, policy: Policy | None = None
+) -> datetime:
+    """When the digest of ``occurrence``'s window of ``window`` seconds goes: the
+    window's end, staggered by recipient as the kind staggers its waves, or, for a kind
+    with no jitter, over a fifth of the window (at most ``DIGEST_SPREAD_SECONDS``): the
+    digests of ten thousand recipients due in one window do not all go at its end."""
+    policy = policy_of(task, policy)
+    _, end = timing.window(occurrence, task.timezone, window)
+    return end + timing.stagger(
+        recipient=task.recipient,
+        jitter_seconds=policy.jitter_seconds or min(window // 5, DIGEST_SPREAD_SECONDS),
         batches=policy.batches,
         batch_interval_seconds=policy.batch_interval_seconds,
     )

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.test import TestCase
 from django.utils import translation
 
-from reminders import api, preferences
+from reminders import api, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
 from reminders.exceptions import PermanentSendError, TransientSendError
@@ -134,6 +134,49 @@ def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
         assert run.task.last_run_at is not None
     assert tick_at(goes + timedelta(minutes=5)) == 0
     assert len(outbox) == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_release__a_kind_with_no_stagger_spreads_its_digests_over_a_fifth_of_the_window() -> None:
+    # follow_up has no jitter: 10,000 digests due at 09:15 sharp would all go at once.
+    members = [f"m{n:03d}" for n in range(60)]
+    for member in members:
+        follow_up(member, at(THURSDAY, 9, 2), "ACME")
+        follow_up(member, at(THURSDAY, 9, 9), "Globex")
+    dispatch.materialize(now=at(THURSDAY, 9))
+    due: dict[str, set[datetime]] = {}
+    for run in TaskRun.objects.select_related("task"):
+        due.setdefault(run.task.recipient, set()).add(run.due_at)
+    # A member's runs go together, when the member's digest goes.
+    assert due == {member: {release(member, at(THURSDAY, 9, 15))} for member in members}
+    moments = {moment for (moment,) in due.values()}
+    assert min(moments) >= at(THURSDAY, 9, 15)
+    assert max(moments) < at(THURSDAY, 9, 18)  # a fifth of 15 minutes
+    assert len(moments) >= 50  # spread, not a handful of instants
+
+
+@pytest.mark.django_db
+def test_release__a_kind_with_a_stagger_keeps_its_own(settings: Any) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {
+            "digest_seconds": 900,
+            "jitter_seconds": 30,
+            "batches": 3,
+            "batch_interval_seconds": 120,
+            "max_lateness_seconds": 400 * 24 * 3600,
+        }
+    }
+    policy = Policy(jitter_seconds=30, batches=3, batch_interval_seconds=120)
+    members = [f"m{n:03d}" for n in range(30)]
+    for member in members:
+        follow_up(member, at(THURSDAY, 9, 2), "ACME")
+    dispatch.materialize(now=at(THURSDAY, 9))
+    for run in TaskRun.objects.select_related("task"):
+        assert run.due_at == release(run.task.recipient, at(THURSDAY, 9, 15), policy)
+    assert TaskRun.objects.latest("due_at").due_at < at(THURSDAY, 9, 15) + timedelta(
+        seconds=2 * 120 + 30
+    )
 
 
 @pytest.mark.django_db
@@ -380,8 +423,11 @@ def test_preference__a_kind_moved_to_a_digest_waits_for_its_window(
     assert [m.recipient for m in outbox] == ["bob"]  # bob did not move it
     waiting = TaskRun.objects.filter(task__recipient="alice")
     assert {run.error_code for run in waiting} == {"digest"}
-    assert {run.next_attempt_at for run in waiting} == {at(THURSDAY, 10)}
-    tick_at(at(THURSDAY, 10))
+    goes = release("alice", at(THURSDAY, 10), registry.policy("birthday"), window=3600)
+    assert {run.next_attempt_at for run in waiting} == {goes}
+    tick_at(goes - timedelta(seconds=1))
+    assert len(outbox) == 1
+    tick_at(goes)
     assert outbox[1].recipient == "alice"
     assert outbox[1].body["content"].startswith("2 birthdays:")
 
@@ -401,8 +447,10 @@ def test_preference__a_claim_takes_the_held_runs_of_a_recipient_whole(settings: 
                 channel="memory",
                 payload={"name": name},
             )
-    tick_at(at(THURSDAY, 9))  # all held for the 10:00 digest
-    claimed = dispatch.claim("test", 5, now=at(THURSDAY, 10))
+    tick_at(at(THURSDAY, 9))  # all held for their 10:00 digests, spread after 10:00
+    policy = registry.policy("birthday")
+    latest = max(release(m, at(THURSDAY, 10), policy, window=3600) for m in members)
+    claimed = dispatch.claim("test", 5, now=latest)
     runs = TaskRun.objects.filter(pk__in=claimed.run_ids).select_related("task")
     counts: dict[str, int] = {}
     for run in runs:

@@ -50,13 +50,16 @@ def follow_up(
     )
 
 
-def release(recipient: str, end: datetime, policy: Policy | None = None) -> datetime:
-    """When ``recipient``'s digest of a window ending at ``end`` goes: staggered as the
-    kind's ``policy`` staggers (the default: not at all)."""
+def release(
+    recipient: str, end: datetime, policy: Policy | None = None, window: int = 900
+) -> datetime:
+    """When ``recipient``'s digest of a window of ``window`` seconds ending at ``end``
+    goes: staggered as the kind's ``policy`` staggers, or, for a kind with no jitter (the
+    default policy), over a fifth of the window, at most ten minutes."""
     policy = policy or Policy()
     return end + timing.stagger(
         recipient=recipient,
-        jitter_seconds=policy.jitter_seconds,
+        jitter_seconds=policy.jitter_seconds or min(window // 5, 600),
         batches=policy.batches,
         batch_interval_seconds=policy.batch_interval_seconds,
     )
