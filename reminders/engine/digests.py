@@ -7,9 +7,11 @@ How a digest goes (``engine.starting`` asks this module at each step):
 
 1. A run of a digest's kind, never delivered and free to go, waits for the end of its
    window on its task's clock, staggered by recipient as its kind staggers its waves
-   (``Rule.release``). The planner already makes a digest kind's runs due then
-   (``engine.planning.due_at``), so only a kind its recipient moved to a digest waits
-   here. A run whose deadline comes before that goes at once, with whatever is ready.
+   (``Rule.release``; a kind with no jitter spreads them over a fifth of the window).
+   The planner already makes such runs due then (``engine.planning.due_at`` for a
+   kind's policy, ``defer_moved`` for a recipient's own digest), so only a run planned
+   before its recipient's choice waits here. A run whose deadline comes before that
+   goes at once, with whatever is ready.
 2. A claim takes a recipient's due runs of such a kind whole, and keeps them in one job
    (``engine.dispatch``). Claims running side by side in two processes may still split
    them: each job is told the recipients and kinds it folds, locks their due runs before
@@ -174,18 +176,57 @@ class Ready:
 def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
     """True, and ``run`` put back to wait, when its digest's window has not ended; a run
     whose deadline comes first does not wait."""
+    release = _release(run, found)
+    if release is None or now >= release:
+        return False
+    wait([run], release, DIGEST_CODE, _waits(run, release))
+    return True
+
+
+def defer_moved(runs: Sequence[TaskRun]) -> None:
+    """Runs just planned (unsaved) of a kind their recipient moved to a digest
+    (``Preference.digest``) are planned due when that digest goes, saying so (code
+    ``digest``), as the planner plans a kind whose policy folds (``planning.due_at``):
+    the plan shows when they go, and no claim is spent on them before. One query, for
+    the recipients' choices; none without a window for such digests. The start asks
+    again (``hold_for_window``): a choice changed since still reaches the run."""
+    planned = [run for run in runs if run.status == TaskRun.Status.SCHEDULED]
+    if not planned or not conf.DIGEST_SECONDS:
+        return
+    moved = set(
+        Preference.objects.filter(
+            recipient__in={run.task.recipient for run in planned},
+            kind__in={run.task.kind for run in planned},
+            digest=True,
+        ).values_list("recipient", "kind")
+    )
+    for run in planned:
+        if (run.task.recipient, run.task.kind) not in moved:
+            continue
+        found = rule(run.task, moved=True)
+        release = _release(run, found) if found is not None else None
+        if release is not None and release > run.due_at:
+            run.due_at = run.next_attempt_at = release
+            run.error_code, run.error_message = DIGEST_CODE, _waits(run, release)
+
+
+def _release(run: TaskRun, found: Rule) -> datetime | None:
+    """When ``run``'s digest goes; None when it has no window, or its deadline comes
+    first (it goes at once, with whatever is ready)."""
     if not found.window:
-        return False
+        return None
     release = found.release(run)
-    if now >= release or (run.deadline is not None and run.deadline < release):
-        return False
+    if run.deadline is not None and run.deadline < release:
+        return None
+    return release
+
+
+def _waits(run: TaskRun, release: datetime) -> str:
     zone = timing.zone(run.task.timezone)
-    message = (
+    return (
         f"Waits for its digest: sent with the other {run.task.kind} of its window at "
         f"{release.astimezone(zone):%Y-%m-%d %H:%M:%S} {run.task.timezone}."
     )
-    wait([run], release, DIGEST_CODE, message)
-    return True
 
 
 def due(status: str, next_attempt_at: datetime | None, now: datetime) -> bool:

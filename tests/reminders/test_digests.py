@@ -425,6 +425,8 @@ def test_preference__a_kind_moved_to_a_digest_waits_for_its_window(
     assert {run.error_code for run in waiting} == {"digest"}
     goes = release("alice", at(THURSDAY, 10), registry.policy("birthday"), window=3600)
     assert {run.next_attempt_at for run in waiting} == {goes}
+    # Planned due then, as a kind whose policy folds is: no claim was spent on them.
+    assert {(run.due_at, run.attempts) for run in waiting} == {(goes, 0)}
     tick_at(goes - timedelta(seconds=1))
     assert len(outbox) == 1
     tick_at(goes)
