@@ -237,7 +237,7 @@ def due(status: str, next_attempt_at: datetime | None, now: datetime) -> bool:
     )
 
 
-def lock(pairs: Sequence[tuple[str, str]], now: datetime) -> None:
+def lock(pairs: Sequence[tuple[str, str]]) -> None:
     """Lock the waiting and queued runs of ``pairs`` (recipient, kind), by primary key,
     in the caller's transaction (the start), before it takes its own: two jobs holding
     runs of one recipient, from claims that ran side by side in two processes, then

@@ -201,7 +201,7 @@ def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[A
     waiting = [
         row
         for *row, next_attempt_at in rest
-        if row[1] in TaskRun.WAITING and digests.due(row[1], next_attempt_at, now)
+        if row[1] in TaskRun.WAITING and next_attempt_at <= now
     ]
     return [tuple(row) for row in waiting[: len(pairs) * digests.PULL_LIMIT]]
 

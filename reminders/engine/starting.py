@@ -96,7 +96,7 @@ def start(
     with transaction.atomic():
         if taken:
             JobTake.objects.filter(job=execution).delete()
-        digests.lock(folding, now)
+        digests.lock(folding)
         _take(
             TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
             execution,

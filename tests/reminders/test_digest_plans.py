@@ -98,7 +98,7 @@ def test_start__lock_and_pull_read_the_recipients_runs_only() -> None:
     first, others = _due_of(MEMBERS[:3])
     pairs = [(member, "follow_up") for member in MEMBERS[:3]]
     with rows_read("reminders_taskrun") as reads:
-        digests.lock(pairs, NOW)
+        digests.lock(pairs)
         pulled = digests.pull(first, set(), NOW)
     assert sorted(pulled) == sorted(run.pk for run in others)
     assert reads.rows <= FEW, str(reads)
