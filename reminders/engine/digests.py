@@ -26,8 +26,8 @@ How a digest goes (``engine.starting`` asks this module at each step):
    send, and it is retried, decided in doubt and taken over after a crash as any run is.
 5. Its end is its items' end: ``sent`` with it (the digest's ledger row holds the key and
    the provider's message id), or failed, expired, unknown, with its code and why. The
-   record of a sent digest settles its items in the same transaction (``settle_sent``);
-   any other end is settled by the scheduler's next tick (``settle_ended``).
+   record of a sent digest settles its items in the same transaction, any other end
+   the scheduler's next tick (``engine.digest_ends``).
 
 Invariants (exactly once, both ways):
 
@@ -49,12 +49,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Case, Count, Min, Model, QuerySet, Value, When
 
-from .. import registry, signals
+from .. import registry
 from ..conf import settings as conf
-from ..exceptions import PermanentSendError, UnknownKind
+from ..exceptions import UnknownKind
 from ..messages import digests as wording
 from ..models import (
     DIGEST_CODE,
@@ -67,7 +67,6 @@ from ..models import (
 )
 from ..schedule import timing
 from ..schedule.policies import Policy
-from ..senders import SendResult
 from . import planning
 from .jobs import logger, wait, worker_id
 
@@ -446,89 +445,3 @@ def _insert(rows: Sequence[Model]) -> None:
         return
     for row in rows:
         row.save(force_insert=True)
-
-
-def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> None:
-    """The items of digests just recorded ``sent`` are sent with them, in the caller's
-    transaction; ``run_sent`` tells of each, with its digest's reply."""
-    replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
-    if not replies:
-        return
-    items = list(
-        TaskRun.objects.filter(
-            digest_id__in=list(replies), status=TaskRun.Status.FOLDED
-        ).select_related("task")
-    )
-    if not items:
-        return
-    TaskRun.objects.filter(pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED).update(
-        status=TaskRun.Status.SENT, finished_at=now, error_code="", error_message=""
-    )
-    # Their tasks ran: the task list's "last run" says so, as a job stamps its own.
-    ScheduledTask.objects.filter(pk__in={item.task_id for item in items}).update(last_run_at=now)
-    for item in items:
-        item.status, item.finished_at = TaskRun.Status.SENT, now
-        result = replies[item.digest_id] if item.digest_id is not None else SendResult()
-        signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
-
-
-def settle_ended(now: datetime, limit: int = 100) -> int:
-    """Folded runs whose digest ended and did not settle them (every end but a record of
-    ``sent``, which settles its own) end as it did, with its code and why, and each one's
-    signal; returns how many. The scheduler's tick calls it, so every way a run ends
-    reaches its items, the admin's and a taken-over worker's too."""
-    ended = list(
-        TaskRun.objects.filter(
-            status__in=TaskRun.FINISHED,
-            pk__in=TaskRun.objects.filter(status=TaskRun.Status.FOLDED).values("digest_id"),
-        )[:limit]
-    )
-    settled = 0
-    for digest in ended:
-        items = list(
-            TaskRun.objects.filter(digest=digest, status=TaskRun.Status.FOLDED).select_related(
-                "task"
-            )
-        )
-        message = (
-            ""
-            if digest.status == TaskRun.Status.SENT
-            else (f"Its digest, run {digest.pk}, ended {digest.status}: {digest.error_message}")[
-                :2000
-            ]
-        )
-        with transaction.atomic():
-            TaskRun.objects.filter(
-                pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED
-            ).update(
-                status=digest.status,
-                error_code=digest.error_code,
-                error_message=message,
-                finished_at=now,
-            )
-            for item in items:
-                item.status, item.error_code, item.error_message = (
-                    digest.status,
-                    digest.error_code,
-                    message,
-                )
-                _tell(item, digest)
-        settled += len(items)
-    if settled:
-        logger.info("settled %d runs as their digests ended", settled)
-    return settled
-
-
-def _tell(item: TaskRun, digest: TaskRun) -> None:
-    """The signal of ``item``'s end, its digest's."""
-    if digest.status == TaskRun.Status.SENT:
-        row = SendLog.objects.filter(run=digest, status=SendLog.Status.SENT).first()
-        result = SendResult(row.provider_message_id, row.reply_code) if row else SendResult()
-        signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
-    elif digest.status == TaskRun.Status.FAILED:
-        error = PermanentSendError(item.error_message, code=item.error_code or "digest")
-        signals.after_commit(signals.run_failed, TaskRun, run=item, error=error)
-    elif digest.status == TaskRun.Status.UNKNOWN:
-        signals.after_commit(signals.run_unknown, TaskRun, run=item)
-    elif digest.status == TaskRun.Status.EXPIRED:
-        signals.after_commit(signals.run_expired, TaskRun, run=item)

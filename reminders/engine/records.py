@@ -18,7 +18,7 @@ Invariants:
   lease (``held``), and the run waits without spending its attempt.
 * A final outcome tells ops: ``run_unknown``, ``run_expired`` or ``run_failed``.
 * A digest recorded ``sent`` ends its folded runs ``sent`` in the same transaction
-  (``reminders.engine.digests``).
+  (``reminders.engine.digest_ends``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .. import signals
 from ..exceptions import SendError, ThrottledSendError
 from ..models import ScheduledTask, SendLog, TaskRun, sql
 from ..senders import SendResult
-from . import digests
+from . import digest_ends
 from .jobs import Job, held, logger
 from .reservations import known_pks
 from .retries import Outcome, failure_outcome
@@ -107,7 +107,7 @@ def write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
         )
         SendLog.objects.filter(pk__in=pks).update(**values)
     closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
-    digests.settle_sent([(job.run, result) for job, result in done], now)
+    digest_ends.settle_sent([(job.run, result) for job, result in done], now)
     if closed < len(done):
         logger.warning(
             "%d sent runs were taken over by another worker before this one recorded "

@@ -46,7 +46,7 @@ from django.utils import timezone
 
 from ..conf import settings as conf
 from ..models import SchedulerHeartbeat
-from . import announce, cards, cluster, digests, dispatch, wake
+from . import announce, cards, cluster, digest_ends, dispatch, wake
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class ReminderWorker:
 
     def tick(self, now: datetime | None = None) -> bool:
         """Materialize, expire, report, end the runs of digests that ended
-        (``digests.settle_ended``), tell the CRM of actions on cards (``announce``),
+        (``digest_ends.settle_ended``), tell the CRM of actions on cards (``announce``),
         queue the cards to update (``cards``) and claim once; True when there was more
         work than one tick takes: more tasks due than one plan takes (planning goes on
         under back-pressure: a wave of 100,000 is planned at once, not a batch a tick),
@@ -178,7 +178,7 @@ class ReminderWorker:
         more_to_plan = dispatch.plan(now).tasks == dispatch.PLAN_BATCH
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
-        digests.settle_ended(now)
+        digest_ends.settle_ended(now)
         announce.announce(now)
         cards.claim(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)

@@ -16,7 +16,7 @@ import pytest
 from django.test import TestCase
 
 from reminders import api
-from reminders.engine import digests, dispatch
+from reminders.engine import digest_ends, digests, dispatch
 from reminders.models import TaskRun
 from tests.support.digests import THURSDAY, TZ, at
 from tests.support.jobs import run_queued
@@ -123,5 +123,5 @@ def test_scheduler__settling_ended_digests_reads_the_folded_runs_only() -> None:
         dispatch.claim("test", 9, now=NOW)
         run_queued(now=NOW)
     with rows_read("reminders_taskrun") as reads:
-        assert digests.settle_ended(NOW) == 0
+        assert digest_ends.settle_ended(NOW) == 0
     assert reads.rows <= FEW, str(reads)

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from django.test import TestCase
 
 from reminders import api
-from reminders.engine import digests, dispatch
+from reminders.engine import digest_ends, dispatch
 from reminders.models import ScheduledTask
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy
@@ -33,7 +33,7 @@ def tick_at(now: datetime) -> int:
         dispatch.materialize(now=now)
         dispatch.claim("test", 100, now=now)
         sent = run_queued(now=now)
-        digests.settle_ended(now)
+        digest_ends.settle_ended(now)
         return sent
 
 
