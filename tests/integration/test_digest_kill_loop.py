@@ -38,7 +38,6 @@ from typing import Any
 import psutil
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -46,7 +45,7 @@ from ops.sandbox import LedgerEntry
 from reminders import registry
 from reminders.models import DIGEST_KEY, Priority, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
-from tests.support import digest_settings
+from tests.support import digest_settings, kill_loop
 from tests.support.processes import (
     TREE,
     ReminderProcess,
@@ -60,19 +59,10 @@ from tests.support.processes import (
 from tests.support.sandbox import (
     SandboxProcess,
     assert_ledger_matches,
-    sandbox_process,
     wecom_settings,
 )
 
-pytestmark = [
-    pytest.mark.processes,
-    # As the kill loop: on the servers production runs on, on SQLite only with
-    # SLOW_TESTS_ON_EVERY_RUN=1.
-    pytest.mark.skipif(
-        connection.vendor == "sqlite" and not os.environ.get("SLOW_TESTS_ON_EVERY_RUN"),
-        reason="the kill loop runs on PostgreSQL and MariaDB",
-    ),
-]
+pytestmark = kill_loop.MARKS
 
 SEED = int(os.environ.get("DIGEST_KILL_LOOP_SEED", "20261204"))
 MEMBERS = [f"member{n:03d}" for n in range(300)]  # 2 to 4 follow-ups each
@@ -82,32 +72,17 @@ LEAD = 3.0  # seconds from scheduling to the first follow-up
 TARGETED = 3  # kills after each window's end, each of a process holding a digest mid-send
 TARGET_WAIT = 6.0  # seconds such a kill waits for one before it strikes anyway
 CUSTOMER = re.compile(r"\bC\d{4}\b")
-LATENCY = 0.15  # seconds before each reply
-FAULTS = (
-    "--busy-rate=0.05",
-    "--http-error-rate=0.03",
-    "--lost-reply-rate=0.02",
-    "--slow-reply-rate=0.02",
-    "--slow-reply-delay=0.5",
-)
 ENGINE = {
+    **kill_loop.ENGINE,
     # The test settings with follow-ups folded into digests.
     "DJANGO_SETTINGS_MODULE": digest_settings.__name__,
-    # As the kill loop: leases of 5 s, fast retries, a lost reply timed out after 1 s.
-    "REMINDERS_LEASE_SECONDS": "5",
-    "REMINDERS_RETRY_DELAYS": "1,2,4,4,4",
-    "WECOM_TIMEOUT": "1",
-    "REMINDERS_RUNS_PER_JOB": "5",
-    "REMINDERS_CLAIM_BATCH": "30",
-    "REMINDERS_MAX_IN_FLIGHT": "60",
 }
 UNFINISHED = [*TaskRun.UNFINISHED]
 
 
 @pytest.fixture
 def faulty_sandbox() -> Iterator[SandboxProcess]:
-    with sandbox_process("--verbosity=0", f"--seed={SEED}", *FAULTS) as box:
-        box.client.control(delay=LATENCY)
+    with kill_loop.faulty_sandbox(SEED) as box:
         yield box
 
 

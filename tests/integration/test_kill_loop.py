@@ -26,10 +26,10 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from reminders.models import Priority, ScheduledTask, SendLog, TaskRun
+from tests.support import kill_loop
 from tests.support.processes import (
     TREE,
     ReminderProcess,
@@ -43,19 +43,10 @@ from tests.support.processes import (
 from tests.support.sandbox import (
     SandboxProcess,
     assert_ledger_matches,
-    sandbox_process,
     wecom_settings,
 )
 
-pytestmark = [
-    pytest.mark.processes,
-    # On the servers production runs on. SQLite (one host, one writer) has its kills
-    # tested by test_processes.py; the loop runs there with SLOW_TESTS_ON_EVERY_RUN=1.
-    pytest.mark.skipif(
-        connection.vendor == "sqlite" and not os.environ.get("SLOW_TESTS_ON_EVERY_RUN"),
-        reason="the kill loop runs on PostgreSQL and MariaDB",
-    ),
-]
+pytestmark = kill_loop.MARKS
 
 SEED = int(os.environ.get("KILL_LOOP_SEED", "20261203"))
 VALID = [f"member{n:03d}" for n in range(300)]
@@ -63,34 +54,13 @@ INVALID = ["ghost1", "ghost2", "ghost3"]
 ALL_RECIPIENTS_INVALID = "81013"
 SPREAD = 40.0  # seconds over which the follow-ups fall due, while the kills go on
 KILLS = 12
-LATENCY = 0.15  # seconds before each reply
-FAULTS = (
-    "--busy-rate=0.05",
-    "--http-error-rate=0.03",
-    "--lost-reply-rate=0.02",
-    "--slow-reply-rate=0.02",
-    "--slow-reply-delay=0.5",
-)
-ENGINE = {
-    # A dead process's runs are taken over once its lease ends (config/settings.py also
-    # derives django-q2's task timeout from it); retries come fast; a lost reply times
-    # out after a second.
-    "REMINDERS_LEASE_SECONDS": "5",
-    "REMINDERS_RETRY_DELAYS": "1,2,4,4,4",
-    "WECOM_TIMEOUT": "1",
-    "REMINDERS_RUNS_PER_JOB": "5",
-    "REMINDERS_CLAIM_BATCH": "30",
-    "REMINDERS_MAX_IN_FLIGHT": "60",
-}
 UNFINISHED = [*TaskRun.WAITING, TaskRun.Status.QUEUED, TaskRun.Status.RUNNING]
 
 
 @pytest.fixture
 def faulty_sandbox() -> Iterator[SandboxProcess]:
     invalid = [f"--invalid-user={user}" for user in INVALID]
-    with sandbox_process("--verbosity=0", f"--seed={SEED}", *FAULTS, *invalid) as box:
-        # Every reply takes a network round trip's time, so that kills find sends in flight.
-        box.client.control(delay=LATENCY)
+    with kill_loop.faulty_sandbox(SEED, *invalid) as box:
         yield box
 
 
@@ -161,7 +131,7 @@ def kill_and_replace(
 def test_kill_loop__every_valid_member_gets_exactly_one_message(spawn, faulty_sandbox):
     box = faulty_sandbox
     rng = random.Random(SEED)
-    env = {**wecom_settings(box.base_url), **ENGINE}
+    env = {**wecom_settings(box.base_url), **kill_loop.ENGINE}
     processes = [spawn(f"p{n}", **env) for n in range(3)]
     wait_until(
         lambda: all(len(p.tree()) >= TREE for p in processes),
