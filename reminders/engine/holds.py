@@ -144,12 +144,7 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
         return None
     if end is None:
         return None
-    until = end + timing.stagger(
-        recipient=task.recipient,
-        jitter_seconds=policy.jitter_seconds or QUIET_SPREAD_SECONDS,
-        batches=policy.batches,
-        batch_interval_seconds=policy.batch_interval_seconds,
-    )
+    until = end + policy.stagger(task.recipient, spread=QUIET_SPREAD_SECONDS)
     reasons = []
     if window is not None:
         reasons.append(f"{window} {task.timezone}")

@@ -470,14 +470,8 @@ def due_at(task: ScheduledTask, occurrence: datetime, policy: Policy | None = No
 
 
 def stagger(task: ScheduledTask, policy: Policy | None = None) -> timedelta:
-    """How long after each occurrence its run falls due (``timing.stagger``)."""
-    policy = policy_of(task, policy)
-    return timing.stagger(
-        recipient=task.recipient,
-        jitter_seconds=policy.jitter_seconds,
-        batches=policy.batches,
-        batch_interval_seconds=policy.batch_interval_seconds,
-    )
+    """How long after each occurrence its run falls due (``Policy.stagger``)."""
+    return policy_of(task, policy).stagger(task.recipient)
 
 
 def digest_release(
@@ -487,14 +481,9 @@ def digest_release(
     window's end, staggered by recipient as the kind staggers its waves, or, for a kind
     with no jitter, over a fifth of the window (at most ``DIGEST_SPREAD_SECONDS``): the
     digests of ten thousand recipients due in one window do not all go at its end."""
-    policy = policy_of(task, policy)
     _, end = timing.window(occurrence, task.timezone, window)
-    return end + timing.stagger(
-        recipient=task.recipient,
-        jitter_seconds=policy.jitter_seconds or min(window // 5, DIGEST_SPREAD_SECONDS),
-        batches=policy.batches,
-        batch_interval_seconds=policy.batch_interval_seconds,
-    )
+    spread = min(window // 5, DIGEST_SPREAD_SECONDS)
+    return end + policy_of(task, policy).stagger(task.recipient, spread=spread)
 
 
 def upcoming(task: ScheduledTask, now: datetime, count: int = 5) -> list[Upcoming]:

@@ -139,6 +139,17 @@ class Policy:
                 _("calendar must be a calendar's name, not %(value)r.") % {"value": self.calendar}
             )
 
+    def stagger(self, recipient: str, spread: int = 0) -> timedelta:
+        """How long after a moment ``recipient``'s run of this kind goes
+        (``timing.stagger``); a kind with no jitter of its own is spread over ``spread``
+        seconds (the end of quiet hours, a window's digests), or not at all."""
+        return timing.stagger(
+            recipient=recipient,
+            jitter_seconds=self.jitter_seconds or spread,
+            batches=self.batches,
+            batch_interval_seconds=self.batch_interval_seconds,
+        )
+
     def deadline(self, occurrence: datetime, due_at: datetime, tz_name: str) -> datetime | None:
         """The last moment a run of ``occurrence`` (due at ``due_at``, staggered) may be
         sent: ``send_by`` on the occurrence's local day in ``tz_name``, or
