@@ -11,8 +11,9 @@ from reminders import api
 from reminders.models import ScheduledTask
 from reminders.senders.memory import MemorySender
 
-# The sandbox fixtures, and the check of every sandbox's ledger against ours.
-pytest_plugins = ["tests.support.sandbox"]
+# The sandbox fixtures, the check of every sandbox's ledger against ours, and the
+# suite's clock (TEST_CLOCK moves it; a test that starts a process is marked so).
+pytest_plugins = ["tests.support.sandbox", "tests.support.clock"]
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from tests.support.processes import ReminderProcess, records, state, wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.processes
 def test_a_builder_that_hangs_until_the_timeout_costs_its_own_run_only(
     spawn: Callable[..., ReminderProcess],
     due_tasks: Callable[[int, str], list[ScheduledTask]],

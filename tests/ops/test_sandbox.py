@@ -820,6 +820,7 @@ def test_random_faults__bad_rates_and_seeds_are_refused(api: Api, switches: Any)
     assert api.send(text())["errcode"] == 0
 
 
+@pytest.mark.processes
 def test_random_faults__from_the_command_line() -> None:
     with sandbox_process("--busy-rate", "1", "--seed", "3", "--verbosity", "0") as process:
         api = Api(process.base_url)
@@ -980,6 +981,7 @@ def test_stop__ends_kept_alive_connections_and_frees_the_port() -> None:
         sandbox.stop()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_command__serves_as_a_process_and_stops_cleanly_on_a_signal(signum: int) -> None:
     with sandbox_process("--rate-limit", "2", "--token-ttl", "60") as process:
@@ -1025,6 +1027,7 @@ def test_command__serves_as_a_process_and_stops_cleanly_on_a_signal(signum: int)
     ],
     ids=["settings", "development-defaults"],
 )
+@pytest.mark.processes
 def test_command__takes_credentials_from_settings_else_development_values(
     env: dict[str, str], credentials: tuple[str, str, int]
 ) -> None:
@@ -1042,6 +1045,7 @@ def test_command__takes_credentials_from_settings_else_development_values(
     assert robot["errcode"] == 0
 
 
+@pytest.mark.processes
 def test_command__port_in_use_is_a_clear_error(sandbox: WeComSandbox) -> None:
     port = sandbox.base_url.rsplit(":", 1)[1]
     result = subprocess.run(

@@ -255,6 +255,7 @@ def test_admin__fetches_the_objects_of_a_page_with_one_query_per_model(admin_cli
 # contenttypes is required ------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_without_contenttypes_installed__the_error_says_what_to_add():
     script = (
         "import django\n"

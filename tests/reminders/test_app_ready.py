@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.processes import REPO
 
 PROBE = """
@@ -17,10 +19,13 @@ from django.core.checks import registry
 tags = registry.registry.tags_available(deployment_checks=True)
 print(sorted(tags))
 import sys
+
+import pytest
 print("reminders.checks" in sys.modules, "reminders.senders" in sys.modules)
 """
 
 
+@pytest.mark.processes
 def test_setup_alone_registers_the_checks_and_the_senders():
     result = subprocess.run(
         [sys.executable, "-c", PROBE],

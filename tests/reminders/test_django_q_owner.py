@@ -90,6 +90,7 @@ def manage(*args: str, settings: str) -> subprocess.CompletedProcess[str]:
     return processes.manage(*args, env=env, drop=["Q_CLUSTER_NAME"])
 
 
+@pytest.mark.processes
 def test_a_project_without_q_cluster_gets_no_warning_about_a_cluster_nobody_runs():
     done = manage(
         "shell",

@@ -132,6 +132,7 @@ def language_code(module: str, **env: str) -> str:
         ("tests.settings", {"LANGUAGE_CODE": "zh-hans"}, "en-us"),
     ],
 )
+@pytest.mark.processes
 def test_settings__language_code_comes_from_the_environment_but_not_in_the_suite(
     module, env, expected
 ):

@@ -148,6 +148,7 @@ def test_catalogs__the_compiler_finds_every_app_s():
     assert sorted(compiler["catalogs"]()) == sorted(CATALOGS)
 
 
+@pytest.mark.processes
 def test_mo__the_committed_one_is_its_po_compiled():
     result = subprocess.run(
         [sys.executable, str(COMPILER), "--check"], capture_output=True, text=True, check=False

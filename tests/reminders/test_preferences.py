@@ -3,7 +3,9 @@ history it keeps, and the engine skipping a run of a kind its recipient opted ou
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -120,8 +122,10 @@ def test_engine__a_choice_reaches_runs_planned_before_it(outbox: list) -> None:
 
 
 def test_engine__a_mandatory_kind_goes_whatever_an_old_preference_says(
-    settings: Any, outbox: list
+    settings: Any, outbox: list, time_machine: Any
 ) -> None:
+    # A morning: a birthday scheduled "now" after 12:00 Beijing has passed its send_by.
+    time_machine.move_to(datetime(2027, 3, 4, 9, 30, tzinfo=ZoneInfo("Asia/Shanghai")))
     preferences.set("alice", "birthday", opted_out=True, by="alice")
     settings.REMINDERS_KINDS = {"birthday": {"mandatory": True}}
     task = api.schedule("birthday", "alice", at=timezone.now(), channel="memory")

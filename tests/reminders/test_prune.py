@@ -592,6 +592,7 @@ def test_a_run_left_waiting_that_long_still_sees_its_day(pruned, now, outbox):
 # As cron runs it ------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_the_command_as_a_process(now):
     from tests.support.processes import REPO, database_url

@@ -381,6 +381,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
 def test_sandbox__real_processes_fetch_one_token_between_them() -> None:
     with sandbox_process() as box:
