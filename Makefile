@@ -67,7 +67,21 @@ migrations-check: $(STAMP)
 # real processes and the browser, under Django 6 (test-django6) everything else. The
 # servers' runs take the whole suite. SQLITE_ALL=1 runs it all here.
 SQLITE_SHARE = $(if $(SQLITE_ALL),,-m "processes or browser")
-DJANGO6_SHARE = $(if $(SQLITE_ALL),,-m "not processes and not browser")
+REAL_CLOCK = -m "processes or browser"
+MOVED_CLOCK = -m "not processes and not browser"
+DJANGO6_SHARE = $(if $(SQLITE_ALL),,$(MOVED_CLOCK))
+
+# Moved clocks (tests/support/clock.py): a test reads no wall clock unless it passes at
+# any moment. Two runs go under Python's clock moved and ticking, every test but those
+# of real processes and the browser (which keep the real clock: processes cannot share
+# a moved one):
+# - Django 6 on SQLite at Saturday 2027-01-09 15:30 Beijing: a rest day, after every
+#   send_by, in a year no holiday package covers;
+# - MariaDB at 2026-12-31 23:59:30 Beijing: the day and the year end during the run.
+# PostgreSQL runs the whole suite on the real clock. `make test SATURDAY_CLOCK= YEAR_END_CLOCK=`
+# runs everything on the real clock.
+SATURDAY_CLOCK ?= 2027-01-09T15:30:00+08:00
+YEAR_END_CLOCK ?= 2026-12-31T23:59:30+08:00
 
 test-sqlite: $(STAMP)
 	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 $(PY) -m pytest $(SQLITE_SHARE) $(PYTEST_ARGS)
@@ -78,12 +92,22 @@ test-postgres: $(STAMP)
 	@$(MAKE) --no-print-directory test-server NAME=PostgreSQL URL=$(PG_URL)
 
 test-mariadb: $(STAMP)
-	@$(MAKE) --no-print-directory test-server NAME=MariaDB URL=$(MARIADB_URL)
+	@$(MAKE) --no-print-directory test-server NAME=MariaDB URL=$(MARIADB_URL) \
+		CLOCK=$(YEAR_END_CLOCK)
 
+# With CLOCK, the server's run is two: the tests of processes and the browser on the
+# real clock, then the rest under Python's clock moved to CLOCK.
 test-server:
 	@if $(PY) bin/db-reachable "$(URL)"; then \
-		echo "== the suite on $(NAME) ($(URL))"; \
-		DATABASE_URL=$(URL) $(PY) -m pytest $(PYTEST_ARGS); \
+		if [ -n "$(CLOCK)" ]; then \
+			echo "== the suite on $(NAME) ($(URL)): processes and the browser, real clock" && \
+			DATABASE_URL=$(URL) $(PY) -m pytest $(REAL_CLOCK) $(PYTEST_ARGS) && \
+			echo "== the suite on $(NAME) ($(URL)): the rest, clock moved to $(CLOCK)" && \
+			TEST_CLOCK=$(CLOCK) DATABASE_URL=$(URL) $(PY) -m pytest $(MOVED_CLOCK) $(PYTEST_ARGS); \
+		else \
+			echo "== the suite on $(NAME) ($(URL))"; \
+			DATABASE_URL=$(URL) $(PY) -m pytest $(PYTEST_ARGS); \
+		fi; \
 	elif [ "$$CI" = "true" ]; then \
 		echo "$(NAME) at $(URL) is unreachable: failing (CI=true)"; exit 1; \
 	else \
@@ -105,8 +129,8 @@ test-django6:
 		echo "no Python 3.12+ found: the suite did NOT run under Django 6"; \
 	else \
 		$(MAKE) --no-print-directory $(VENV6)/.installed-$(HASH) && \
-		echo "== the suite under Django 6 ($$($(VENV6)/bin/python -m django --version), $$($(VENV6)/bin/python --version))" && \
-		DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 TEST_DB_SUFFIX=_django6 $(VENV6)/bin/python -m pytest $(DJANGO6_SHARE) $(PYTEST_ARGS); \
+		echo "== the suite under Django 6 ($$($(VENV6)/bin/python -m django --version), $$($(VENV6)/bin/python --version)), clock moved to $(SATURDAY_CLOCK)" && \
+		TEST_CLOCK=$(if $(SQLITE_ALL),,$(SATURDAY_CLOCK)) DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 TEST_DB_SUFFIX=_django6 $(VENV6)/bin/python -m pytest $(DJANGO6_SHARE) $(PYTEST_ARGS); \
 	fi
 
 bench: $(STAMP)
