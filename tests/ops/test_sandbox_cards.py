@@ -766,6 +766,7 @@ def test_command__token_and_key_default_to_the_settings(settings: Any) -> None:
     )
 
 
+@pytest.mark.processes
 def test_command__posts_clicks_to_the_callback_url(receiver: Receiver) -> None:
     options = ["--callback-url", receiver.url, "--callback-token", TOKEN]
     with sandbox_process(*options, "--callback-aes-key", KEY) as process:
