@@ -25,6 +25,7 @@ failure to retry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
@@ -166,6 +167,21 @@ def build(alias: str) -> AlertChannel:
     if not isinstance(channel, AlertChannel):
         raise AlertChannelError(f"alert channel {alias!r}: not an ops AlertChannel.")
     return channel
+
+
+def through(channels: Iterable[str]) -> list[str]:
+    """The alert channels that send by one of the reminders ``channels``
+    (``ReminderChannel``); one that cannot be built is left out."""
+    wanted = set(channels)
+    found = []
+    for alias in conf.ALERT_CHANNELS:
+        try:
+            channel = build(alias)
+        except (AlertChannelError, TypeError):  # the ops system checks say why
+            continue
+        if isinstance(channel, ReminderChannel) and channel.channel in wanted:
+            found.append(alias)
+    return found
 
 
 def targets() -> list[Target]:

@@ -23,10 +23,15 @@ day; WeCom's days are Beijing's whatever ``TIME_ZONE`` says):
 
 * ours: the ledger's ``sent`` rows of the app's channels (every alias whose sender has
   that corp and agent id: several may share one app) whose ``sent_at`` falls on that
-  day, each counting its parts (``reply_detail["parts"]``: each part of a split text is
-  a message of its own to WeCom). A card WeCom answered "delivered before" (42014) counts
-  once, like any row: WeCom counted the attempt that delivered it, not the retry it
-  refused; a re-send WeCom's duplicate check dropped is one row and one message too.
+  day, however long before it the row was reserved (``created_at``: a message may wait
+  days for its send), each counting its parts (``reply_detail["parts"]``: each part of a
+  split text is a message of its own to WeCom). A card WeCom answered "delivered
+  before" (42014) counts once, like any row: WeCom counted the attempt that delivered
+  it, not the retry it refused; a re-send WeCom's duplicate check dropped is one row and
+  one message too. Plus the alerts delivered that day through an alert channel that
+  sends by one of those channels (``ReminderChannel``; ``AlertDelivery.sent_at``): they
+  have no ledger row, and WeCom counts them. So a mismatch told through the app is
+  counted on the day it went, on both sides, and never makes the next day's mismatch.
 * WeCom's: the app's ``count`` for yesterday (``time_type`` 1), asked through the
   channel's sender (``message_statistics``).
 
@@ -46,21 +51,21 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, F, IntegerField, Q, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 
 from reminders import senders
 from reminders.models import SendLog
 
+from . import alert_channels
 from .conf import settings as conf
-from .models import AlertEvent, AlertType, StatisticsCheck
+from .models import AlertDelivery, AlertEvent, AlertType, StatisticsCheck
 
 logger = logging.getLogger(__name__)
 
 # WeCom's days.
 BEIJING = ZoneInfo("Asia/Shanghai")
-# A ledger row is reserved (``created_at``) at most this long before it is sent: the
-# bound lets the count use the ledger's (status, created_at) index.
-RESERVED_BEFORE_SENT = timedelta(days=2)
 # A check WeCom did not answer is asked again this long after its last attempt. The
 # alert step runs every minute or so: asking at each step would call an API that is down
 # (or refusing our credentials) hundreds of times a night, and log each. An hour bounds
@@ -110,23 +115,39 @@ def beijing_day_bounds(day: date) -> tuple[datetime, datetime]:
 
 
 def our_count(channels: Iterable[str], day: date) -> int:
-    """Messages the ledger says the ``channels`` sent on Beijing day ``day``, a split
-    text counting its parts."""
+    """Messages the ``channels`` sent on Beijing day ``day``: the ledger's, a split text
+    counting its parts, and the alerts sent through them."""
     start, end = beijing_day_bounds(day)
-    rows = SendLog.objects.filter(
+    return sent_messages(channels, start, end) + alerts_sent(channels, start, end)
+
+
+def sent_messages(channels: Iterable[str], start: datetime, end: datetime) -> int:
+    """One query: the ledger's messages of ``channels`` sent in ``[start, end)``, a split
+    text counting its parts, whenever their rows were reserved."""
+    split = Q(reply_detail__parts__gt=1)
+    got = SendLog.objects.filter(
         status=SendLog.Status.SENT,
-        channel__in=list(channels),
-        created_at__gte=start - RESERVED_BEFORE_SENT,
-        created_at__lt=end,
+        channel__in=list(channels) or [""],
         sent_at__gte=start,
         sent_at__lt=end,
+    ).aggregate(
+        rows=Count("pk"),
+        split=Count("pk", filter=split),
+        parts=Sum(Cast(KT("reply_detail__parts"), IntegerField()), filter=split),
     )
-    total = rows.count()
-    for detail in rows.filter(reply_detail__has_key="parts").values_list("reply_detail", flat=True):
-        parts = detail.get("parts") if isinstance(detail, dict) else None
-        if isinstance(parts, int) and parts > 1:
-            total += parts - 1
-    return total
+    return int(got["rows"] - got["split"] + (got["parts"] or 0))
+
+
+def alerts_sent(channels: Iterable[str], start: datetime, end: datetime) -> int:
+    """The alerts delivered in ``[start, end)`` through the alert channels that send by
+    one of ``channels`` (``OPS_ALERT_CHANNELS`` as configured now): each is a message
+    WeCom counts, and no ledger row has it."""
+    aliases = alert_channels.through(channels)
+    if not aliases:
+        return 0
+    return AlertDelivery.objects.filter(
+        status=AlertDelivery.Status.SENT, channel__in=aliases, sent_at__gte=start, sent_at__lt=end
+    ).count()
 
 
 def due_day(now: datetime) -> date | None:

@@ -19,17 +19,23 @@ an HTTP channel is not held to WeCom's app limits, so the figures are an upper b
 WeCom's day, Beijing's (``Asia/Shanghai``, whatever ``TIME_ZONE`` says). So only the
 channels whose sender spends it count (``quota_channels``: ``spends_app_quota``, the
 WeCom app sender); a group robot, an HTTP or a console channel does not. Used: those
-channels' ``sent`` ledger rows whose ``sent_at`` falls on the Beijing day, each counting
-its parts (``reply_detail["parts"]``, a split text being several messages). Forecast:
+channels' ``sent`` ledger rows whose ``sent_at`` falls on the Beijing day, however long
+before their rows were reserved (``ops.statistics.sent_messages``), each counting its
+parts (``reply_detail["parts"]``, a split text being several messages). Forecast:
 used plus their runs waiting that fall before the Beijing day ends (the backlog
 included). Tomorrow (the next Beijing day): their waiting runs of one-off tasks due
 then, plus, for recurring tasks (a cron), an estimate: the runs of the same tasks
 (still active) due on the same Beijing day of the week a week before, make-ups, runs
-made on request, cancelled and skipped ones left out, and the runs one digest carried
-counted once, as the one message it was. Runs are planned only
+made on request, cancelled and skipped ones left out (but those the working-day
+calendar skipped: their schedule had them), and the runs one digest carried counted
+once, as the one message it was; then, by the working-day calendar, none of a task
+whose calendar (its own, else its kind's) rests tomorrow. So a holiday tomorrow expects
+no report though last week's day was worked, and a make-up working day expects the
+reports last week's rest day skipped. Runs are planned only
 ``REMINDERS_PLAN_AHEAD_SECONDS`` ahead, so last week stands for tomorrow's recurring
-work; a run counts as one message (not its parts), a task created since is missed, and
-a task's run counts on the channel the task names now.
+work; a run counts as one message (not its parts), a task created since is missed, a
+task's run counts on the channel the task names now, and its calendar is asked about
+Beijing's date tomorrow, whatever the task's zone.
 
 **Digests** (``reminders.engine.digests``). A digest is one message, and one run of its
 own: while it waits to be retried it counts once, as any run, and the runs it carries
@@ -44,27 +50,27 @@ at most 20 candidates, whose minutes are then read: the 10 closest to either lim
 them); the waiting runs by kind (held by quiet hours; of the quota's channels, due by
 the Beijing day's end, due tomorrow) together with last week's runs of their recurring
 tasks; the ledger's messages of those channels sent today. Whatever the channels
-(none: a channel no alias has, so that the queries stay the same).
+(none: a channel no alias has, so that the queries stay the same) and the calendars
+(their ops entries are read once in a while per process, ``reminders.calendars.days``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, IntegerField, Max, Min, Q, QuerySet, Sum
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Coalesce, TruncMinute
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.db.models.functions import Coalesce, TruncMinute
 from django.utils.module_loading import import_string
 
+from reminders import calendars, kinds
 from reminders.conf import settings as reminders_conf
-from reminders.models import QUIET_CODE, ScheduledTask, SendLog, TaskRun
+from reminders.models import QUIET_CODE, ScheduledTask, TaskRun
 
 from ..conf import settings as conf
-from ..statistics import BEIJING, beijing_day_bounds
+from ..statistics import BEIJING, beijing_day_bounds, sent_messages
 from .days import iso, label, local_iso
 
 MINUTES = 60
@@ -72,9 +78,8 @@ TOP_MEMBERS = 10
 PER_MINUTE = 30
 PER_HOUR = 1000
 PER_SEAT_DAILY = 200
-# A ledger row is reserved at most this long before it is sent (``ops.statistics``):
-# the bound lets the count use the ledger's (status, created_at) index.
-RESERVED_BEFORE_SENT = timedelta(days=2)
+# A run the calendar skipped (its rest day, or a year it does not cover).
+CALENDAR_SKIPS = (calendars.HOLIDAY, calendars.UNCOVERED)
 
 
 @dataclass(frozen=True)
@@ -344,12 +349,18 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
     # Without such a channel, "" (never an alias) keeps the query, and the count, fixed.
     spends = Q(task__channel__in=list(channels) or [""])
     recurring = ~Q(task__cron="")
+    # The runs of the week before that the schedule had: sent or not, or skipped for the
+    # calendar's rest day (tomorrow may be worked); then none of a task resting tomorrow.
+    had = ~Q(status__in=(TaskRun.Status.CANCELLED, TaskRun.Status.SKIPPED)) | Q(
+        status=TaskRun.Status.SKIPPED, error_code__in=CALENDAR_SKIPS
+    )
     week_before = (
         Q(due_at__gte=week_start, due_at__lt=week_end)
         & recurring
         & Q(task__status=ScheduledTask.Status.ACTIVE, is_manual=False, is_compensation=False)
-        & ~Q(status__in=(TaskRun.Status.CANCELLED, TaskRun.Status.SKIPPED))
+        & had
     )
+    expected = week_before & ~resting_on(day + timedelta(days=1))
     # A digest's runs were one message: counted once, by their digest.
     alone, carried = Q(digest__isnull=True), Q(digest__isnull=False)
     planned_tomorrow = waiting & Q(at__gte=tomorrow_start, at__lt=tomorrow_end) & ~recurring
@@ -363,8 +374,8 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             last=Max("at", filter=quiet),
             today=Count("pk", filter=waiting & Q(at__lt=end) & spends),
             planned=Count("pk", filter=planned_tomorrow & spends),
-            estimated=Count("pk", filter=week_before & alone & spends),
-            digests=Count("digest", filter=week_before & carried & spends, distinct=True),
+            estimated=Count("pk", filter=expected & alone & spends),
+            digests=Count("digest", filter=expected & carried & spends, distinct=True),
         )
         .order_by("task__kind")
     )
@@ -383,7 +394,7 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             tomorrow[kind] = row["planned"] + kind_estimated
     quota = Quota(
         seats=conf.SEATS,
-        used=_sent(start, min(end, now), channels),
+        used=sent_messages(channels, start, end),
         waiting_today=waiting_today,
         tomorrow_planned=planned,
         tomorrow_estimated=estimated,
@@ -393,23 +404,23 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
     return (held, tomorrow), quota
 
 
-def _sent(start: datetime, until: datetime, channels: Sequence[str]) -> int:
-    """Query: the ledger's messages of ``channels`` sent in ``[start, until]``, a split
-    text counting its parts."""
-    split = Q(reply_detail__parts__gt=1)
-    got = SendLog.objects.filter(
-        status=SendLog.Status.SENT,
-        channel__in=list(channels) or [""],
-        created_at__gte=start - RESERVED_BEFORE_SENT,
-        created_at__lte=until,
-        sent_at__gte=start,
-        sent_at__lte=until,
-    ).aggregate(
-        rows=Count("pk"),
-        split=Count("pk", filter=split),
-        parts=Sum(Cast(KT("reply_detail__parts"), IntegerField()), filter=split),
+def resting_on(day: date) -> Q:
+    """The runs of tasks whose working-day calendar (their own, else their kind's) rests
+    on ``day``; nothing when none does. A calendar not configured rests on no day."""
+    policies = {name: kinds.policy(name).calendar for name in kinds.names()}
+    resting = set()
+    for name in {*calendars.names(), *policies.values()} - {""}:
+        try:
+            if calendars.day_off(name, day) is not None:
+                resting.add(name)
+        except calendars.UnknownCalendar:
+            continue  # the reminders system checks say so
+    if not resting:
+        return Q(pk__isnull=True)  # no run: the same query, whatever the calendars
+    by_kind = [kind for kind, calendar in policies.items() if calendar in resting]
+    return Q(task__calendar__in=sorted(resting)) | Q(
+        task__calendar__isnull=True, task__kind__in=by_kind or [""]
     )
-    return int(got["rows"] - got["split"] + (got["parts"] or 0))
 
 
 def quota(now: datetime) -> Quota:

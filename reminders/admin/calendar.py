@@ -9,7 +9,8 @@ schedule here, or check what ``reminders_calendar import`` entered.
 
 Adding, changing and deleting either need ``reminders.edit_calendarday`` (the
 operator role has it, the viewer role does not), checked on the server for every page
-and POST; viewing needs the model's view permission. Who saved a row is recorded
+and POST; viewing needs the model's view permission, and so does the range form (a page
+of the days' admin: ``edit_calendarday`` alone does not open it). Who saved a row is recorded
 (``changed_by``, a username). The range form calls ``calendar_days.enter``, as the
 import does.
 """
@@ -159,13 +160,19 @@ class CalendarDayAdmin(CalendarEditAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         extra = dict(extra_context or {})
-        if self.has_add_permission(request):
+        if self.may_enter_range(request):
             extra["range_url"] = reverse(f"{self.admin_site.name}:reminders_calendarday_range")
         return super().changelist_view(request, extra)
 
+    def may_enter_range(self, request: HttpRequest) -> bool:
+        """The range form is a page of the days' admin: it needs their view permission
+        as well as ``edit_calendarday``."""
+        return self.has_view_permission(request) and self.has_add_permission(request)
+
     def range_view(self, request: HttpRequest) -> HttpResponse:
-        """The form for a range of dates; 403 without ``edit_calendarday``."""
-        if not self.has_add_permission(request):
+        """The form for a range of dates; 403 without the days' view permission and
+        ``edit_calendarday``."""
+        if not self.may_enter_range(request):
             raise PermissionDenied
         form = RangeForm(request.POST or None)
         if request.method == "POST" and form.is_valid():

@@ -4,7 +4,9 @@ Rendered by the path delivery takes (``kinds.render``: the task's builder, in th
 language, with the stamp and, on a card, its buttons), for the task's next occurrence the
 calendar does not skip, and checked by the task's channel as a send would be, so a
 builder's or a channel's refusal shows on the page rather than first at send time. The
-run it renders is never saved.
+run it renders is never saved. The builder runs in a savepoint: one whose query fails
+(a ``DatabaseError``) is shown like any other failure, and the page's transaction goes on
+(on PostgreSQL it would be aborted, and the page with it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
@@ -41,7 +44,8 @@ def next_message(task: ScheduledTask, now: datetime) -> SafeString:
         return format_html("{}", gettext("None: no occurrence ahead is sent."))
     run = planning.new_run(task, sent[0].occurrence)
     try:
-        content = kinds.render(task, run)
+        with transaction.atomic():  # a builder's failed query must not abort the page's
+            content = kinds.render(task, run)
     except Exception as exc:  # a CRM's builder may fail on any payload: show it here
         return _problem(
             gettext("The message cannot be built: %(error)s")

@@ -6,7 +6,9 @@ opening a task never silently changes it (validation still reports it). A one-sh
 time is shown and read on the wall clock of the task's own zone, as ``api.schedule``
 reads a naive ``at`` in ``tz``. Left empty, the priority is the kind's and the calendar
 the kind's (NULL); "every day" is stored as ``""``. The form runs the checks
-``api.schedule`` runs after the task's ``full_clean`` (``validation.check_sendable``).
+``api.schedule`` runs after the task's ``full_clean`` (``validation.check_sendable``),
+each in a savepoint: a builder whose query fails is an error on the form, and the page's
+transaction goes on (PostgreSQL would otherwise abort it).
 """
 
 from __future__ import annotations
@@ -156,6 +158,6 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
         # need the channel, the ones ``reminders.api.schedule`` runs after its full_clean.
         super()._post_clean()  # type: ignore[misc]  # private, so not in django-stubs
         try:
-            validation.check_sendable(self.instance, skip=set(self.errors))
+            validation.check_sendable(self.instance, skip=set(self.errors), savepoints=True)
         except ValidationError as exc:
             self.add_error(None, exc)

@@ -29,8 +29,16 @@ Invariants, each with the reader it protects:
   creation and its last change before the cut-off) and every run of it would go by the
   rules above but that one (no run unfinished, none ``unknown`` unhandled, none
   recent). Its ledger rows stay by their own rule (a row outlives its task). Of a
-  keyed one, its key and time stay (``PrunedOneShot``): scheduling them again by the
-  key completes the new task at once rather than sending it again.
+  keyed one, its key stays with every time it had a run (``PrunedOneShot``: the times
+  its runs keep for it while it exists, its time now and those it was moved from, but
+  cancelled runs and runs made on request): scheduling the key again for any of them
+  completes the new task at once rather than sending it again.
+* A remembered time (``PrunedOneShot``) goes once it can no longer come back: its
+  kind's deadline for it (``send_by``, ``max_lateness_seconds``, taken at the latest
+  stagger a recipient may have) is before the cut-off, so that, scheduled again, it
+  would expire, never be sent; a time already past that when its task goes is not
+  kept. A kind with no deadline (a report: sent however late) or not registered here,
+  and a zone unknown, keep theirs for good.
 * A task that still has an unfinished run from before the cut-off (or up to a local
   day after it) keeps every run: delivery reads the runs of that run's local day to
   send at most one message a day.
@@ -76,6 +84,7 @@ from .. import kinds
 from ..conf import settings as conf
 from ..exceptions import RemindersError, RetentionTooShort
 from ..models import JobTake, PrunedOneShot, ScheduledTask, SendLog, TaskRun
+from ..schedule.timing import InvalidSchedule
 from ..senders import get_sender
 
 logger = logging.getLogger(__name__)
@@ -232,6 +241,34 @@ def prunable_ledger(cutoff: datetime) -> models.QuerySet[SendLog]:
     )
 
 
+def may_come_back(kind: str, zone: str, at: datetime, cutoff: datetime) -> bool:
+    """Whether a one-shot of ``kind`` at ``at`` (in ``zone``), scheduled again, could
+    still be sent at ``cutoff`` or later: its kind has no deadline, or its deadline for
+    ``at`` at the latest stagger a recipient may have is not before ``cutoff``. A kind
+    not registered here (or whose policy the settings break) or a zone unknown may."""
+    try:
+        policy = kinds.policy(kind)
+        longest = policy.jitter_seconds + (policy.batches - 1) * policy.batch_interval_seconds
+        deadline = policy.deadline(at, at + timedelta(seconds=longest), zone)
+    except (RemindersError, InvalidSchedule):
+        return True
+    return deadline is None or deadline >= cutoff
+
+
+def prunable_times(cutoff: datetime) -> models.QuerySet[PrunedOneShot]:
+    """The remembered one-shot times a prune at ``cutoff`` looks at: of kinds with a
+    deadline, before the cut-off (``may_come_back`` decides each)."""
+    with_deadline = []
+    for name in kinds.names():
+        try:
+            policy = kinds.policy(name)
+        except RemindersError:
+            continue  # the system checks say why
+        if policy.send_by or policy.max_lateness_seconds is not None:
+            with_deadline.append(name)
+    return PrunedOneShot.objects.filter(kind__in=with_deadline or [""], run_at__lt=cutoff)
+
+
 @dataclass
 class Pruned:
     """What a prune deleted, or would delete (``dry_run``)."""
@@ -242,6 +279,7 @@ class Pruned:
     runs: int = 0
     ledger: int = 0
     tasks: int = 0
+    times: int = 0
 
     def __str__(self) -> str:
         runs = ngettext("%(count)d run", "%(count)d runs", self.runs) % {"count": self.runs}
@@ -259,17 +297,39 @@ class Pruned:
             "cutoff": self.cutoff.isoformat(),
         }
         if self.dry_run:
-            return (
+            said = (
                 _(
                     "Would delete %(runs)s, %(ledger)s, %(tasks)s (older than %(age)s: "
                     "before %(cutoff)s)."
                 )
                 % what
             )
-        return (
-            _("Deleted %(runs)s, %(ledger)s, %(tasks)s (older than %(age)s: before %(cutoff)s).")
-            % what
-        )
+        else:
+            said = (
+                _(
+                    "Deleted %(runs)s, %(ledger)s, %(tasks)s (older than %(age)s: before "
+                    "%(cutoff)s)."
+                )
+                % what
+            )
+        return f"{said} {self._times()}" if self.times else said
+
+    def _times(self) -> str:
+        """The remembered one-shot times forgotten, in a sentence of their own."""
+        if self.dry_run:
+            text = ngettext(
+                "Would forget %(count)d time of pruned one-shot tasks: it can no longer be sent.",
+                "Would forget %(count)d times of pruned one-shot tasks: they can no longer be "
+                "sent.",
+                self.times,
+            )
+        else:
+            text = ngettext(
+                "Forgot %(count)d time of pruned one-shot tasks: it can no longer be sent.",
+                "Forgot %(count)d times of pruned one-shot tasks: they can no longer be sent.",
+                self.times,
+            )
+        return text % {"count": self.times}
 
 
 def prune(
@@ -281,8 +341,9 @@ def prune(
     progress: Progress | None = None,
 ) -> Pruned:
     """Delete the runs, then the completed one-shot tasks (with their runs), then the
-    ledger rows, older than ``older_than`` that nothing reads any more, ``batch_size``
-    rows a transaction; with ``dry_run``, count them.
+    remembered times of pruned ones that can no longer come back, then the ledger rows,
+    older than ``older_than`` that nothing reads any more, ``batch_size`` rows a
+    transaction; with ``dry_run``, count them.
 
     Raises ``RetentionTooShort`` for an age under ``minimum_age()``.
     """
@@ -312,6 +373,10 @@ def prune(
         result.tasks += done
         result.runs += runs
         _tell(progress, _("completed one-shot tasks"), done, result.tasks)
+    for page in _pages(prunable_times(cutoff), size, "kind", "timezone", "run_at"):
+        done = _forget_times(page, cutoff, dry_run)
+        result.times += done
+        _tell(progress, _("one-shot times of pruned tasks"), done, result.times)
     for rows in _pages(prunable_ledger(ledger_cutoff), size, "key", "task_id"):
         done = _count_free(rows, cutoff) if dry_run else _delete_ledger(rows, ledger_cutoff)
         result.ledger += done
@@ -398,17 +463,42 @@ def _delete_tasks(page: Sequence[tuple[Any, ...]], cutoff: datetime) -> tuple[in
             tasks = tasks.select_for_update()
         locked = list(tasks.values_list("pk", flat=True))
         still = list(
-            prunable_tasks(cutoff).filter(pk__in=locked).values_list("pk", "key", "run_at")
+            prunable_tasks(cutoff)
+            .filter(pk__in=locked)
+            .values_list("pk", "key", "run_at", "kind", "timezone")
         )
         if not still:
             return 0, 0
-        PrunedOneShot.objects.bulk_create(
-            [PrunedOneShot(key=key, run_at=at) for _, key, at in still if key and at],
-            ignore_conflicts=True,
-        )
+        PrunedOneShot.objects.bulk_create(_times_of(still, cutoff), ignore_conflicts=True)
         # Their runs go with them; their ledger rows stay, without a task or a run.
-        _, deleted = ScheduledTask.objects.filter(pk__in=[pk for pk, _, _ in still]).delete()
+        _, deleted = ScheduledTask.objects.filter(pk__in=[row[0] for row in still]).delete()
     return len(still), deleted.get(TaskRun._meta.label, 0)
+
+
+def _times_of(tasks: Sequence[tuple[Any, ...]], cutoff: datetime) -> list[PrunedOneShot]:
+    """What is kept of the keyed ``tasks`` (pk, key, run_at, kind, zone): their time now
+    and every occurrence a run of theirs had (but cancelled ones, runs made on request
+    and make-ups, as ``prunable_runs`` keeps them for a task that exists), those that
+    may still come back."""
+    keyed = {pk: (key, kind, zone) for pk, key, _, kind, zone in tasks if key}
+    times = {(pk, at) for pk, key, at, _, _ in tasks if key and at}
+    runs = TaskRun.objects.filter(task_id__in=list(keyed), is_manual=False, is_compensation=False)
+    times |= set(runs.exclude(status=TaskRun.Status.CANCELLED).values_list("task_id", "occurrence"))
+    return [
+        PrunedOneShot(key=keyed[pk][0], run_at=at, kind=keyed[pk][1], timezone=keyed[pk][2])
+        for pk, at in sorted(times)
+        if may_come_back(keyed[pk][1], keyed[pk][2], at, cutoff)
+    ]
+
+
+def _forget_times(page: Sequence[tuple[Any, ...]], cutoff: datetime, dry_run: bool) -> int:
+    """Delete (or count) the remembered times of ``page`` (pk, kind, zone, run_at) that
+    can no longer come back; one statement, rows nothing else writes."""
+    gone = [pk for pk, kind, zone, at in page if not may_come_back(kind, zone, at, cutoff)]
+    if dry_run or not gone:
+        return len(gone)
+    deleted, _ = PrunedOneShot.objects.filter(pk__in=gone).delete()
+    return deleted
 
 
 def _carried(rows: Sequence[tuple[Any, ...]], gone: models.QuerySet[TaskRun] | None) -> set[str]:

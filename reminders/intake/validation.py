@@ -24,17 +24,21 @@ Checking reads no table, so that thousands of tasks scheduled at once cost no qu
 each: the model's check constraints are not asked row by row (each would be a query),
 because each is the database's copy of a field validator or of the model's ``clean()``,
 which have already said the same on the field at fault; the database still enforces
-them when the row is written.
+them when the row is written. Only the admin, checking one task a request, runs each
+check in a savepoint (``check_sendable(savepoints=True)``): a CRM's builder that runs a
+failing query then costs the form an error, not its transaction.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -73,13 +77,20 @@ def clean_task(
 
 
 def check_sendable(
-    task: ScheduledTask, *, skip: Collection[str] = (), now: datetime | None = None
+    task: ScheduledTask,
+    *,
+    skip: Collection[str] = (),
+    now: datetime | None = None,
+    savepoints: bool = False,
 ) -> None:
     """The checks beyond one field, on a task whose fields passed the model's own; the
     message checked is its first occurrence after ``now`` (default: the present).
 
     ``skip`` names fields already found wrong: a check that reads one of them is left
-    out, since its error would only repeat that one.
+    out, since its error would only repeat that one. With ``savepoints`` each check runs
+    in a savepoint of its own (the admin, one task a request): a query that fails in a
+    CRM's builder is rolled back with its check, and the caller's transaction goes on
+    (on PostgreSQL it would be aborted).
     """
     now = now or timezone.now()
     failed = set(skip)
@@ -88,7 +99,8 @@ def check_sendable(
         if failed & reads:
             continue
         try:
-            check(task, now)
+            with transaction.atomic() if savepoints else nullcontext():
+                check(task, now)
         except ValidationError as exc:
             errors.setdefault(field, []).extend(exc.error_list)
             failed.add(field)

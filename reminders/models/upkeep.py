@@ -11,13 +11,23 @@ from django.utils.translation import gettext_lazy as _
 
 
 class PrunedOneShot(models.Model):
-    """A keyed one-shot task that retention deleted once it had completed: its key and
-    time, all that is kept of it. Scheduling that key for that time again completes the
-    new task at once instead of sending it a second time (``ScheduledTask.replan_all``);
-    another time under the key is a message of its own."""
+    """A time a keyed one-shot task that retention deleted once it had completed was
+    sent at (or planned for and ended unsent): every such time, its current one and
+    those it was moved from, one row each, with its kind and zone. Scheduling that key
+    for one of those times again completes the new task at once instead of sending it a
+    second time (``ScheduledTask.replan_all``); another time under the key is a message
+    of its own. A row goes once its time can no longer come back: its kind's deadline
+    for it has passed (``engine.retention``), so scheduled again it would expire, never
+    be sent."""
 
     key = models.CharField(_("key"), max_length=200)
     run_at = models.DateTimeField(_("one-shot time"))
+    # db_default: the release before these columns inserts rows without them; "" (a
+    # kind or zone unknown) keeps the row for good.
+    kind = models.CharField(_("kind"), max_length=64, blank=True, default="", db_default="")
+    timezone = models.CharField(
+        _("time zone"), max_length=64, blank=True, default="", db_default=""
+    )
     pruned_at = models.DateTimeField(_("pruned"), auto_now_add=True)
 
     class Meta:

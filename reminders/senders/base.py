@@ -1,4 +1,10 @@
-"""The contract every sender implements; the engine knows nothing else about them."""
+"""The contract every sender implements; the engine knows nothing else about them.
+
+A sender's credentials (``BaseSender.secrets``) never reach a log line or a row:
+``redact`` masks each in every spelling a gateway may echo it in (``spellings``: as
+given, ``repr()``-quoted, JSON-escaped, percent-encoded), before any error text leaves
+the sender.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
+from urllib.parse import quote, quote_plus
 
 from ..conf import settings as conf
 from ..exceptions import PermanentSendError, RecipientSendError
@@ -27,19 +34,38 @@ MIN_SECRET_LENGTH = 4
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with credential query parameters and each of ``secrets`` masked."""
+    """``text`` with credential query parameters and each of ``secrets`` masked, in
+    every spelling of it a reply may quote (``spellings``); hex escapes in either case."""
     text = SECRET_PARAMS.sub(r"\1" + REDACTED, text)
-    # As given, trimmed, and as repr() quotes it (an error quoting a header value with a
-    # newline shows "\\n"); longest first, so a secret that contains another goes whole.
-    found = {
-        form
-        for secret in secrets
-        for form in (secret, secret.strip(), repr(secret)[1:-1])
-        if len(form) >= MIN_SECRET_LENGTH
-    }
-    for secret in sorted(found, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
+    found = {form for secret in secrets for form in spellings(secret)}
+    if not found:
+        return text
+    # Longest first, so that a secret that contains another goes whole.
+    forms = sorted(found, key=len, reverse=True)
+    pattern = re.compile("|".join(re.escape(form) for form in forms), re.IGNORECASE)
+    return pattern.sub(REDACTED, text)
+
+
+def spellings(secret: str) -> set[str]:
+    """``secret`` as given and trimmed, each as ``repr()`` quotes it (an error quoting a
+    header value with a newline shows "\\n"), JSON-escaped (ASCII only or not, ``/``
+    escaped or not: how gateways echo a request) and percent-encoded (as a path, a query
+    value or a form, in UTF-8 and in GBK); those of ``MIN_SECRET_LENGTH`` and more."""
+    forms: set[str] = set()
+    for text in {secret, secret.strip()}:
+        escaped = {repr(text)[1:-1], json.dumps(text)[1:-1]}
+        escaped.add(json.dumps(text, ensure_ascii=False)[1:-1])
+        forms |= {text, *escaped, *(form.replace("/", "\\/") for form in escaped)}
+        for encoding in ("utf-8", "gbk"):
+            try:
+                forms |= {
+                    quote(text, encoding=encoding),
+                    quote(text, safe="", encoding=encoding),
+                    quote_plus(text, encoding=encoding),
+                }
+            except UnicodeEncodeError:
+                continue  # not a GBK character: no gateway sends it so
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
 
 
 def secret_leaves(value: Any, *, secret: bool = False) -> Iterator[str]:

@@ -13,7 +13,7 @@ from django.core import mail
 from ops import statistics
 from ops.alerts import run_step
 from ops.conf import settings as conf
-from ops.models import Alert, AlertEvent, AlertType, StatisticsCheck
+from ops.models import Alert, AlertDelivery, AlertEvent, AlertType, StatisticsCheck
 from ops.sandbox import WeComSandbox
 from reminders.models import SendLog
 from reminders.senders import get_sender
@@ -69,8 +69,14 @@ def deliver(box: WeComSandbox, *contents: str) -> None:
 
 
 def ledger_row(
-    at: datetime, *, channel: str = APP_CHANNELS[0], status: str = "sent", **detail: Any
+    at: datetime,
+    *,
+    channel: str = APP_CHANNELS[0],
+    status: str = "sent",
+    reserved: timedelta = timedelta(minutes=1),
+    **detail: Any,
 ) -> SendLog:
+    """A ledger row sent at ``at``, reserved (created) ``reserved`` before."""
     row = SendLog.objects.create(
         key=f"row-{SendLog.objects.count()}",
         status=status,
@@ -80,7 +86,7 @@ def ledger_row(
         reply_detail=detail,
         sent_at=at if status == "sent" else None,
     )
-    SendLog.objects.filter(pk=row.pk).update(created_at=at - timedelta(minutes=1))
+    SendLog.objects.filter(pk=row.pk).update(created_at=at - reserved)
     return row
 
 
@@ -106,6 +112,59 @@ def test_our_count__sent_rows_of_the_app_s_channels_on_the_beijing_day_with_thei
     ledger_row(day + timedelta(hours=12), status="unknown")
     ledger_row(day + timedelta(hours=12), channel="memory")
     assert statistics.our_count(APP_CHANNELS, day.date()) == 6
+
+
+def test_our_count__a_row_reserved_days_before_it_was_sent_counts_on_the_day_it_was_sent(
+    box: WeComSandbox,
+) -> None:
+    day = sandbox_day(box)
+    # Reserved, then held for days (a long outage, retries, quiet hours) before it went.
+    ledger_row(day + timedelta(hours=9), reserved=timedelta(days=5))
+    ledger_row(day + timedelta(hours=10), reserved=timedelta(days=2, hours=11))
+    ledger_row(day - timedelta(hours=1), reserved=timedelta(days=5))  # the day before
+    assert statistics.our_count(APP_CHANNELS, day.date()) == 2
+    assert statistics.our_count(APP_CHANNELS, day.date() - timedelta(days=1)) == 1
+
+
+def test_check__a_row_reserved_days_before_it_was_sent_matches_wecom_s_count(
+    box: WeComSandbox,
+) -> None:
+    day = sandbox_day(box)
+    deliver(box, "one", "two")
+    ledger_row(day + timedelta(hours=12), reserved=timedelta(days=4))
+    ledger_row(day + timedelta(hours=12, minutes=1))
+
+    run_step(next_night(box))
+
+    check = StatisticsCheck.objects.get()
+    assert (check.ours, check.theirs, check.outcome) == (2, 2, StatisticsCheck.Outcome.MATCH)
+
+
+def test_check__alerts_sent_through_the_app_count_and_a_mismatch_does_not_feed_the_next_day(
+    box: WeComSandbox, settings: Any
+) -> None:
+    settings.OPS_ALERT_CHANNELS = {
+        "on_call": {
+            "BACKEND": "ops.alert_channels.ReminderChannel",
+            "OPTIONS": {"channel": APP_CHANNELS[1], "recipient": "oncall"},
+        }
+    }
+    day = sandbox_day(box)
+    deliver(box, "one")
+    ledger_row(day + timedelta(hours=12))
+    ledger_row(day + timedelta(hours=13))  # WeCom never got it: a mismatch
+
+    run_step(next_night(box))  # the mismatch, told on call through the app itself
+
+    assert StatisticsCheck.objects.get().outcome == StatisticsCheck.Outcome.MISMATCH
+    assert AlertDelivery.objects.get().status == AlertDelivery.Status.SENT
+    deliver(box, "four")
+    ledger_row(sandbox_day(box) + timedelta(hours=12))
+    run_step(next_night(box))
+
+    second = StatisticsCheck.objects.latest("day")
+    assert (second.ours, second.theirs, second.outcome) == (2, 2, StatisticsCheck.Outcome.MATCH)
+    assert Alert.objects.count() == 1
 
 
 def test_wecom_apps__aliases_of_one_app_are_one_app(box: WeComSandbox) -> None:

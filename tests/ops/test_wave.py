@@ -31,6 +31,7 @@ from django.test import override_settings
 from ops import stats
 from ops.stats import Quota
 from ops.stats.wave import quota, quota_channels
+from reminders.calendars.days import CalendarDay
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.wecom import WeComSender
 
@@ -301,3 +302,35 @@ def test_quota_channels__none_counts_nothing(world, settings):
     found = quota(NOW)
     assert found.channels == ()
     assert (found.used, found.waiting_today, found.tomorrow) == (0, 0, 0)
+
+
+# Tomorrow by the working-day calendar --------------------------------------------------
+
+
+def a_week_of_reports(b: Builder, status: str = "sent", **kw: Any) -> None:
+    """A week before tomorrow: three daily reports (the kind follows the "cn" calendar)
+    and two follow-ups (no calendar)."""
+    b.runs(b.task("daily_report", "bob"), at(9, days=-6), status, n=3, **kw)
+    b.runs(b.task("follow_up", "alice"), at(9, days=-6), "sent", n=2)
+
+
+def test_quota_tomorrow__a_rest_day_by_the_calendar_expects_no_report(app_channels):
+    CalendarDay.objects.create(calendar="cn", day=date(2026, 3, 11), kind="rest", note="x")
+    a_week_of_reports(Builder())
+
+    wave = stats.compute(DAY, NOW).wave
+
+    assert wave.quota.tomorrow_estimated == 2
+    assert wave.tomorrow_by_kind == {"follow_up": 2}
+
+
+def test_quota_tomorrow__a_working_day_expects_the_reports_a_rest_day_skipped_a_week_before(
+    app_channels,
+):
+    CalendarDay.objects.create(calendar="cn", day=date(2026, 3, 4), kind="rest", note="x")
+    a_week_of_reports(Builder(), "skipped", error_code="holiday")
+
+    wave = stats.compute(DAY, NOW).wave
+
+    assert wave.quota.tomorrow_estimated == 5
+    assert wave.tomorrow_by_kind == {"daily_report": 3, "follow_up": 2}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 from django.utils import timezone
 
@@ -167,3 +167,13 @@ def test_task_pages__warn_while_a_calendar_in_use_runs_out(login, make_task, set
         assert "reminders-calendar-banner" in text, page
         assert "Working-day calendar old is not covered since" in text
         assert "calendar long" not in text
+
+
+def test_range__needs_the_view_permission_as_well_as_the_edit_one(client, django_user_model):
+    user = django_user_model.objects.create_user("editor", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="edit_calendarday"))
+    client.force_login(user)
+    assert client.get(RANGE).status_code == 403
+    assert client.post(RANGE, holiday_week(complete="on")).status_code == 403
+    assert not CalendarDay.objects.exists()
+    assert not CalendarYear.objects.exists()

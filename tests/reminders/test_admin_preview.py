@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -59,6 +60,24 @@ def test_a_builder_that_fails__is_shown_on_the_page(admin_client, make_task, mon
     assert "no customer today" in html
 
 
+def bad_sql(task, run):
+    """A builder whose query fails: on PostgreSQL, the transaction it ran in is aborted."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM reminders_no_such_table")
+
+
+def test_a_builder_that_runs_bad_sql__is_shown_and_the_page_still_renders(
+    admin_client, make_task, monkeypatch
+) -> None:
+    task = make_task("follow_up", "alice", cron="0 9 * * *", payload={"customer": "ACME"})
+    monkeypatch.setitem(builders._decorated, "follow_up", bad_sql)
+    response = admin_client.get(f"/admin/reminders/scheduledtask/{task.pk}/change/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "The message cannot be built" in html
+    assert "reminders_no_such_table" in html
+
+
 def test_an_ended_task__has_no_next_message(admin_client, make_task) -> None:
     task = make_task("follow_up", "alice", at=datetime(2020, 1, 1, tzinfo=UTC))
     task.status = ScheduledTask.Status.COMPLETED
@@ -99,6 +118,21 @@ def test_the_add_form__shows_a_builder_s_failure_before_saving(admin_client, mon
     data["_preview"] = "Preview"
     html = admin_client.post(reverse("admin:reminders_scheduledtask_add"), data).content.decode()
     assert "no customer today" in html
+    assert not ScheduledTask.objects.exists()
+
+
+@pytest.mark.parametrize("button", ["_preview", "_save"])
+def test_the_add_form__refuses_a_builder_that_runs_bad_sql_and_still_renders(
+    admin_client, monkeypatch, button
+) -> None:
+    monkeypatch.setitem(builders._decorated, "follow_up", bad_sql)
+    data = task_form(kind="follow_up", cron="0 9 * * *", payload='{"customer": "Globex"}')
+    data[button] = "Go"
+    response = admin_client.post(reverse("admin:reminders_scheduledtask_add"), data)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "cannot render a message from this payload" in html
+    assert "reminders_no_such_table" in html
     assert not ScheduledTask.objects.exists()
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone, translation
 from reminders import api
 from reminders.engine import planning, retention
 from reminders.exceptions import RetentionTooShort
-from reminders.models import JobTake, ScheduledTask, SendLog, TaskRun
+from reminders.models import JobTake, PrunedOneShot, ScheduledTask, SendLog, TaskRun
 from tests.support.jobs import tick
 
 pytestmark = pytest.mark.django_db
@@ -503,6 +503,75 @@ def test_a_pruned_one_shot_scheduled_again_by_its_key_is_not_sent_again(now, out
     api.schedule("daily_report", "zhangsan", at=now - timedelta(minutes=1), **schedule)
     assert tick(now=now + timedelta(minutes=30)) == 1
     assert len(outbox) == 2
+
+
+@pytest.mark.usefixtures("reports_every_day")
+def test_a_pruned_one_shot_is_not_sent_again_at_any_time_it_was_sent(now, outbox):
+    # Sent at its time, moved and sent at the new one (a message of its own), then pruned:
+    # both times are remembered, not only the last.
+    first = (now - OLD).replace(microsecond=0)
+    second = first + timedelta(hours=1)
+    schedule = {"tz": "UTC", "key": "once:1"}
+    for at in (first, second):
+        api.schedule("daily_report", "zhangsan", at=at, **schedule)
+        assert tick(now=now) == 1
+    TaskRun.objects.update(created_at=first, finished_at=second)
+    SendLog.objects.update(created_at=first, updated_at=second, sent_at=second)
+    ScheduledTask.objects.update(created_at=first, updated_at=second)
+    assert "1 completed one-shot task" in prune("--older-than", "90d")
+    assert set(PrunedOneShot.objects.values_list("key", "run_at")) == {
+        ("once:1", first),
+        ("once:1", second),
+    }
+
+    for at in (first, second):
+        again = api.schedule("daily_report", "zhangsan", at=at, **schedule)
+        assert (again.status, again.next_run) == ("completed", None)
+        assert tick(now=now) == 0
+    assert len(outbox) == 2
+
+
+def test_a_pruned_one_shot_s_time_is_forgotten_once_its_kind_could_no_longer_send_it(now):
+    # Remembered by an earlier prune: a follow-up (at most 2 hours late) and a birthday
+    # (by 12:00 on its day) long past, a follow-up of yesterday, and a report (no
+    # deadline: scheduled again, it would still be sent).
+    old = (now - OLD).replace(microsecond=0)
+    recent = now - DAY
+    rows = [
+        ("follow_up", "fu:old", old),
+        ("birthday", "bd:old", old),
+        ("follow_up", "fu:recent", recent),
+        ("daily_report", "dr:old", old),
+        ("gone_kind", "gk:old", old),  # a kind no longer registered: its deadline unknown
+    ]
+    PrunedOneShot.objects.bulk_create(
+        [PrunedOneShot(kind=kind, key=key, run_at=at, timezone="UTC") for kind, key, at in rows]
+    )
+
+    assert "Would forget 2 times of pruned one-shot tasks" in prune(
+        "--older-than", "90d", "--dry-run"
+    )
+    assert PrunedOneShot.objects.count() == 5
+    assert "Forgot 2 times of pruned one-shot tasks" in prune("--older-than", "90d")
+
+    assert set(PrunedOneShot.objects.values_list("key", flat=True)) == {
+        "fu:recent",
+        "dr:old",
+        "gk:old",
+    }
+
+
+def test_a_pruned_one_shot_whose_time_can_no_longer_be_sent_leaves_no_time_behind(now, outbox):
+    at = (now - OLD).replace(microsecond=0)
+    api.schedule("follow_up", "zhangsan", at=at, tz="UTC", key="fu:1")
+    TaskRun.objects.all().delete()
+    ScheduledTask.objects.update(
+        status=ScheduledTask.Status.COMPLETED, next_run=None, created_at=at, updated_at=at
+    )
+
+    assert "1 completed one-shot task" in prune("--older-than", "90d")
+
+    assert not PrunedOneShot.objects.exists()
 
 
 # What the engine does next --------------------------------------------------------------

@@ -10,9 +10,12 @@ are searched for it.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import socket
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from django.urls import reverse
@@ -156,3 +159,75 @@ def test_a_secret_in_any_channel_field_never_reaches_rows_pages_or_logs(
     assert not leaks, leaks
     # The masking is visible where a secret was quoted.
     assert any("***" in text for text in texts)
+
+
+# A secret with what each escaping changes: a slash, a plus and letters beyond ASCII.
+ODD_SECRET = "Se/cr+et-密钥-7"
+
+
+def _lower_escapes(text: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda found: found[0].lower(), text)
+
+
+# How a gateway may quote the request it refuses: JSON-escaped (ASCII only, solidus
+# escaped or not, hex in either case), percent-encoded (as a path, as a query value, as
+# a form; hex in either case).
+ECHOES = {
+    "json_ascii": lambda body: json.dumps(json.loads(body)),
+    "json_solidus": lambda body: json.dumps(json.loads(body)).replace("/", "\\/"),
+    "json_upper_hex": lambda body: re.sub(
+        r"\\u[0-9a-f]{4}",
+        lambda found: found[0][:2] + found[0][2:].upper(),
+        json.dumps(json.loads(body)),
+    ),
+    "percent_path": lambda body: quote(body),
+    "percent_value": lambda body: quote(body, safe=""),
+    "percent_lower": lambda body: _lower_escapes(quote(body, safe="")),
+    "percent_form": lambda body: quote_plus(body),
+    "percent_gbk": lambda body: quote(body, safe="", encoding="gbk"),
+}
+
+
+def forms_of(secret: str) -> set[str]:
+    """``secret`` as each echo above spells it."""
+    quoted = json.dumps(secret, ensure_ascii=False)
+    return {
+        echo(quoted)[1:-1] if name.startswith("json") else echo(secret)
+        for name, echo in ECHOES.items()
+    }
+
+
+@pytest.mark.parametrize("spelling", list(ECHOES))
+def test_a_secret_a_gateway_echoes_escaped__is_masked_in_every_spelling(
+    spelling, settings, stub, make_task, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    respell = ECHOES[spelling]
+    stub.on(
+        "/echo",
+        lambda request: Canned({"code": 1, "msg": f"refused: {respell(request.body.decode())}"}),
+    )
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "gateway": {
+            "BACKEND": "reminders.senders.http.HttpSender",
+            "OPTIONS": {
+                "url": stub.url + "/echo",
+                "body": {"to": "{recipient}", "text": "{content}", "password": ODD_SECRET},
+                "success_field": "code",
+                "success_values": [0],
+                "error_field": "msg",
+            },
+        },
+    }
+    task = make_task(channel="gateway", recipient="lisi")
+    tick()
+
+    run = TaskRun.objects.get(task=task)
+    assert run.status == "failed" and "refused" in run.error_message
+    texts = [run.error_message, caplog.text]
+    texts += [f"{row.error_message} {row.reply_detail}" for row in SendLog.objects.all()]
+    spelled = forms_of(ODD_SECRET)
+    leaks = [(form, text) for text in texts for form in spelled if form in text]
+    assert not leaks, leaks
+    assert "***" in run.error_message
