@@ -17,6 +17,8 @@ Invariants:
   reply) is tried again a lease later, until the 72 hours are over (``expired``). A code
   spent by an attempt whose reply was lost is refused on the next: ``failed``, saying
   so. A card is cosmetic: its update never changes what the action did.
+* The card is updated for the member it went to, on the channel it went out on (its
+  ledger row's), whatever the task names now.
 * The words are the task's language (``builders.language``), fitted to a button's
   length (``senders.template_card``): a long member id is cut, never the words.
 """
@@ -35,7 +37,7 @@ from django.utils.translation import pgettext
 from ..exceptions import SendError, TransientSendError
 from ..messages.builders import language
 from ..messages.fitting import cut
-from ..models import RunAction, SendLog
+from ..models import RunAction, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE
 from ..schedule import timing
 from ..senders import get_sender
@@ -92,11 +94,11 @@ def update(action_ids: Sequence[int]) -> int:
 
 
 def _update_one(action: RunAction) -> int:
-    task = action.run.task
     text = replace_name(action)
+    channel, recipient = delivery(action.run)
     try:
-        sender = get_sender(_channel(action))
-        sender.update_card(task.recipient, action.response_code, text)
+        sender = get_sender(channel)
+        sender.update_card(recipient, action.response_code, text)
     except TransientSendError as exc:
         # Tried again once the lease is over, while WeCom still takes the code.
         logger.warning("card of run %s not updated yet: %s", action.run_id, exc)
@@ -117,14 +119,16 @@ def _finish(action: RunAction, state: str, detail: str) -> int:
     )
 
 
-def _channel(action: RunAction) -> str:
-    """The channel the card went out on: its ledger row's, else the task's."""
+def delivery(run: TaskRun) -> tuple[str, str]:
+    """The channel and the member ``run``'s card went out to, as its ledger row says,
+    whatever its task says now (the CRM may have handed it to someone else since); the
+    task's for a run recorded sent without a row."""
     sent = (
-        SendLog.objects.filter(run_id=action.run_id, status=SendLog.Status.SENT)
-        .values_list("channel", flat=True)
+        SendLog.objects.filter(run_id=run.pk, status=SendLog.Status.SENT)
+        .values_list("channel", "recipient")
         .first()
     )
-    return sent or action.run.task.channel
+    return sent or (run.task.channel, run.task.recipient)
 
 
 def replace_name(action: RunAction) -> str:

@@ -7,8 +7,12 @@ a request refused or rolled back leaves nothing behind and WeCom may send it aga
 Invariants:
 
 * A click acts on a run that was sent to the member who clicked, only: the card's
-  ``task_id`` names the run (``models.acting.card_id``), and its recipient must be the clicking
-  member. Anything else is refused, with nothing changed.
+  ``task_id`` names the run (``models.acting.card_id``), and the member the card went
+  to (its ledger row's recipient, whatever the task names now) must be the clicking
+  member, their ids compared whatever their case, as WeCom compares them. Anything else
+  is refused with nothing changed, the request's nonce included: WeCom's retry of a
+  refused request (a click on a card whose run is recorded sent only later) is judged
+  again, never a replay.
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
@@ -38,7 +42,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..callback.events import TemplateCardEvent
-from ..engine import actions, wake
+from ..engine import actions, cards, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
@@ -65,25 +69,37 @@ class Applied:
 
 def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     """Record the request's nonce and act on ``event``, in one transaction. The nonce is
-    kept whatever the click comes to (the same request again is a replay); an error
-    rolls both back, so that WeCom may send the request again."""
+    kept with the click it came with, acted on or not (the same request again is a
+    replay); a click refused (an unknown card, another member) and an error roll both
+    back, so that WeCom may send the request again."""
     with transaction.atomic():
         try:
             with transaction.atomic():
                 CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
         except IntegrityError:
             return Applied(Outcome.REPLAYED)
-        pk = run_pk(event.task_id)
-        run = (
-            TaskRun.objects.select_related("task").filter(pk=pk, status=TaskRun.Status.SENT).first()
-            if pk is not None
-            else None
-        )
-        if run is None or card_id(run) != event.task_id:
-            return Applied(Outcome.UNKNOWN_RUN)
-        if run.task.recipient != event.from_user_name:
-            return Applied(Outcome.NOT_RECIPIENT)
-        return _act(run, event)
+        run = _sent_run(event.task_id)
+        if run is not None and _sent_to(run, event.from_user_name):
+            return _act(run, event)
+        # Nothing is kept, the nonce neither: WeCom's retry of this request is no replay.
+        transaction.set_rollback(True)
+        return Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+
+
+def _sent_run(task_id: str) -> TaskRun | None:
+    """The sent run whose card has ``task_id``, if any."""
+    pk = run_pk(task_id)
+    if pk is None:
+        return None
+    run = TaskRun.objects.select_related("task").filter(pk=pk, status=TaskRun.Status.SENT).first()
+    return run if run is not None and card_id(run) == task_id else None
+
+
+def _sent_to(run: TaskRun, member: str) -> bool:
+    """Whether ``run``'s card went to ``member``: its ledger row's recipient, whatever
+    the task says now, compared whatever their case, as WeCom compares member ids."""
+    _, recipient = cards.delivery(run)
+    return recipient.casefold() == member.casefold()
 
 
 def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:

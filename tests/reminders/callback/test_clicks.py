@@ -1,0 +1,101 @@
+"""What a click does (``intake.clicks``): who may click a card, what "I'll take it" holds
+for the whole inquiry, and what a snooze that cannot happen says on its card.
+
+The cards go out for real through the engine on a memory channel that holds WeCom's
+rules, and the clicks come in signed and encrypted through the callback URL."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from reminders.models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
+from reminders.models.acting import card_id
+from reminders.senders.memory import MemorySender
+from tests.reminders.callback.test_card_updates import (
+    cards_channel,
+    delivered,
+    update_cards,
+)
+from tests.reminders.callback.test_view import callback_settings, event_xml, post
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("callback_settings", "cards_channel")]
+__all__ = ["callback_settings", "cards_channel"]
+
+
+def click_as(client: Client, run: TaskRun, member: str, key: str = "done", **sealed: Any) -> Any:
+    """A click on ``run``'s card by ``member``, as WeCom posts it; the response."""
+    code = MemorySender.click_code(card_id(run))
+    xml = event_xml(
+        run, FromUserName=member, EventKey=key, ResponseCode=code, CreateTime=str(int(time.time()))
+    )
+    return post(client, xml, **sealed)
+
+
+# --- Who may click: the member the card went to ------------------------------------------
+
+
+def test_click__by_the_member_the_card_went_to_acts_though_the_task_now_names_another(
+    client: Client,
+) -> None:
+    run = delivered(recipient="alice", key="followup:7")
+    # The CRM hands the follow-up to carol: alice's card is still alice's.
+    ScheduledTask.objects.filter(pk=run.task_id).update(recipient="carol")
+
+    assert click_as(client, run, "carol").status_code == 403
+    assert click_as(client, run, "alice").content == b"success"
+
+    assert RunAction.objects.get(run=run).member == "alice"
+    update_cards()
+    assert MemorySender.card_updates == [("alice", card_id(run), "Done by alice")]
+
+
+def test_click__member_ids_are_compared_as_wecom_does_whatever_their_case(client: Client) -> None:
+    run = delivered(recipient="Alice.Wang")
+
+    assert click_as(client, run, "alice.wang").content == b"success"
+
+    assert RunAction.objects.get(run=run).action == "done"
+
+
+def test_a_refused_click__wecoms_retry_of_the_same_request_is_no_replay(client: Client) -> None:
+    run = delivered(recipient="alice")
+    # The reply to the send was lost: the run is in doubt when its card is clicked, and
+    # the click is refused (404) as one on no sent run of ours.
+    TaskRun.objects.filter(pk=run.pk).update(status=TaskRun.Status.UNKNOWN)
+    request = {"nonce": "73107310", "timestamp": str(int(time.time()))}
+    assert click_as(client, run, "alice", **request).status_code == 404
+    assert not CallbackNonce.objects.exists()
+
+    # WeCom got no success and sends the same request again, once a retry of the run
+    # found it delivered.
+    TaskRun.objects.filter(pk=run.pk).update(status=TaskRun.Status.SENT)
+    assert click_as(client, run, "alice", **request).content == b"success"
+    assert RunAction.objects.get(run=run).member == "alice"
+    # A replay of the request that acted is one.
+    assert click_as(client, run, "alice", **request).status_code == 403
+
+
+def test_card_update__goes_to_the_member_the_card_went_to(client: Client) -> None:
+    run = delivered(recipient="alice")
+    assert click_as(client, run, "alice").content == b"success"
+    ScheduledTask.objects.filter(pk=run.task_id).update(recipient="carol")
+    assert SendLog.objects.get(run=run).recipient == "alice"
+
+    update_cards()
+
+    assert RunAction.objects.get(run=run).card_state == "updated"
+    assert MemorySender.card_updates == [("alice", card_id(run), "Done by alice")]
+
+
+def test_click__on_a_run_sent_before_now__still_checks_the_ledgers_recipient(
+    client: Client,
+) -> None:
+    run = delivered(recipient="alice")
+    SendLog.objects.filter(run=run).update(recipient="bob")  # as the ledger recorded it
+
+    assert click_as(client, run, "alice").status_code == 403
+    assert click_as(client, run, "BOB").content == b"success"
