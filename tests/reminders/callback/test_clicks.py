@@ -1,5 +1,6 @@
 """What a click does (``intake.clicks``): who may click a card, what "I'll take it" holds
-for the whole inquiry, and what a snooze that cannot happen says on its card.
+for the whole inquiry, and what a snooze that cannot happen says on its card; and what a
+recall (``engine.recall``) ends of what a click set going.
 
 The cards go out for real through the engine on a memory channel that holds WeCom's
 rules, and the clicks come in signed and encrypted through the callback URL."""
@@ -7,11 +8,16 @@ rules, and the clicks come in signed and encrypted through the callback URL."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
 
+from reminders.engine import recall as recalling
 from reminders.models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from reminders.models.acting import card_id
 from reminders.senders.memory import MemorySender
@@ -21,6 +27,7 @@ from tests.reminders.callback.test_card_updates import (
     update_cards,
 )
 from tests.reminders.callback.test_view import callback_settings, event_xml, post
+from tests.support.jobs import tick
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("callback_settings", "cards_channel")]
 __all__ = ["callback_settings", "cards_channel"]
@@ -99,3 +106,86 @@ def test_click__on_a_run_sent_before_now__still_checks_the_ledgers_recipient(
 
     assert click_as(client, run, "alice").status_code == 403
     assert click_as(client, run, "BOB").content == b"success"
+
+
+# --- A recall ends what the message would still cause -------------------------------------
+
+
+def test_recall__cancels_the_reminder_a_snooze_of_its_card_made(client: Client) -> None:
+    run = delivered(recipient="alice")
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+    later = RunAction.objects.get(run=run).follow_up
+    assert later is not None
+
+    log = recalling.recall(SendLog.objects.get(run=run), by="ops", reason="wrong customer")
+
+    later.refresh_from_db()
+    assert later.status == TaskRun.Status.CANCELLED
+    assert "recalled" in later.error_message
+    # An hour later, nothing comes back.
+    MemorySender.outbox.clear()
+    assert tick(now=timezone.now() + timedelta(minutes=61)) == 0
+    assert MemorySender.outbox == []
+    # The send log says what the recall cancelled with it.
+    assert "the reminder its snooze made" in log.recall_cancelled
+    assert "the reminder its snooze made" in SendLog.objects.get(pk=log.pk).recall_cancelled
+
+
+def test_recall__cancels_its_cards_pending_update(client: Client) -> None:
+    run = delivered(recipient="alice")
+    assert click_as(client, run, "alice").content == b"success"
+
+    log = recalling.recall(SendLog.objects.get(run=run), by="ops", reason="wrong customer")
+
+    action = RunAction.objects.get(run=run)
+    assert action.card_state == RunAction.CardState.FAILED
+    assert "recalled" in action.card_detail
+    assert update_cards() == [] and MemorySender.card_updates == []
+    assert "its card's update" in log.recall_cancelled
+
+
+def test_recall__of_a_card_nobody_clicked_cancels_nothing_and_says_nothing(client: Client) -> None:
+    run = delivered(recipient="alice")
+
+    log = recalling.recall(SendLog.objects.get(run=run), by="ops", reason="wrong customer")
+
+    assert log.recall_cancelled == ""
+    assert recalling.still_to_come(log) == []
+
+
+def test_recall__a_snooze_already_sent_is_a_message_of_its_own_and_stays(client: Client) -> None:
+    run = delivered(recipient="alice")
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+    assert tick(now=timezone.now() + timedelta(minutes=61)) == 1
+    later = RunAction.objects.get(run=run).follow_up
+    assert later is not None
+
+    log = recalling.recall(SendLog.objects.get(run=run), by="ops", reason="wrong customer")
+
+    later.refresh_from_db()
+    assert later.status == TaskRun.Status.SENT
+    assert "snooze" not in log.recall_cancelled
+
+
+def test_recall_page__says_what_the_recall_will_cancel_and_the_send_log_what_it_did(
+    client: Client, admin_client: Client
+) -> None:
+    run = delivered(recipient="alice", tz="Asia/Shanghai")
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+    later = RunAction.objects.get(run=run).follow_up
+    assert later is not None
+    due = later.due_at.astimezone(ZoneInfo("Asia/Shanghai"))
+    log = SendLog.objects.get(run=run)
+    page = reverse("admin:reminders_sendlog_recall", args=[log.pk])
+
+    shown = admin_client.get(page).content.decode()
+
+    assert f"the reminder its snooze made, due {due:%Y-%m-%d %H:%M}" in shown
+    assert "its card&#x27;s update" in shown
+    assert "Recalling it also cancels" in shown
+
+    admin_client.post(page, {"post": "yes", "reason": "wrong customer"})
+    row = admin_client.get(reverse("admin:reminders_sendlog_change", args=[log.pk]))
+    assert "the reminder its snooze made" in row.content.decode()
+    later.refresh_from_db()
+    assert later.status == TaskRun.Status.CANCELLED
