@@ -136,11 +136,11 @@ def replace_name(action: RunAction) -> str:
     button's length: the member's id is cut to fit, never the words."""
     task = action.run.task
     with translation.override(language(task)):
-        if action.action == DONE:
+        if action.action == DONE and not action.held_by:
             words = pgettext(
                 "card button after a click, at most 10 characters", "Done by %(member)s"
             )
-        elif action.action == TAKE:
+        elif action.action == TAKE or action.held_by:
             words = pgettext(
                 "card button after a click, at most 10 characters", "Taken by %(member)s"
             )
@@ -153,4 +153,5 @@ def replace_name(action: RunAction) -> str:
         else:
             words = "%(member)s: " + action.action
     fixed = width(words % {"member": ""})
-    return words % {"member": cut(action.member, room("button_list.text") - fixed, width)}
+    member = action.held_by or action.member
+    return words % {"member": cut(member, room("button_list.text") - fixed, width)}

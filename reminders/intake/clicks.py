@@ -16,12 +16,22 @@ Invariants:
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
-* ``done`` and ``take`` cancel what the action makes moot: the inquiry's escalation (the
-  task keyed ``<key>:escalation``), whose runs not yet started are cancelled.
+* An inquiry's alerts are the task keyed ``<key>`` and its escalation, keyed
+  ``<key>:escalation`` (``occasions.inquiry_keys``), with every copy a snooze made.
+  ``done`` and ``take`` on any of them cancel what the action makes moot: the
+  escalation, whose runs not yet started are cancelled, and the reminders the alerts'
+  snoozes made, not started yet (a take on the escalation ends the first alert's
+  snooze). A later ``api.schedule_inquiry_timeout`` does not plan that escalation again
+  unless the CRM says so (``reopen``; ``ended_by_a_click``).
   ``take`` also tells the inquiry's owner (``payload["owner"]``, else the member an
   escalation came from), unless the owner is the one who took it: a one-off of kind
   ``inquiry_taken`` keyed by the run, so that it is made once.
   ``snooze_1h`` makes a run of the same message an hour after the click.
+* "I'll take it" holds the whole inquiry: once someone took it on, a built-in click on
+  any other of its alerts does nothing; it is kept (one per run still) with ``held_by``
+  naming who has it, not told to the CRM, and its card reads "Taken by bob". Two takes
+  on two alerts at once act one after the other: a click on an inquiry locks its
+  tasks' rows first (then the run's, the planner's order), and the second is held.
 * A built-in action that came with WeCom's response code leaves the card to update
   (``card_state`` pending): a scheduler does it (``engine.cards``), not this request,
   woken once this commits (``engine.wake``, on PostgreSQL) rather than at its next tick.
@@ -46,11 +56,13 @@ from ..engine import actions, cards, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
-from .occasions import TAKEN_KIND, escalation_key
+from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
 
 logger = logging.getLogger(__name__)
 
 SNOOZE_FOR = timedelta(hours=1)
+# The buttons whose clicks the engine acts on (and whose cards it updates).
+BUILT_IN = (DONE, TAKE, SNOOZE)
 
 
 class Outcome(enum.Enum):
@@ -104,6 +116,11 @@ def _sent_to(run: TaskRun, member: str) -> bool:
 
 def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     now = timezone.now()
+    keys = inquiry_keys(run.task.key)
+    if keys is not None:
+        # The inquiry's lock, before the run's (the planner's order, tasks then runs):
+        # two takes on two of its alerts act one after the other, the second held.
+        list(ScheduledTask.objects.select_for_update().filter(key__in=keys).order_by("pk"))
     # The run's row lock: two clicks racing on one run act once.
     TaskRun.objects.select_for_update().filter(pk=run.pk).exists()
     done = RunAction.objects.filter(run=run).first()
@@ -116,16 +133,11 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         acted_at=_clicked_at(event, now),
         response_code=event.response_code[:128],
     )
-    if event.event_key in (DONE, TAKE, SNOOZE) and action.response_code:
+    if event.event_key in BUILT_IN and action.response_code:
         action.card_state = RunAction.CardState.PENDING
     try:
         with transaction.atomic():
-            if event.event_key in (DONE, TAKE):
-                _cancel_escalation(run.task)
-            if event.event_key == TAKE:
-                _tell_owner(run, event.from_user_name, now)
-            elif event.event_key == SNOOZE:
-                action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
+            _do(action, keys, now)
             action.save()
             if action.card_state == RunAction.CardState.PENDING:
                 # The card's update waits for no tick: the schedulers take it at once.
@@ -135,21 +147,56 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     return Applied(Outcome.ACTED, action)
 
 
+def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
+    """What ``action`` (not saved yet) does: nothing, held, where someone took its
+    inquiry on already; else what its button does."""
+    run, key, member = action.run, action.action, action.member
+    holder = _holder(keys) if keys is not None and key in BUILT_IN else None
+    if holder is not None:
+        action.held_by = holder.member
+        action.announced_at = now  # nothing happened: nothing to tell the CRM
+        return
+    if key in (DONE, TAKE) and keys is not None:
+        _end_inquiry(keys)
+    if key == TAKE:
+        _tell_owner(run, member, now)
+    elif key == SNOOZE:
+        action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=member)
+
+
 def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
     """When the member clicked, as WeCom says, unless that is in the future."""
     return min(event.created_at, now)
 
 
-def _cancel_escalation(task: ScheduledTask) -> None:
-    if not task.key:
-        return
-    # A one-off whose run was planned is ``completed``: its run, due later, is cancelled
-    # all the same (as ``api.cancel_for`` does).
-    escalations = ScheduledTask.objects.filter(key=escalation_key(task.key)).exclude(
+def _holder(keys: tuple[str, str]) -> RunAction | None:
+    """The take that holds the inquiry of ``keys``, if someone took it on."""
+    taken = RunAction.objects.filter(run__task__key__in=keys, action=TAKE, held_by="")
+    return taken.order_by("received_at", "pk").first()
+
+
+def _end_inquiry(keys: tuple[str, str]) -> None:
+    """Done or taken on: what the inquiry's alerts would still send is cancelled, its
+    escalation (with its runs not yet started, even one the planner made already; a
+    one-off whose run was planned is ``completed`` and is cancelled all the same, as
+    ``api.cancel_for`` does) and the reminders that snoozes of its alerts made."""
+    _, escalated = keys
+    escalations = ScheduledTask.objects.filter(key=escalated).exclude(
         status=ScheduledTask.Status.CANCELLED
     )
     for escalation in escalations:
         actions.cancel(escalation)
+    snoozed = RunAction.objects.filter(run__task__key__in=keys, follow_up__isnull=False)
+    TaskRun.objects.filter(pk__in=snoozed.values("follow_up")).cancel_pending()
+
+
+def ended_by_a_click(first_key: str) -> bool:
+    """Whether someone marked the inquiry of ``first_key`` done or took it on, which
+    cancelled its escalation (``api.schedule_inquiry_timeout`` plans it again only when
+    told to)."""
+    keys = (first_key, escalation_key(first_key))
+    acted = RunAction.objects.filter(run__task__key__in=keys, action__in=(DONE, TAKE))
+    return acted.filter(held_by="").exists()
 
 
 def _tell_owner(run: TaskRun, taker: str, now: datetime) -> ScheduledTask | None:

@@ -13,17 +13,21 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from django.test import Client
+from django.test import Client, TestCase
 from django.urls import reverse
 from django.utils import timezone
 
+from reminders import api, signals
+from reminders.engine import announce
 from reminders.engine import recall as recalling
 from reminders.models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from reminders.models.acting import card_id
 from reminders.senders.memory import MemorySender
+from tests.crm.models import Inquiry
 from tests.reminders.callback.test_card_updates import (
     cards_channel,
     delivered,
+    escalated_inquiry,
     update_cards,
 )
 from tests.reminders.callback.test_view import callback_settings, event_xml, post
@@ -189,3 +193,129 @@ def test_recall_page__says_what_the_recall_will_cancel_and_the_send_log_what_it_
     assert "the reminder its snooze made" in row.content.decode()
     later.refresh_from_db()
     assert later.status == TaskRun.Status.CANCELLED
+
+
+# --- "I'll take it" holds the whole inquiry ------------------------------------------------
+
+
+def sent_runs(first: ScheduledTask, escalation: ScheduledTask) -> tuple[TaskRun, TaskRun]:
+    """The inquiry's alert to alice and its escalation to bob, both sent now."""
+    assert tick() == 2
+    return (
+        TaskRun.objects.get(task=first, status=TaskRun.Status.SENT),
+        TaskRun.objects.get(task=escalation, status=TaskRun.Status.SENT),
+    )
+
+
+@pytest.mark.parametrize("later", ["take", "done"])
+def test_take__no_other_alert_of_the_inquiry_can_then_be_taken_or_done(
+    client: Client, later: str
+) -> None:
+    original, escalated = sent_runs(*escalated_inquiry())
+    told: list[tuple[int, str, str]] = []
+
+    def receiver(sender: type, run: TaskRun, action: str, member: str, **kwargs: Any) -> None:
+        told.append((run.pk, action, member))
+
+    assert click_as(client, escalated, "bob", "take").content == b"success"
+    assert click_as(client, original, "alice", later).content == b"success"  # WeCom's answer
+
+    refused = RunAction.objects.get(run=original)
+    assert (refused.action, refused.member, refused.held_by) == (later, "alice", "bob")
+    assert RunAction.objects.get(run=escalated).held_by == ""
+    # Bob's take told alice, the owner, once; her click did nothing: the CRM hears of bob's.
+    assert ScheduledTask.objects.filter(kind="inquiry_taken").count() == 1
+    signals.run_acted.connect(receiver)
+    try:
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            announce.announce()
+    finally:
+        signals.run_acted.disconnect(receiver)
+    assert told == [(escalated.pk, "take", "bob")]
+    # Both cards say who has it.
+    update_cards()
+    assert sorted(MemorySender.card_updates) == [
+        ("alice", card_id(original), "Taken by bob"),
+        ("bob", card_id(escalated), "Taken by bob"),
+    ]
+
+
+def test_take__a_snoozed_copy_of_the_alert_can_no_longer_be_taken(client: Client) -> None:
+    first, escalation = escalated_inquiry(after=90)
+    assert tick() == 1
+    original = TaskRun.objects.get(task=first, status=TaskRun.Status.SENT)
+    assert click_as(client, original, "alice", "snooze_1h").content == b"success"
+    assert tick(now=timezone.now() + timedelta(minutes=61)) == 1  # the snoozed copy
+    copy = TaskRun.objects.get(task=first, status=TaskRun.Status.SENT, is_manual=True)
+    assert tick(now=timezone.now() + timedelta(minutes=91)) == 1  # the escalation
+    escalated = TaskRun.objects.get(task=escalation, status=TaskRun.Status.SENT)
+
+    assert click_as(client, escalated, "bob", "take").content == b"success"
+    assert click_as(client, copy, "alice", "take").content == b"success"
+
+    assert RunAction.objects.get(run=copy).held_by == "bob"
+
+
+@pytest.mark.parametrize("key", ["take", "done"])
+def test_done_or_take_on_the_escalation__ends_the_originals_pending_snooze(
+    client: Client, key: str
+) -> None:
+    original, escalated = sent_runs(*escalated_inquiry())
+    assert click_as(client, original, "alice", "snooze_1h").content == b"success"
+    later = RunAction.objects.get(run=original).follow_up
+    assert later is not None and later.status == TaskRun.Status.SCHEDULED
+
+    assert click_as(client, escalated, "bob", key).content == b"success"
+
+    later.refresh_from_db()
+    assert later.status == TaskRun.Status.CANCELLED
+    tick()  # bob's take tells alice, the owner, now
+    assert tick(now=timezone.now() + timedelta(minutes=61)) == 0
+
+
+def test_schedule_inquiry_timeout__again_does_not_plan_an_escalation_a_click_cancelled(
+    client: Client,
+) -> None:
+    first, escalation = escalated_inquiry(after=30)
+    assert tick() == 1
+    original = TaskRun.objects.get(task=first, status=TaskRun.Status.SENT)
+    assert click_as(client, original, "alice", "take").content == b"success"
+    escalation.refresh_from_db()
+    assert escalation.status == ScheduledTask.Status.CANCELLED
+
+    # The CRM schedules the inquiry's timeout again (its own retry, a field changed).
+    again = schedule_again(first)
+
+    assert [task.pk for task in again] == [first.pk, escalation.pk]
+    escalation.refresh_from_db()
+    assert escalation.status == ScheduledTask.Status.CANCELLED
+    assert not TaskRun.objects.filter(task=escalation).exclude(status="cancelled").exists()
+
+    # Unless it says so.
+    schedule_again(first, reopen=True)
+    escalation.refresh_from_db()
+    assert escalation.status == ScheduledTask.Status.ACTIVE
+
+
+def test_schedule_inquiry_timeout__again_after_a_cancel_for_plans_the_escalation_again() -> None:
+    first, escalation = escalated_inquiry(after=30)
+    api.cancel_for(Inquiry.objects.get(pk=first.object_id))
+
+    schedule_again(first)
+
+    escalation.refresh_from_db()
+    assert escalation.status == ScheduledTask.Status.ACTIVE
+
+
+def schedule_again(first: ScheduledTask, **options: Any) -> list[ScheduledTask]:
+    """``api.schedule_inquiry_timeout`` as ``escalated_inquiry`` called it, again."""
+    return api.schedule_inquiry_timeout(
+        "alice",
+        arrived_at=timezone.now() - timedelta(minutes=31),
+        minutes=30,
+        about=Inquiry.objects.get(pk=first.object_id),
+        escalate_to="bob",
+        escalate_after_minutes=30,
+        payload={"customer": "ACME"},
+        **options,
+    )
