@@ -17,7 +17,7 @@ from django.test import Client, TestCase
 from django.urls import reverse
 from django.utils import timezone
 
-from reminders import api, signals
+from reminders import api, preferences, signals
 from reminders.engine import announce
 from reminders.engine import recall as recalling
 from reminders.models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
@@ -319,3 +319,66 @@ def schedule_again(first: ScheduledTask, **options: Any) -> list[ScheduledTask]:
         payload={"customer": "ACME"},
         **options,
     )
+
+
+# --- A snooze says on its card when it comes again, or that it will not -------------------
+
+
+def test_snooze__of_a_paused_task_makes_no_reminder_and_the_card_says_so(client: Client) -> None:
+    run = delivered(recipient="alice")
+    ScheduledTask.objects.filter(pk=run.task_id).update(status=ScheduledTask.Status.PAUSED)
+
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+
+    assert RunAction.objects.get(run=run).follow_up is None
+    assert not TaskRun.objects.filter(task_id=run.task_id, is_manual=True).exists()
+    update_cards()
+    assert MemorySender.card_updates == [("alice", card_id(run), "Not possible: paused")]
+
+
+def test_snooze__of_a_cancelled_task_makes_no_reminder_and_the_card_says_so(
+    client: Client,
+) -> None:
+    run = delivered(recipient="alice", key="followup:8")
+    assert api.cancel("followup:8")
+
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+
+    assert RunAction.objects.get(run=run).follow_up is None
+    assert not TaskRun.objects.filter(task_id=run.task_id, is_manual=True).exists()
+    update_cards()
+    assert MemorySender.card_updates == [("alice", card_id(run), "Task cancelled")]
+
+
+def test_snooze__into_quiet_hours_comes_at_their_end_and_the_card_says_when(
+    client: Client,
+) -> None:
+    shanghai = ZoneInfo("Asia/Shanghai")
+    run = delivered(recipient="alice", tz="Asia/Shanghai")
+    now = timezone.now().astimezone(shanghai)
+    start, end = now + timedelta(minutes=30), now + timedelta(hours=3)
+    preferences.set_quiet_hours("alice", f"{start:%H:%M}-{end:%H:%M}", by="ops")
+
+    assert click_as(client, run, "alice", "snooze_1h").content == b"success"
+
+    later = RunAction.objects.get(run=run).follow_up
+    assert later is not None
+    due = later.due_at.astimezone(shanghai)
+    assert end.replace(second=0, microsecond=0) <= due <= end + timedelta(minutes=11)
+    update_cards()
+    assert MemorySender.card_updates == [("alice", card_id(run), f"Again at {due:%H:%M}")]
+    # It goes then, not an hour after the click.
+    assert tick(now=now + timedelta(minutes=61)) == 0
+    assert tick(now=later.due_at) == 1
+
+
+def test_snooze__cancelled_before_its_card_was_updated_never_shows_a_time(
+    client: Client,
+) -> None:
+    original, escalated = sent_runs(*escalated_inquiry())
+    assert click_as(client, original, "alice", "snooze_1h").content == b"success"
+    assert click_as(client, escalated, "bob", "done").content == b"success"
+
+    update_cards()
+
+    assert ("alice", card_id(original), "Reminder cancelled") in MemorySender.card_updates
