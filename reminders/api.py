@@ -144,16 +144,27 @@ def schedule_inquiry_timeout(
         key=key,
     )
     with transaction.atomic():
-        closed = len(items) > 1 and not reopen and clicks.ended_by_a_click(items[0]["key"])
+        closed = None if len(items) == 1 or reopen else _closed_escalation(items[0]["key"])
         try:
             tasks = scheduling.schedule_all(items[:1] if closed else items).tasks
         except BulkValidationError as exc:
             raise _inquiry_errors(exc) from None
         if closed:
-            tasks.append(ScheduledTask.objects.get(key=items[1]["key"]))
+            tasks.append(closed)
         if escalate_to is None:
             cancel(occasions.escalation_key(items[0]["key"]))
     return tasks
+
+
+def _closed_escalation(first_key: str) -> ScheduledTask | None:
+    """The inquiry's escalation, cancelled, if a click ended the inquiry (marked it done
+    or took it on): left as it is unless the CRM reopens it."""
+    escalation = (
+        ScheduledTask.objects.filter(key=occasions.escalation_key(first_key))
+        .filter(status=ScheduledTask.Status.CANCELLED)
+        .first()
+    )
+    return escalation if escalation and clicks.ended_by_a_click(first_key) else None
 
 
 # An inquiry item's parameters, as ``schedule_inquiry_timeout`` names them: the alert's,

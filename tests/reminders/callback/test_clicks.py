@@ -307,6 +307,26 @@ def test_schedule_inquiry_timeout__again_after_a_cancel_for_plans_the_escalation
     assert escalation.status == ScheduledTask.Status.ACTIVE
 
 
+def test_schedule_inquiry_timeout__an_escalation_added_after_a_take_is_planned(
+    client: Client,
+) -> None:
+    inquiry = Inquiry.objects.create(subject="500 units, price?")
+    arrived = timezone.now() - timedelta(minutes=31)
+    [first] = api.schedule_inquiry_timeout(
+        "alice", arrived, minutes=30, about=inquiry, payload={"customer": "ACME"}
+    )
+    ScheduledTask.objects.filter(pk=first.pk).update(channel="memory_cards")
+    assert tick() == 1
+    original = TaskRun.objects.get(task=first, status=TaskRun.Status.SENT)
+    assert click_as(client, original, "alice", "take").content == b"success"
+
+    again, escalation = schedule_again(first)
+
+    assert again.pk == first.pk
+    assert escalation.key == f"{first.key}:escalation"
+    assert escalation.status == ScheduledTask.Status.ACTIVE
+
+
 def schedule_again(first: ScheduledTask, **options: Any) -> list[ScheduledTask]:
     """``api.schedule_inquiry_timeout`` as ``escalated_inquiry`` called it, again."""
     return api.schedule_inquiry_timeout(
