@@ -157,11 +157,11 @@ def _words(action: RunAction, task: ScheduledTask) -> tuple[str, str | None]:
         done = pgettext("card button after a click, at most 10 characters", "Done by %(member)s")
         return done, action.member
     if action.action == SNOOZE:
-        return snoozed(action, task), None
+        return _snoozed(action, task), None
     return "%(member)s: " + action.action, action.member
 
 
-def snoozed(action: RunAction, task: ScheduledTask) -> str:
+def _snoozed(action: RunAction, task: ScheduledTask) -> str:
     """What a snooze's card says: when its reminder comes (its due time, quiet hours
     included), or that it will not (its task paused, cancelled or in error, or the
     reminder cancelled since): never a time that will not come."""

@@ -16,8 +16,9 @@ Invariants:
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
-* An inquiry's alerts are the task keyed ``<key>`` and its escalation, keyed
-  ``<key>:escalation`` (``occasions.inquiry_keys``), with every copy a snooze made.
+* An inquiry's alerts are the ``inquiry_timeout`` task keyed ``<key>`` and its
+  escalation, keyed ``<key>:escalation`` (``occasions.inquiry_keys``), with every copy
+  a snooze made; a click on a card of another kind does none of what follows for them.
   ``done`` and ``take`` on any of them cancel what the action makes moot: the
   escalation, whose runs not yet started are cancelled, and the reminders the alerts'
   snoozes made, not started yet (a take on the escalation ends the first alert's
@@ -118,7 +119,7 @@ def _sent_to(run: TaskRun, member: str) -> bool:
 
 def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     now = timezone.now()
-    keys = inquiry_keys(run.task.key)
+    keys = inquiry_keys(run.task.kind, run.task.key)
     if keys is not None:
         # The inquiry's lock, before the run's (the planner's order, tasks then runs):
         # two takes on two of its alerts act one after the other, the second held.

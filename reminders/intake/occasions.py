@@ -184,10 +184,10 @@ def escalation_key(first_key: str) -> str:
     return f"{first_key}{ESCALATION_SUFFIX}"
 
 
-def inquiry_keys(key: str | None) -> tuple[str, str] | None:
+def inquiry_keys(kind: str, key: str | None) -> tuple[str, str] | None:
     """The keys of the alerts of one inquiry, the first's and its escalation's, from
-    either's key; None for a task without a key, which has no escalation."""
-    if not key:
+    either's kind and key; None for a task of another kind, or without a key."""
+    if kind != INQUIRY_KIND or not key:
         return None
     first = key.removesuffix(ESCALATION_SUFFIX)
     return first, escalation_key(first)

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reminders import api, preferences, signals
-from reminders.engine import announce
+from reminders.engine import actions, announce
 from reminders.engine import recall as recalling
 from reminders.models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from reminders.models.acting import card_id
@@ -254,6 +254,18 @@ def test_take__a_snoozed_copy_of_the_alert_can_no_longer_be_taken(client: Client
     assert click_as(client, copy, "alice", "take").content == b"success"
 
     assert RunAction.objects.get(run=copy).held_by == "bob"
+
+
+def test_done_on_a_follow_up__leaves_the_snooze_of_its_earlier_occurrence(client: Client) -> None:
+    monday = delivered(recipient="alice", key="followup:7")
+    tuesday, _ = actions.run_now(monday.task)  # the task's message again, another card
+    assert tick() == 1
+    assert click_as(client, monday, "alice", "snooze_1h").content == b"success"
+
+    assert click_as(client, tuesday, "alice", "done").content == b"success"
+
+    later = RunAction.objects.get(run=monday).follow_up
+    assert later is not None and later.status == TaskRun.Status.SCHEDULED
 
 
 @pytest.mark.parametrize("key", ["take", "done"])
