@@ -14,6 +14,9 @@
   A built-in click on an alert of an inquiry someone had taken on already ("I'll take
   it" holds the whole inquiry, ``intake.clicks``) is kept too, for its card and for ops,
   with ``held_by`` saying who had it: it did nothing, and its card reads "Taken by bob".
+  The CRM is not told of it: it is recorded told (``announced_at``), there being nothing
+  to tell. A recall of the run's message ends its card's pending update (``failed``,
+  saying so) and cancels the run its snooze made (``engine.recall``).
 * ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
   inside the accepted window, unique: the same request replayed is refused.
 """
