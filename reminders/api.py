@@ -23,7 +23,7 @@ from django.db.models import Model
 from .engine import actions
 from .exceptions import BulkValidationError
 from .intake import about as about_objects
-from .intake import occasions, scheduling
+from .intake import clicks, occasions, scheduling
 from .intake.occasions import BIRTHDAY_TIME, birthday_item
 from .models import ScheduledTask
 
@@ -122,14 +122,17 @@ def schedule_inquiry_timeout(
     escalate_after_minutes: int | None = None,
     payload: dict[str, Any] | None = None,
     key: str | None = None,
+    reopen: bool = False,
 ) -> list[ScheduledTask]:
     """An ``inquiry_timeout`` alert to ``recipient`` ``minutes`` after ``arrived_at``,
     and with ``escalate_to`` a second one to them ``escalate_after_minutes`` later
     (saying whom it escalates from and how long the inquiry has waited); returns the
     tasks, the alert first. Both are about ``about`` (the inquiry: ``cancel_for`` it
     when it is answered) and keyed from ``key`` or from it, so calling again updates
-    them; an escalation left out of a later call is cancelled. ``ValidationError``
-    names the parameter at fault; nothing is saved then."""
+    them; an escalation left out of a later call is cancelled. An escalation that a
+    click cancelled (someone marked the inquiry done or took it on) is not planned
+    again by a later call, and is returned as it is, unless ``reopen`` is true.
+    ``ValidationError`` names the parameter at fault; nothing is saved then."""
     items = occasions.inquiry_timeout_items(
         recipient,
         arrived_at,
@@ -141,13 +144,27 @@ def schedule_inquiry_timeout(
         key=key,
     )
     with transaction.atomic():
+        closed = None if len(items) == 1 or reopen else _closed_escalation(items[0]["key"])
         try:
-            tasks = scheduling.schedule_all(items).tasks
+            tasks = scheduling.schedule_all(items[:1] if closed else items).tasks
         except BulkValidationError as exc:
             raise _inquiry_errors(exc) from None
+        if closed:
+            tasks.append(closed)
         if escalate_to is None:
             cancel(occasions.escalation_key(items[0]["key"]))
     return tasks
+
+
+def _closed_escalation(first_key: str) -> ScheduledTask | None:
+    """The inquiry's escalation, cancelled, if a click ended the inquiry (marked it done
+    or took it on): left as it is unless the CRM reopens it."""
+    escalation = (
+        ScheduledTask.objects.filter(key=occasions.escalation_key(first_key))
+        .filter(status=ScheduledTask.Status.CANCELLED)
+        .first()
+    )
+    return escalation if escalation and clicks.ended_by_a_click(first_key) else None
 
 
 # An inquiry item's parameters, as ``schedule_inquiry_timeout`` names them: the alert's,

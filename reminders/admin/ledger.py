@@ -9,7 +9,9 @@ a ledger row's page (and on its run's, ``reminders.admin.runs``) where ``why_not
 nothing against it, leading to a confirmation page that shows the message and its
 recipient and asks why; and the action "Recall the selected messages" on the ledger's
 and the runs' lists, whose confirmation page says which will be recalled and which will
-not, and why, and takes one reason for all. Nothing is recalled until that page's POST
+not, and why, and takes one reason for all. Either page says what a recall cancels with
+a message (``engine.recall.still_to_come``: a snooze's reminder, a card's update), and a
+recalled row what it did. Nothing is recalled until that page's POST
 (``post=yes``) with a reason; rows are sorted again then, each recalled on its own, and
 one failure never stops the others. The report says how many were recalled, and each
 one that failed, and why.
@@ -98,11 +100,14 @@ def recall_state(log: SendLog) -> str:
     what the provider said; "" for a message nobody tried to recall."""
     if log.recalled_at is not None:
         when = timezone.localtime(log.recalled_at)
-        return gettext("recalled by %(by)s, %(when)s: %(reason)s") % {
+        said = gettext("recalled by %(by)s, %(when)s: %(reason)s") % {
             "by": log.recalled_by,
             "when": f"{when:%Y-%m-%d %H:%M}",
             "reason": log.recall_reason,
         }
+        if log.recall_cancelled:
+            said += "; " + gettext("cancelled with it: %(what)s") % {"what": log.recall_cancelled}
+        return said
     done, parts = len(log.recalled_ids or []), len(recalling.message_ids(log))
     if log.recall_error:
         return gettext("recall failed, %(done)d of %(parts)d parts recalled: %(error)s") % {
@@ -171,7 +176,16 @@ def describe(log: SendLog) -> dict[str, Any]:
         "parts": len(recalling.message_ids(log)),
         "gist": gist(log),
         "state": recall_state(log),
+        "cancels": _cancels(log),
     }
+
+
+def _cancels(log: SendLog) -> str:
+    """What recalling ``log`` cancels with it, as the confirmation page says; ""."""
+    what = recalling.still_to_come(log)
+    if not what:
+        return ""
+    return gettext("Recalling it also cancels %(what)s.") % {"what": "; ".join(what)}
 
 
 # -- the confirmation page and the recall itself ------------------------------------------

@@ -44,7 +44,7 @@ from django.utils.translation import gettext_lazy as _
 from ..conf import settings as conf
 from ..exceptions import ActionRefused, UnknownKind, UnplannableTask
 from ..messages.digests import is_digest
-from ..models import ScheduledTask, SendLog, TaskRun
+from ..models import QUIET_CODE, QuietHours, ScheduledTask, SendLog, TaskRun
 from ..models.choices import (
     LOST_STATUSES,
     MAKEUP_SUFFIX,
@@ -54,7 +54,7 @@ from ..models.choices import (
     SkipReason,
 )
 from ..schedule import timing
-from . import planning, wake
+from . import holds, planning, wake
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise
@@ -364,13 +364,34 @@ def mark_handled(run: TaskRun, by: str, now: datetime | None = None) -> bool:
 SNOOZE_KEY = "{task}:snooze:{run}"
 
 
+def snooze_refusal(task: ScheduledTask) -> Refusal | None:
+    """Why a snooze of ``task``'s message would never come, or None: its task is paused,
+    cancelled or in error (its runs wait, end or stay unplanned)."""
+    if task.status == task.Status.PAUSED:
+        return TASK_PAUSED
+    if task.status == task.Status.CANCELLED:
+        return TASK_CANCELLED
+    if task.status == task.Status.ERROR:
+        return TASK_IN_ERROR
+    return None
+
+
 def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     """A run of ``run``'s task due at ``until``, made on ``by``'s request from a card:
     the same message again, later, as a message of its own (its own occurrence, stamp and
-    key), under its kind's deadline counted from ``until``. Saved; the schedulers are
-    woken once it commits if it is due within a tick."""
-    later = _requested_run(run.task, until, SNOOZE_KEY.format(task=run.task_id, run=run.pk), by)
+    key), under its kind's deadline counted from ``until``. ``until`` inside its
+    recipient's quiet hours is their end (staggered, as ``holds.quiet`` says), so that
+    its due time is the time it goes, and its deadline counts from there. Saved; the
+    schedulers are woken once it commits if it is due within a tick. The caller asks
+    ``snooze_refusal`` first."""
+    task, key = run.task, SNOOZE_KEY.format(task=run.task_id, run=run.pk)
+    later = _requested_run(task, until, key, by)
+    own = QuietHours.objects.filter(recipient=task.recipient).first()
+    held = holds.quiet(later, until, own)
+    if held is not None:
+        later = _requested_run(task, held.until, key, by)
+        later.error_code, later.error_message = QUIET_CODE, held.message
     later.save()
-    if until <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
+    if later.due_at <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
         wake.notify()
     return later

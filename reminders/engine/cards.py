@@ -17,6 +17,12 @@ Invariants:
   reply) is tried again a lease later, until the 72 hours are over (``expired``). A code
   spent by an attempt whose reply was lost is refused on the next: ``failed``, saying
   so. A card is cosmetic: its update never changes what the action did.
+* The card is updated for the member it went to, on the channel it went out on (its
+  ledger row's), whatever the task names now.
+* A snooze's card says when its reminder goes (its due time: quiet hours move it to
+  their end), or that it will not ("Not possible: paused", "Task cancelled", "Reminder
+  cancelled"), as things stand when the card is updated: never a time that will not
+  come. A click on an inquiry someone else had taken on reads "Taken by" them.
 * The words are the task's language (``builders.language``), fitted to a button's
   length (``senders.template_card``): a long member id is cut, never the words.
 """
@@ -35,12 +41,12 @@ from django.utils.translation import pgettext
 from ..exceptions import SendError, TransientSendError
 from ..messages.builders import language
 from ..messages.fitting import cut
-from ..models import RunAction, SendLog
+from ..models import RunAction, ScheduledTask, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE
 from ..schedule import timing
 from ..senders import get_sender
 from ..senders.template_card import room, width
-from . import cluster
+from . import actions, cluster
 
 logger = logging.getLogger(__name__)
 
@@ -85,18 +91,18 @@ def update(action_ids: Sequence[int]) -> int:
     """The job: update the cards of ``action_ids`` still pending; how many were updated.
     One card's failure is its own: the others are updated all the same."""
     updated = 0
-    actions = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
-    for action in actions.select_related("run", "run__task").order_by("received_at"):
+    due = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
+    for action in due.select_related("run", "run__task", "follow_up").order_by("received_at"):
         updated += _update_one(action)
     return updated
 
 
 def _update_one(action: RunAction) -> int:
-    task = action.run.task
     text = replace_name(action)
+    channel, recipient = delivery(action.run)
     try:
-        sender = get_sender(_channel(action))
-        sender.update_card(task.recipient, action.response_code, text)
+        sender = get_sender(channel)
+        sender.update_card(recipient, action.response_code, text)
     except TransientSendError as exc:
         # Tried again once the lease is over, while WeCom still takes the code.
         logger.warning("card of run %s not updated yet: %s", action.run_id, exc)
@@ -117,14 +123,16 @@ def _finish(action: RunAction, state: str, detail: str) -> int:
     )
 
 
-def _channel(action: RunAction) -> str:
-    """The channel the card went out on: its ledger row's, else the task's."""
+def delivery(run: TaskRun) -> tuple[str, str]:
+    """The channel and the member ``run``'s card went out to, as its ledger row says,
+    whatever its task says now (the CRM may have handed it to someone else since); the
+    task's for a run recorded sent without a row."""
     sent = (
-        SendLog.objects.filter(run_id=action.run_id, status=SendLog.Status.SENT)
-        .values_list("channel", flat=True)
+        SendLog.objects.filter(run_id=run.pk, status=SendLog.Status.SENT)
+        .values_list("channel", "recipient")
         .first()
     )
-    return sent or action.run.task.channel
+    return sent or (run.task.channel, run.task.recipient)
 
 
 def replace_name(action: RunAction) -> str:
@@ -132,21 +140,45 @@ def replace_name(action: RunAction) -> str:
     button's length: the member's id is cut to fit, never the words."""
     task = action.run.task
     with translation.override(language(task)):
-        if action.action == DONE:
-            words = pgettext(
-                "card button after a click, at most 10 characters", "Done by %(member)s"
-            )
-        elif action.action == TAKE:
-            words = pgettext(
-                "card button after a click, at most 10 characters", "Taken by %(member)s"
-            )
-        elif action.action == SNOOZE and action.follow_up is not None:
-            at = action.follow_up.occurrence.astimezone(timing.zone(task.timezone))
-            words = pgettext(
-                "card button after a click, at most 10 characters", "Again at %(time)s"
-            )
-            return words % {"time": at.strftime("%H:%M")}
-        else:
-            words = "%(member)s: " + action.action
+        words, member = _words(action, task)
+    if member is None:
+        return words
     fixed = width(words % {"member": ""})
-    return words % {"member": cut(action.member, room("button_list.text") - fixed, width)}
+    return words % {"member": cut(member, room("button_list.text") - fixed, width)}
+
+
+def _words(action: RunAction, task: ScheduledTask) -> tuple[str, str | None]:
+    """The button's words, with ``%(member)s`` for the member they name (None: they
+    name none): who has the inquiry, who acted, or what became of a snooze."""
+    if action.held_by or action.action == TAKE:
+        taken = pgettext("card button after a click, at most 10 characters", "Taken by %(member)s")
+        return taken, action.held_by or action.member
+    if action.action == DONE:
+        done = pgettext("card button after a click, at most 10 characters", "Done by %(member)s")
+        return done, action.member
+    if action.action == SNOOZE:
+        return _snoozed(action, task), None
+    return "%(member)s: " + action.action, action.member
+
+
+def _snoozed(action: RunAction, task: ScheduledTask) -> str:
+    """What a snooze's card says: when its reminder comes (its due time, quiet hours
+    included), or that it will not (its task paused, cancelled or in error, or the
+    reminder cancelled since): never a time that will not come."""
+    refusal = actions.snooze_refusal(task)
+    later = action.follow_up
+    if refusal is not None:
+        return _not_possible(refusal.code)
+    if later is None or later.status == TaskRun.Status.CANCELLED:
+        return pgettext("card button after a click, at most 10 characters", "Reminder cancelled")
+    at = later.due_at.astimezone(timing.zone(task.timezone))
+    again = pgettext("card button after a click, at most 10 characters", "Again at %(time)s")
+    return again % {"time": at.strftime("%H:%M")}
+
+
+def _not_possible(code: str) -> str:
+    if code == actions.TASK_PAUSED.code:
+        return pgettext("card button after a click, at most 10 characters", "Not possible: paused")
+    if code == actions.TASK_CANCELLED.code:
+        return pgettext("card button after a click, at most 10 characters", "Task cancelled")
+    return pgettext("card button after a click, at most 10 characters", "Task in error")

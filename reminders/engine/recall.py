@@ -28,6 +28,13 @@ Invariants:
   operators finishing at once, the first marks it and the other is told it was
   recalled already. ``message_recalled`` is sent by the one whose UPDATE marked it,
   once, after that commits.
+* A recall ends what the message would still cause: the reminder its card's snooze
+  made (``RunAction.follow_up``), not started yet, is cancelled (code ``recalled``), and
+  its card's update, not made yet, is not made (``failed``, saying why: WeCom updates no
+  recalled card). In the transaction that marks the row, by the one that marks it; the
+  row says what was cancelled (``recall_cancelled``), and ``still_to_come`` says so
+  beforehand (the admin's confirmation page). Without that, a card snoozed and then
+  recalled came back an hour later. A snooze already sent is a message of its own.
 * A refusal of the provider is kept in ``recall_error`` (which part, what it said) and
   raised. Progress clears it, and so does the recall's end.
 
@@ -43,6 +50,7 @@ is refused for that part, and ops ask the recipient.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
@@ -52,12 +60,14 @@ from django.utils.translation import gettext, ngettext
 
 from .. import signals
 from ..exceptions import ActionRefused, SendError
-from ..models import SendLog
+from ..models import RunAction, SendLog, TaskRun
 from ..senders import BaseSender, get_sender
 from .actions import Refusal
 
-__all__ = ["message_ids", "recall", "refusal", "why_not"]
+__all__ = ["message_ids", "recall", "refusal", "still_to_come", "why_not"]
 
+# A reminder cancelled because the message it repeats was recalled says so by this code.
+RECALLED_CODE = "recalled"
 # recall_error keeps this much of what the provider said.
 ERROR_CHARS = 2000
 
@@ -240,6 +250,8 @@ def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog
             recall_error="",
             updated_at=timezone.now(),
         )
+        if marked:
+            _cancel_what_comes(log)
         log.refresh_from_db()
         if not marked:
             found = refusal(log) or Refusal("changed", gettext("it changed meanwhile"))
@@ -248,6 +260,68 @@ def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog
             signals.message_recalled, SendLog, log=log, by=log.recalled_by, reason=reason
         )
     return log
+
+
+@dataclass(frozen=True)
+class _Aftermath:
+    """What a sent message would still cause: the reminder its card's snooze made, not
+    started yet, and its card's update, not made yet (``RunAction``)."""
+
+    snoozed: TaskRun | None
+    card: RunAction | None
+
+    @classmethod
+    def of(cls, log: SendLog) -> _Aftermath:
+        action = (
+            RunAction.objects.select_related("follow_up").filter(run_id=log.run_id).first()
+            if log.run_id is not None
+            else None
+        )
+        if action is None:
+            return cls(None, None)
+        later = action.follow_up
+        pending = (*TaskRun.WAITING, TaskRun.Status.QUEUED)  # as ``cancel_pending`` reads it
+        snoozed = later if later is not None and later.status in pending else None
+        card = action if action.card_state == RunAction.CardState.PENDING else None
+        return cls(snoozed, card)
+
+    def words(self) -> list[str]:
+        said = []
+        if self.snoozed is not None:
+            said.append(
+                gettext("the reminder its snooze made, due %(when)s")
+                % {"when": _when(self.snoozed.due_at)}
+            )
+        if self.card is not None:
+            said.append(gettext("its card's update"))
+        return said
+
+
+def still_to_come(log: SendLog) -> list[str]:
+    """What recalling ``log`` would cancel with it, in words: the reminder its card's
+    snooze made, not sent yet, and its card's update, not made yet; [] for nothing."""
+    return _Aftermath.of(log).words()
+
+
+def _cancel_what_comes(log: SendLog) -> None:
+    """The message recalled (in the caller's transaction): what it would still cause is
+    cancelled, each saying why, and the row says what was."""
+    found = _Aftermath.of(log)
+    if found.snoozed is not None:
+        later = TaskRun.objects.filter(pk=found.snoozed.pk)
+        later.cancel_pending()
+        later.filter(status=TaskRun.Status.CANCELLED).update(
+            error_code=RECALLED_CODE,
+            error_message="The message it repeats was recalled.",
+        )
+    if found.card is not None:
+        RunAction.objects.filter(pk=found.card.pk, card_state=RunAction.CardState.PENDING).update(
+            card_state=RunAction.CardState.FAILED,
+            card_detail="The message was recalled: its card is not updated.",
+        )
+    said = found.words()
+    if said:
+        SendLog.objects.filter(pk=log.pk).update(recall_cancelled="; ".join(said))
 
 
 def _when(moment: datetime) -> str:

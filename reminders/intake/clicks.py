@@ -7,17 +7,34 @@ a request refused or rolled back leaves nothing behind and WeCom may send it aga
 Invariants:
 
 * A click acts on a run that was sent to the member who clicked, only: the card's
-  ``task_id`` names the run (``models.acting.card_id``), and its recipient must be the clicking
-  member. Anything else is refused, with nothing changed.
+  ``task_id`` names the run (``models.acting.card_id``), and the member the card went
+  to (its ledger row's recipient, whatever the task names now) must be the clicking
+  member, their ids compared whatever their case, as WeCom compares them. Anything else
+  is refused with nothing changed, the request's nonce included: WeCom's retry of a
+  refused request (a click on a card whose run is recorded sent only later) is judged
+  again, never a replay.
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
-* ``done`` and ``take`` cancel what the action makes moot: the inquiry's escalation (the
-  task keyed ``<key>:escalation``), whose runs not yet started are cancelled.
+* An inquiry's alerts are the ``inquiry_timeout`` task keyed ``<key>`` and its
+  escalation, keyed ``<key>:escalation`` (``occasions.inquiry_keys``), with every copy
+  a snooze made; a click on a card of another kind does none of what follows for them.
+  ``done`` and ``take`` on any of them cancel what the action makes moot: the
+  escalation, whose runs not yet started are cancelled, and the reminders the alerts'
+  snoozes made, not started yet (a take on the escalation ends the first alert's
+  snooze). A later ``api.schedule_inquiry_timeout`` does not plan that escalation again
+  unless the CRM says so (``reopen``; ``ended_by_a_click``).
   ``take`` also tells the inquiry's owner (``payload["owner"]``, else the member an
   escalation came from), unless the owner is the one who took it: a one-off of kind
   ``inquiry_taken`` keyed by the run, so that it is made once.
-  ``snooze_1h`` makes a run of the same message an hour after the click.
+  ``snooze_1h`` makes a run of the same message an hour after the click, at the end of
+  its recipient's quiet hours if that is inside them (``actions.snooze``); none for a
+  task paused, cancelled or in error (``actions.snooze_refusal``), whose card says so.
+* "I'll take it" holds the whole inquiry: once someone took it on, a built-in click on
+  any other of its alerts does nothing; it is kept (one per run still) with ``held_by``
+  naming who has it, not told to the CRM, and its card reads "Taken by bob". Two takes
+  on two alerts at once act one after the other: a click on an inquiry locks its
+  tasks' rows first (then the run's, the planner's order), and the second is held.
 * A built-in action that came with WeCom's response code leaves the card to update
   (``card_state`` pending): a scheduler does it (``engine.cards``), not this request,
   woken once this commits (``engine.wake``, on PostgreSQL) rather than at its next tick.
@@ -38,15 +55,17 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..callback.events import TemplateCardEvent
-from ..engine import actions, wake
+from ..engine import actions, cards, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
-from .occasions import TAKEN_KIND, escalation_key
+from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
 
 logger = logging.getLogger(__name__)
 
 SNOOZE_FOR = timedelta(hours=1)
+# The buttons whose clicks the engine acts on (and whose cards it updates).
+BUILT_IN = (DONE, TAKE, SNOOZE)
 
 
 class Outcome(enum.Enum):
@@ -65,29 +84,46 @@ class Applied:
 
 def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     """Record the request's nonce and act on ``event``, in one transaction. The nonce is
-    kept whatever the click comes to (the same request again is a replay); an error
-    rolls both back, so that WeCom may send the request again."""
+    kept with the click it came with, acted on or not (the same request again is a
+    replay); a click refused (an unknown card, another member) and an error roll both
+    back, so that WeCom may send the request again."""
     with transaction.atomic():
         try:
             with transaction.atomic():
                 CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
         except IntegrityError:
             return Applied(Outcome.REPLAYED)
-        pk = run_pk(event.task_id)
-        run = (
-            TaskRun.objects.select_related("task").filter(pk=pk, status=TaskRun.Status.SENT).first()
-            if pk is not None
-            else None
-        )
-        if run is None or card_id(run) != event.task_id:
-            return Applied(Outcome.UNKNOWN_RUN)
-        if run.task.recipient != event.from_user_name:
-            return Applied(Outcome.NOT_RECIPIENT)
-        return _act(run, event)
+        run = _sent_run(event.task_id)
+        if run is not None and _sent_to(run, event.from_user_name):
+            return _act(run, event)
+        # Nothing is kept, the nonce neither: WeCom's retry of this request is no replay.
+        transaction.set_rollback(True)
+        return Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+
+
+def _sent_run(task_id: str) -> TaskRun | None:
+    """The sent run whose card has ``task_id``, if any."""
+    pk = run_pk(task_id)
+    if pk is None:
+        return None
+    run = TaskRun.objects.select_related("task").filter(pk=pk, status=TaskRun.Status.SENT).first()
+    return run if run is not None and card_id(run) == task_id else None
+
+
+def _sent_to(run: TaskRun, member: str) -> bool:
+    """Whether ``run``'s card went to ``member``: its ledger row's recipient, whatever
+    the task says now, compared whatever their case, as WeCom compares member ids."""
+    _, recipient = cards.delivery(run)
+    return recipient.casefold() == member.casefold()
 
 
 def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     now = timezone.now()
+    keys = inquiry_keys(run.task.kind, run.task.key)
+    if keys is not None:
+        # The inquiry's lock, before the run's (the planner's order, tasks then runs):
+        # two takes on two of its alerts act one after the other, the second held.
+        list(ScheduledTask.objects.select_for_update().filter(key__in=keys).order_by("pk"))
     # The run's row lock: two clicks racing on one run act once.
     TaskRun.objects.select_for_update().filter(pk=run.pk).exists()
     done = RunAction.objects.filter(run=run).first()
@@ -100,16 +136,11 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         acted_at=_clicked_at(event, now),
         response_code=event.response_code[:128],
     )
-    if event.event_key in (DONE, TAKE, SNOOZE) and action.response_code:
+    if event.event_key in BUILT_IN and action.response_code:
         action.card_state = RunAction.CardState.PENDING
     try:
         with transaction.atomic():
-            if event.event_key in (DONE, TAKE):
-                _cancel_escalation(run.task)
-            if event.event_key == TAKE:
-                _tell_owner(run, event.from_user_name, now)
-            elif event.event_key == SNOOZE:
-                action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=event.from_user_name)
+            _do(action, keys, now)
             action.save()
             if action.card_state == RunAction.CardState.PENDING:
                 # The card's update waits for no tick: the schedulers take it at once.
@@ -119,21 +150,56 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     return Applied(Outcome.ACTED, action)
 
 
+def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
+    """What ``action`` (not saved yet) does: nothing, held, where someone took its
+    inquiry on already; else what its button does."""
+    run, key, member = action.run, action.action, action.member
+    holder = _holder(keys) if keys is not None and key in BUILT_IN else None
+    if holder is not None:
+        action.held_by = holder.member
+        action.announced_at = now  # nothing happened: nothing to tell the CRM
+        return
+    if key in (DONE, TAKE) and keys is not None:
+        _end_inquiry(keys)
+    if key == TAKE:
+        _tell_owner(run, member, now)
+    elif key == SNOOZE and actions.snooze_refusal(run.task) is None:
+        action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=member)
+
+
 def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
     """When the member clicked, as WeCom says, unless that is in the future."""
     return min(event.created_at, now)
 
 
-def _cancel_escalation(task: ScheduledTask) -> None:
-    if not task.key:
-        return
-    # A one-off whose run was planned is ``completed``: its run, due later, is cancelled
-    # all the same (as ``api.cancel_for`` does).
-    escalations = ScheduledTask.objects.filter(key=escalation_key(task.key)).exclude(
+def _holder(keys: tuple[str, str]) -> RunAction | None:
+    """The take that holds the inquiry of ``keys``, if someone took it on."""
+    taken = RunAction.objects.filter(run__task__key__in=keys, action=TAKE, held_by="")
+    return taken.order_by("received_at", "pk").first()
+
+
+def _end_inquiry(keys: tuple[str, str]) -> None:
+    """Done or taken on: what the inquiry's alerts would still send is cancelled, its
+    escalation (with its runs not yet started, even one the planner made already; a
+    one-off whose run was planned is ``completed`` and is cancelled all the same, as
+    ``api.cancel_for`` does) and the reminders that snoozes of its alerts made."""
+    _, escalated = keys
+    escalations = ScheduledTask.objects.filter(key=escalated).exclude(
         status=ScheduledTask.Status.CANCELLED
     )
     for escalation in escalations:
         actions.cancel(escalation)
+    snoozed = RunAction.objects.filter(run__task__key__in=keys, follow_up__isnull=False)
+    TaskRun.objects.filter(pk__in=snoozed.values("follow_up")).cancel_pending()
+
+
+def ended_by_a_click(first_key: str) -> bool:
+    """Whether someone marked the inquiry of ``first_key`` done or took it on, which
+    cancelled its escalation (``api.schedule_inquiry_timeout`` plans it again only when
+    told to)."""
+    keys = (first_key, escalation_key(first_key))
+    acted = RunAction.objects.filter(run__task__key__in=keys, action__in=(DONE, TAKE))
+    return acted.filter(held_by="").exists()
 
 
 def _tell_owner(run: TaskRun, taker: str, now: datetime) -> ScheduledTask | None:

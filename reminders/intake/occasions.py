@@ -17,7 +17,9 @@ across a change of the clocks too), and optionally a second one to ``escalate_to
 recipient's member id) and ``minutes`` (how long the inquiry will have waited by then).
 Both are about the inquiry, so that ``api.cancel_for(inquiry)`` (its reply recorded)
 cancels both, and keyed from ``key``, or else from the inquiry (its type and primary
-key), so that scheduling again updates them instead of adding more.
+key), so that scheduling again updates them instead of adding more. The two keys name
+the inquiry's alerts (``inquiry_keys``), which a click treats as one: "I'll take it" on
+one holds them all (``intake.clicks``).
 """
 
 from __future__ import annotations
@@ -180,6 +182,15 @@ def _checked_inquiry(
 
 def escalation_key(first_key: str) -> str:
     return f"{first_key}{ESCALATION_SUFFIX}"
+
+
+def inquiry_keys(kind: str, key: str | None) -> tuple[str, str] | None:
+    """The keys of the alerts of one inquiry, the first's and its escalation's, from
+    either's kind and key; None for a task of another kind, or without a key."""
+    if kind != INQUIRY_KIND or not key:
+        return None
+    first = key.removesuffix(ESCALATION_SUFFIX)
+    return first, escalation_key(first)
 
 
 def about_reference(obj: object) -> str:

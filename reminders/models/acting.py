@@ -11,6 +11,12 @@
   alice". ``card_state`` follows that: ``pending`` until a scheduler updated it
   (``updated``), WeCom refused (``failed``), or 72 hours passed (``expired``: WeCom
   takes a response code within 72 hours); blank for an action that updates no card.
+  A built-in click on an alert of an inquiry someone had taken on already ("I'll take
+  it" holds the whole inquiry, ``intake.clicks``) is kept too, for its card and for ops,
+  with ``held_by`` saying who had it: it did nothing, and its card reads "Taken by bob".
+  The CRM is not told of it: it is recorded told (``announced_at``), there being nothing
+  to tell. A recall of the run's message ends its card's pending update (``failed``,
+  saying so) and cancels the run its snooze made (``engine.recall``).
 * ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
   inside the accepted window, unique: the same request replayed is refused.
 """
@@ -87,6 +93,11 @@ class RunAction(models.Model):
         verbose_name=_("reminder it made"),
     )
     announced_at = models.DateTimeField(_("CRM told"), null=True, blank=True)
+    # A click on an inquiry someone else had taken on already: who had it. The click did
+    # nothing (there is nothing to tell the CRM either); its card says who has it.
+    held_by = models.CharField(
+        _("taken on already by"), max_length=64, blank=True, default="", db_default=""
+    )
     # db_default: the release before these columns inserts rows without them.
     card_state = models.CharField(
         _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True

@@ -69,6 +69,11 @@ class SendLog(models.Model):
     # None until a recall began.
     recalled_ids = models.JSONField(_("message ids recalled"), null=True, blank=True)
     recall_error = models.TextField(_("recall error"), blank=True, default="", db_default="")
+    # What the recall cancelled that the message would still have caused (a reminder
+    # its card's snooze made, its card's update), in words; "" for nothing.
+    recall_cancelled = models.TextField(
+        _("cancelled with the recall"), blank=True, default="", db_default=""
+    )
 
     class Meta:
         verbose_name = _("send log entry")

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.contrib.messages import get_messages
 from django.urls import reverse
 from django.utils import timezone
@@ -228,6 +228,38 @@ def test_viewer__sees_no_button_and_no_action_and_a_forced_post_is_403_calling_n
             },
         )
         assert forced.status_code == 403
+    assert calls == [] and state(log) == NOTHING
+
+
+def test_recall_without_seeing_the_ledger__no_button_no_action_and_a_forced_post_is_403(
+    client, django_user_model, sent, calls
+):
+    # Allowed to recall and to see the runs, not the send log the recall acts on.
+    user = django_user_model.objects.create_user("halfway", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="reminders", codename__in=["recall_sendlog", "view_taskrun"]
+        )
+    )
+    client.force_login(user)
+    log = sent()
+
+    response = client.get(run_page(log))
+    assert response.status_code == 200
+    assert "recall/" not in response.content.decode()
+    assert offered(client, RUNS) == set()
+    assert client.get(recall_of(log)).status_code == 403
+    assert client.post(recall_of(log), {"post": "yes", "reason": "x"}).status_code == 403
+    forced = client.post(
+        RUNS,
+        {
+            "action": "recall_messages",
+            "_selected_action": [log.run_id],
+            "post": "yes",
+            "reason": "x",
+        },
+    )
+    assert forced.status_code == 403
     assert calls == [] and state(log) == NOTHING
 
 

@@ -170,7 +170,8 @@ def test_run_acted__is_sent_once_by_a_scheduler_after_the_click(
     assert RunAction.objects.get(run=run).announced_at is not None
 
 
-def test_done_on_an_inquiry__cancels_its_escalation(client, make_task) -> None:
+@pytest.mark.parametrize("key", ["done", "take"])
+def test_done_on_an_inquiry__cancels_its_escalation(client, make_task, key: str) -> None:
     inquiry = Inquiry.objects.create(subject="500 units, price?")
     first, escalation = api.schedule_inquiry_timeout(
         "alice",
@@ -181,7 +182,7 @@ def test_done_on_an_inquiry__cancels_its_escalation(client, make_task) -> None:
         escalate_after_minutes=30,
     )
     run = sent_run(first)
-    assert post(client, event_xml(run, EventKey="take")).status_code == 200
+    assert post(client, event_xml(run, EventKey=key)).status_code == 200
     escalation.refresh_from_db()
     assert escalation.status == ScheduledTask.Status.CANCELLED
 

@@ -1,0 +1,68 @@
+"""Two clicks racing on real transactions (PostgreSQL and MariaDB): "I'll take it" on
+two alerts of one inquiry at once. The first is held inside its transaction, its take
+recorded but not committed, while the second comes: one takes the inquiry on, the other
+is held, whatever the order."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.utils import timezone
+
+from reminders import api
+from reminders.callback.events import TemplateCardEvent
+from reminders.engine import planning
+from reminders.intake import clicks
+from reminders.models import RunAction, ScheduledTask, TaskRun
+from reminders.models.acting import card_id
+from tests.crm.models import Inquiry
+from tests.support.locks import Paused, Worker, require_row_locks, statement
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sent(task: ScheduledTask) -> TaskRun:
+    run = planning.new_run(task, timezone.now().replace(microsecond=0))
+    run.status, run.finished_at = TaskRun.Status.SENT, timezone.now()
+    run.save()
+    return run
+
+
+def take(run: TaskRun, member: str, nonce: str) -> clicks.Applied:
+    event = TemplateCardEvent(
+        to_user_name="wwcorp0001",
+        from_user_name=member,
+        create_time=int(time.time()),
+        agent_id=1000002,
+        event_key="take",
+        task_id=card_id(run),
+        card_type="button_interaction",
+        response_code="",
+    )
+    return clicks.apply(event, nonce=nonce, timestamp=int(time.time()))
+
+
+def test_take__on_two_alerts_of_one_inquiry_at_once_one_takes_it_the_other_is_held() -> None:
+    require_row_locks()
+    first, escalation = api.schedule_inquiry_timeout(
+        "alice",
+        arrived_at=timezone.now(),
+        minutes=30,
+        about=Inquiry.objects.create(subject="500 units, price?"),
+        escalate_to="bob",
+        escalate_after_minutes=30,
+    )
+    original, escalated = sent(first), sent(escalation)
+    alice = Paused(lambda: take(original, "alice", "1"), after=statement("INSERT", "runaction"))
+    alice.hold()
+
+    bob = Worker(lambda: take(escalated, "bob", "2"))
+    bob.start()
+    assert bob.blocked_or_done() == "blocked"  # on the inquiry's lock alice holds
+    alice.resume()
+
+    assert alice.outcome().outcome == clicks.Outcome.ACTED
+    assert bob.outcome().outcome == clicks.Outcome.ACTED
+    held = dict(RunAction.objects.values_list("member", "held_by"))
+    assert held == {"alice": "", "bob": "alice"}
