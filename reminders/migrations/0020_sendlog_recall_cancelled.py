@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('reminders', '0017_digests'),
+        ('reminders', '0019_pruned_one_shot_times'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('reminders', '0018_sendlog_recall_cancelled'),
+        ('reminders', '0020_sendlog_recall_cancelled'),
     ]
 
     operations = [
