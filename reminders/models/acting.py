@@ -11,8 +11,9 @@
   alice". ``card_state`` follows that: ``pending`` until a scheduler updated it
   (``updated``), WeCom refused (``failed``), or 72 hours passed (``expired``: WeCom
   takes a response code within 72 hours); blank for an action that updates no card.
-* ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
-  inside the accepted window, unique: the same request replayed is refused.
+* ``CallbackNonce``: a nonce of a signed callback request, a click's or a URL
+  verification's, kept while its timestamp is inside the accepted window, unique: the
+  same request replayed is refused (``spend``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
@@ -130,10 +131,25 @@ class RunAction(models.Model):
         return str(SAID.get(self.action, self.action))
 
 
+class CallbackNonceQuerySet(models.QuerySet["CallbackNonce"]):
+    def spend(self, nonce: str, timestamp: int) -> bool:
+        """Keep ``nonce``: True the first time, False when it was kept before (the
+        request is a replay). In a savepoint of its own: a replay leaves the caller's
+        transaction as it was."""
+        try:
+            with transaction.atomic():
+                self.create(nonce=nonce, timestamp=timestamp)
+        except IntegrityError:
+            return False
+        return True
+
+
 class CallbackNonce(models.Model):
     nonce = models.CharField(_("nonce"), max_length=64, unique=True)
     timestamp = models.BigIntegerField(_("timestamp"))
     received_at = models.DateTimeField(_("received"), auto_now_add=True, db_index=True)
+
+    objects = CallbackNonceQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("callback nonce")
