@@ -74,11 +74,13 @@ class RunAction(models.Model):
     run = models.OneToOneField(
         "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
     )
-    action = models.CharField(_("action"), max_length=128)
+    # A button's key, whole: WeCom takes up to 1,024 bytes (``callback.events.KEY_BYTES``).
+    action = models.CharField(_("action"), max_length=1024)
     member = models.CharField(_("acted by"), max_length=64)
     acted_at = models.DateTimeField(_("acted at"))
     received_at = models.DateTimeField(_("received"), auto_now_add=True)
-    response_code = models.CharField(_("response code"), max_length=128, blank=True)
+    # WeCom's, whole: it publishes no length, and a code cut short updates no card.
+    response_code = models.TextField(_("response code"), blank=True)
     follow_up = models.ForeignKey(
         "TaskRun",
         on_delete=models.SET_NULL,

@@ -456,6 +456,21 @@ def test_a_run_not_sent__404(client, make_task) -> None:
     assert nothing_changed(run)
 
 
+def test_a_crms_long_key_and_wecoms_response_code__are_kept_whole(client, make_task) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    key, code = "键" * 341 + "k", "rc-" + "7" * 997  # 1,024 bytes; 1,000 characters
+    assert post(client, event_xml(run, EventKey=key, ResponseCode=code)).status_code == 200
+    action = RunAction.objects.get(run=run)
+    assert (action.action, action.response_code) == (key, code)
+
+
+def test_a_key_longer_than_a_button_takes__400_naming_it(client, make_task) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    response = post(client, event_xml(run, EventKey="k" * 1025))
+    assert response.status_code == 400 and b"EventKey" in response.content
+    assert nothing_changed(run) and not CallbackNonce.objects.exists()
+
+
 def test_another_event__answered_success_and_ignored(client, make_task) -> None:
     run = sent_run(make_task("follow_up", "alice"))
     response = post(client, event_xml(run, Event="enter_agent"))
