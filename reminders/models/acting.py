@@ -5,7 +5,8 @@
   every later one, WeCom's retries and double clicks alike, changes nothing. It keeps
   who acted, how and when, the card's response code (to update the card, once, within
   72 hours), the run a snooze made, and when the CRM was told (``run_acted``, sent by a
-  scheduler once the action has committed, never inside WeCom's request).
+  scheduler once the action has committed, never inside WeCom's request, and marked
+  told only once its receivers ran: at least once).
   The card is then updated (``engine.cards``), where WeCom gave a response code and the
   action is a built-in one: its buttons become one that cannot be clicked, "Done by
   alice". ``card_state`` follows that: ``pending`` until a scheduler updated it
@@ -90,6 +91,9 @@ class RunAction(models.Model):
         verbose_name=_("reminder it made"),
     )
     announced_at = models.DateTimeField(_("CRM told"), null=True, blank=True)
+    # When a scheduler took on telling the CRM: another tells it again a while later,
+    # unless ``announced_at`` says it was told (``engine.announce``).
+    announcing_at = models.DateTimeField(_("CRM being told"), null=True, blank=True)
     # db_default: the release before these columns inserts rows without them.
     card_state = models.CharField(
         _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True

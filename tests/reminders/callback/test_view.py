@@ -269,6 +269,74 @@ def test_run_acted__is_sent_once_by_a_scheduler_after_the_click(
     assert RunAction.objects.get(run=run).announced_at is not None
 
 
+class Killed(BaseException):
+    """The scheduler's process ending (a deploy's SIGTERM) while a receiver runs."""
+
+
+def test_run_acted__a_scheduler_that_dies_while_telling__leaves_it_to_the_next(
+    client, make_task, django_capture_on_commit_callbacks
+) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    post(client, event_xml(run))
+    heard: list[int] = []
+
+    def dies(sender: type, **kwargs: Any) -> None:
+        heard.append(kwargs["run"].pk)
+        raise Killed
+
+    def hears(sender: type, **kwargs: Any) -> None:
+        heard.append(kwargs["run"].pk)
+
+    signals.run_acted.connect(dies)
+    try:
+        with pytest.raises(Killed), django_capture_on_commit_callbacks(execute=True):
+            announce.announce()
+    finally:
+        signals.run_acted.disconnect(dies)
+    assert RunAction.objects.get(run=run).announced_at is None  # not told: not marked
+    signals.run_acted.connect(hears)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            # Another scheduler takes it over once the dead one's lease is over.
+            assert announce.announce() == 0
+            later = timezone.now() + announce.LEASE + timedelta(seconds=1)
+            assert announce.announce(later) == 1
+            assert announce.announce(later) == 0
+    finally:
+        signals.run_acted.disconnect(hears)
+    assert heard == [run.pk, run.pk]
+    assert RunAction.objects.get(run=run).announced_at is not None
+
+
+def test_run_acted__a_receiver_that_raises_is_logged_and_the_action_not_told_again(
+    client, make_task, caplog, django_capture_on_commit_callbacks
+) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    post(client, event_xml(run))
+    heard: list[str] = []
+
+    def fails(sender: type, **kwargs: Any) -> None:
+        raise RuntimeError("the CRM is down")
+
+    def hears(sender: type, **kwargs: Any) -> None:
+        heard.append(kwargs["action"])
+
+    signals.run_acted.connect(fails)
+    signals.run_acted.connect(hears)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert announce.announce() == 1
+        later = timezone.now() + announce.LEASE + timedelta(seconds=1)
+        with django_capture_on_commit_callbacks(execute=True):
+            assert announce.announce(later) == 0
+    finally:
+        signals.run_acted.disconnect(fails)
+        signals.run_acted.disconnect(hears)
+    assert heard == ["done"]  # the other receivers all the same, once
+    assert "fails" in caplog.text and "the CRM is down" in caplog.text
+    assert RunAction.objects.get(run=run).announced_at is not None
+
+
 def test_done_on_an_inquiry__cancels_its_escalation(client, make_task) -> None:
     inquiry = Inquiry.objects.create(subject="500 units, price?")
     first, escalation = api.schedule_inquiry_timeout(
