@@ -12,7 +12,8 @@ and how, with nothing changed:
   without ``echostr``, a body over ``MAX_BODY`` bytes, XML that does not parse or lacks
   a field: 400, naming what;
 * a signature that does not sign the request with our token, a ciphertext for another
-  receive id (corp), a corp or agent not ours, a timestamp further than
+  receive id (corp), a corp or agent not ours (``WECOM_AGENT_ID``, else the one agent
+  the channels name: ``conf.CALLBACK_AGENT_ID``), a timestamp further than
   ``REMINDERS_CALLBACK_MAX_SKEW_SECONDS`` from our clock, a nonce seen before (a
   replay), an ``echostr`` that decrypts to something else than WeCom's digits, a click
   by a member who is not the run's recipient: 403;
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import time
 
-from django.conf import settings as django_settings
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
@@ -72,6 +72,7 @@ def _refuse(status: int, reason: str) -> HttpResponse:
 def wecom_callback(request: HttpRequest) -> HttpResponse:
     try:
         ours = conf.CALLBACK
+        agent = conf.CALLBACK_AGENT_ID if ours is not None else ""
     except ImproperlyConfigured as exc:  # system check reminders.E015 says so too
         return _refuse(404, f"the callback is not configured: {exc}")
     if ours is None:
@@ -81,7 +82,7 @@ def wecom_callback(request: HttpRequest) -> HttpResponse:
         query.check_fresh(signed, now=time.time(), window=conf.CALLBACK_MAX_SKEW_SECONDS)
         if request.method == "GET":
             return _verify_url(ours, signed, request.GET.get("echostr", ""))
-        return _receive(ours, signed, request)
+        return _receive(ours, agent, signed, request)
     except FORBIDDEN as exc:
         return _refuse(403, str(exc))
     except CallbackRefused as exc:
@@ -97,7 +98,9 @@ def _verify_url(ours: crypto.Credentials, signed: query.Signed, echostr: str) ->
     return HttpResponse(plain, content_type="text/plain; charset=utf-8")
 
 
-def _receive(ours: crypto.Credentials, signed: query.Signed, request: HttpRequest) -> HttpResponse:
+def _receive(
+    ours: crypto.Credentials, agent: str, signed: query.Signed, request: HttpRequest
+) -> HttpResponse:
     # Django reads at most DATA_UPLOAD_MAX_MEMORY_SIZE; a callback is much smaller.
     if len(request.body) > MAX_BODY:
         return _refuse(400, "the body is too large for a callback")
@@ -106,7 +109,6 @@ def _receive(ours: crypto.Credentials, signed: query.Signed, request: HttpReques
         return HttpResponse("success", content_type="text/plain")  # not ours to act on
     if message.to_user_name != ours.receive_id:
         return _refuse(403, "for another corp")
-    agent = str(getattr(django_settings, "WECOM_AGENT_ID", ""))
     if agent and str(message.agent_id) != agent:
         return _refuse(403, "for another app")
     applied = clicks.apply(message, nonce=signed.nonce, timestamp=signed.seconds)

@@ -567,6 +567,45 @@ def test_check__a_callback_half_set_up_is_e015(
     assert len(found) == 1 and wrong in found[0].msg
 
 
+def app_channels(settings: Any, *agents: str) -> None:
+    """WeCom app channels, one naming each of ``agents``, and no WECOM_AGENT_ID."""
+    settings.WECOM_AGENT_ID = ""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        **{
+            f"app{agent}": {
+                "BACKEND": "reminders.senders.wecom.WeComSender",
+                "OPTIONS": {"corp_id": CORP, "corp_secret": "s", "agent_id": agent},
+            }
+            for agent in agents
+        },
+    }
+
+
+def test_agent_id_unset__the_callback_checks_the_agent_the_channels_name(
+    client, make_task, settings: Any
+) -> None:
+    app_channels(settings, AGENT)
+    run = sent_run(make_task("follow_up", "alice"))
+    assert post(client, event_xml(run, AgentID="1000999")).status_code == 403
+    assert nothing_changed(run)
+    assert post(client, event_xml(run)).content == b"success"
+
+
+def test_check__agent_id_unset_while_the_channels_name_two_agents_is_e015(
+    settings: Any,
+) -> None:
+    app_channels(settings, AGENT, "1000003")
+    found = [m for m in checks.check_settings() if m.id == "reminders.E015"]
+    assert len(found) == 1 and "WECOM_AGENT_ID" in found[0].msg
+    assert AGENT in found[0].msg and "1000003" in found[0].msg
+
+
+def test_check__agent_id_unset_while_one_agent_is_named_is_fine(settings: Any) -> None:
+    app_channels(settings, AGENT, AGENT)
+    assert not [m for m in checks.check_settings() if m.id == "reminders.E015"]
+
+
 def test_check__a_whole_callback_or_none_is_fine(settings: Any) -> None:
     assert not [m for m in checks.check_settings() if m.id == "reminders.E015"]
     settings.WECOM_CALLBACK_TOKEN = settings.WECOM_CALLBACK_AES_KEY = ""
