@@ -457,25 +457,36 @@ def test_a_nonce_wecom_never_sends__400_naming_it(client, make_task, nonce: str)
     timestamp=st.one_of(st.none(), st.text(alphabet=QUERY_TEXT)),
     nonce=st.text(alphabet=QUERY_TEXT),
     signature=st.one_of(st.none(), st.text(alphabet=QUERY_TEXT)),
+    echostr=st.one_of(st.none(), st.text(alphabet=QUERY_TEXT)),
     method=st.sampled_from(["get", "post"]),
 )
-@example(timestamp="9" * 400, nonce="1", signature=None, method="post")
-@example(timestamp="9" * 400, nonce="1", signature=None, method="get")
-@example(timestamp=None, nonce="a\x00b", signature=None, method="post")
-@example(timestamp=None, nonce="a\x00b", signature=None, method="get")
+@example(timestamp="9" * 400, nonce="1", signature=None, echostr=None, method="post")
+@example(timestamp="9" * 400, nonce="1", signature=None, echostr=None, method="get")
+@example(timestamp=None, nonce="a\x00b", signature=None, echostr=None, method="post")
+@example(timestamp=None, nonce="a\x00b", signature=None, echostr=None, method="get")
+@example(timestamp=None, nonce="1", signature=None, echostr="\u96ea==", method="get")
 def test_arbitrary_query_values__never_a_500(
-    lenient_client: Client, timestamp: str | None, nonce: str, signature: str | None, method: str
+    lenient_client: Client,
+    timestamp: str | None,
+    nonce: str,
+    signature: str | None,
+    echostr: str | None,
+    method: str,
 ) -> None:
-    """Signed with our token unless the signature is given: whatever the timestamp, nonce
-    or signature, the answer is WeCom's success or a refusal, never an error of ours."""
+    """Signed with our token unless the signature is given: whatever the timestamp, nonce,
+    signature or echostr, the answer is WeCom's success or a refusal, never an error of
+    ours."""
     sealed = crypto.seal(OURS, event_xml(), timestamp=timestamp, nonce=nonce)
+    encrypted = sealed.encrypt if echostr is None or method == "post" else echostr
     query = {
-        "msg_signature": sealed.msg_signature if signature is None else signature,
+        "msg_signature": signature
+        if signature is not None
+        else crypto.signature(TOKEN, sealed.timestamp, sealed.nonce, encrypted),
         "timestamp": sealed.timestamp,
         "nonce": sealed.nonce,
     }
     if method == "get":
-        response = lenient_client.get(URL, {**query, "echostr": sealed.encrypt})
+        response = lenient_client.get(URL, {**query, "echostr": encrypted})
     else:
         body = events.post_xml(sealed, to_user_name=CORP, agent_id=AGENT)
         response = lenient_client.post(
