@@ -483,9 +483,11 @@ def _uncovered_warning(name: str, years: list[int]) -> Warning:
 
 
 def _check_callback() -> list[CheckMessage]:
-    """The callback is set up whole or not at all, with a key WeCom could have given."""
+    """The callback is set up whole or not at all, with a key WeCom could have given,
+    for one app it can check clicks against."""
     try:
-        _callback = conf.CALLBACK  # read, it raises what is wrong
+        if conf.CALLBACK is not None:  # read, it raises what is wrong
+            _agent = conf.CALLBACK_AGENT_ID
     except ImproperlyConfigured as exc:  # BadEncodingAESKey is one
         return [Error(str(exc), id="reminders.E015")]
     return []

@@ -131,6 +131,35 @@ class Settings:
         return Credentials(token=token, encoding_aes_key=key, receive_id=corp)
 
     @property
+    def CALLBACK_AGENT_ID(self) -> str:
+        """The app whose clicks the callback takes (its agent id): ``WECOM_AGENT_ID``,
+        else the one agent the channels name (``OPTIONS["agent_id"]``), else ``""``
+        (none to check against). Channels naming several while ``WECOM_AGENT_ID`` is
+        unset is ``ImproperlyConfigured`` (system check ``reminders.E015``): which app's
+        callback this is cannot be told."""
+        agent = str(getattr(django_settings, "WECOM_AGENT_ID", "")).strip()
+        if agent:
+            return agent
+        named = sorted(
+            {
+                str(options["agent_id"]).strip()
+                for channel in self.CHANNELS.values()
+                if isinstance(channel, dict)
+                and isinstance(options := channel.get("OPTIONS"), dict)
+                and str(options.get("agent_id") or "").strip()
+            }
+        )
+        if len(named) > 1:
+            raise ImproperlyConfigured(
+                _(
+                    "The callback takes the clicks of one WeCom app, and the channels name "
+                    "agents %(agents)s: set WECOM_AGENT_ID to the one whose callback this is."
+                )
+                % {"agents": ", ".join(named)}
+            )
+        return named[0] if named else ""
+
+    @property
     def CALLBACK_MAX_SKEW_SECONDS(self) -> float:
         """How far a callback's timestamp may be from our clock, either way: an older
         request is refused as a replay (its nonce is not kept longer than this)."""

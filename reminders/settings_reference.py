@@ -259,7 +259,8 @@ SETTINGS: tuple[Setting, ...] = (
         "WECOM_AGENT_ID",
         "",
         "The WeCom app's agent id (an integer): the default of a WeCom channel's "
-        "``agent_id`` option.",
+        "``agent_id`` option, and the app whose clicks the callback takes (unset: the one "
+        "agent the channels name; several is reminders.E015).",
     ),
     Setting(
         "WECOM_CALLBACK_TOKEN",

@@ -34,8 +34,10 @@ The arguments, besides ``sender`` (the model class):
 ``run_acted``                 ``run`` (the run whose card was clicked), ``action`` (the
                               button's key: ``done``, ``snooze_1h``, ``take`` or a
                               CRM's own), ``member`` (who clicked), ``acted_at``: sent
-                              once per run, by a scheduler after the callback recorded
-                              it (``engine.announce``), never inside WeCom's request
+                              by a scheduler after the callback recorded it
+                              (``engine.announce``), never inside WeCom's request; at
+                              least once: the action is marked told once its receivers
+                              ran, and one a scheduler died telling is told again
 ``message_recalled``          ``log`` (SendLog, ``recalled_at`` set), ``by`` (who
                               recalled it: a username), ``reason`` (why): every part
                               of a delivered message was taken back from its
@@ -70,6 +72,12 @@ def after_commit(signal: Signal, sender: type, **kwargs: Any) -> None:
     """Send ``signal`` as the invariants above say: once the current transaction
     commits, to every receiver, a receiver's error logged and kept from the caller."""
     transaction.on_commit(partial(_send, signal, sender, kwargs))
+
+
+def send(signal: Signal, sender: type, **kwargs: Any) -> None:
+    """Send ``signal`` now, to every receiver, a receiver's error logged and kept from
+    the caller: for a caller outside any transaction, the outcome committed before."""
+    _send(signal, sender, kwargs)
 
 
 def _send(signal: Signal, sender: type, kwargs: dict[str, Any]) -> None:

@@ -1,8 +1,9 @@
 """WeCom's callback protocol: what WeCom posts to our callback URL, and what we answer.
 
 Owns: WeCom's "WXBizMsgCrypt" scheme (the signature, AES-256-CBC, the padding and the
-framing of a message: ``crypto``), the XML envelopes it travels in and the messages
-inside them, the ``template_card_event`` of a clicked card button above all
+framing of a message: ``crypto``), the values of the query string it signs with and
+the time window they must fall in (``query``), the XML envelopes it travels in and the
+messages inside them, the ``template_card_event`` of a clicked card button above all
 (``events``), and the refusals of all of it (``exceptions``).
 
 May import nothing of the app but its exceptions (``reminders.exceptions``): pure

@@ -24,6 +24,10 @@ Invariants, and why:
 * The EncodingAESKey is 43 characters of standard base64, 32 bytes once decoded with
   the "=" WeCom leaves off; anything else is ``BadEncodingAESKey`` when ``Credentials``
   are made, not at the first callback. No message and no repr quotes the token or the key.
+* The GET that verifies the URL is answered with its ``echostr`` decrypted, and only
+  with an echostr: WeCom's are up to 32 ASCII digits (``ECHOSTR``). Anything else signed
+  with our token (a click captured on its way, replayed as a GET) is ``NotAnEchostr``,
+  its plaintext never returned: the URL decrypts nothing for anyone.
 * AES is ``cryptography``'s: nothing here implements a cipher.
 """
 
@@ -41,13 +45,21 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from .exceptions import BadCiphertext, BadEncodingAESKey, BadSignature, WrongReceiveId
+from .exceptions import (
+    BadCiphertext,
+    BadEncodingAESKey,
+    BadSignature,
+    NotAnEchostr,
+    WrongReceiveId,
+)
 
 BLOCK_SIZE = 32  # bytes: WeCom pads to 32, twice AES's block
 RANDOM_SIZE = 16  # bytes of random prefix in every frame
 LENGTH_SIZE = 4  # bytes of the message's length, big-endian
 KEY_LENGTH = 43  # characters of an EncodingAESKey
 _ENCODING_AES_KEY = re.compile(r"[A-Za-z0-9+/]{43}")
+# What an echostr decrypts to: WeCom's is a random number ("1616140317555161061").
+ECHOSTR = re.compile(r"[0-9]{1,32}")
 _SHOWN = 64  # characters of a foreign receive id quoted in a refusal
 
 
@@ -195,7 +207,8 @@ def verify_url(
     credentials: Credentials, *, msg_signature: str, timestamp: str, nonce: str, echostr: str
 ) -> str:
     """The answer to WeCom's GET that verifies the callback URL: ``echostr`` decrypted,
-    once its signature is checked (the four values as the query string gives them)."""
+    once its signature is checked (the four values as the query string gives them);
+    ``NotAnEchostr`` if it decrypts to anything but an echostr's digits."""
     check_signature(
         credentials,
         msg_signature=msg_signature,
@@ -203,7 +216,13 @@ def verify_url(
         nonce=nonce,
         encrypted=echostr,
     )
-    return decrypt(credentials, echostr)
+    plain = decrypt(credentials, echostr)
+    if not ECHOSTR.fullmatch(plain):
+        raise NotAnEchostr(
+            f"The echostr decrypts to {len(plain)} characters that are not WeCom's echostr "
+            "(1 to 32 digits): a message replayed to have it decrypted."
+        )
+    return plain
 
 
 def seal(

@@ -19,6 +19,10 @@ Invariants, and why:
   field comes twice, no field holds elements where WeCom sends text, numbers are
   numbers, and a field WeCom always sends is there (``MissingField`` names it). Fields
   we do not know are kept, in ``fields``.
+* A field is read whole, never cut: an ``EventKey`` is a button's key, at most 1,024
+  bytes (``KEY_BYTES``, WeCom's limit, which ``senders.template_card`` holds our cards
+  to), and a longer one is refused naming it; the ``ResponseCode``, of no published
+  length, is kept as it came.
 * Replies are written exactly as WeCom's reference ``EncryptMsg`` writes them, and posts
   as WeCom sends them: the sandbox plays WeCom with the functions we read it with.
 """
@@ -40,6 +44,7 @@ from .crypto import Credentials, Sealed, check_signature, decrypt, seal
 from .exceptions import MalformedXml, MissingField
 
 TEMPLATE_CARD_EVENT = "template_card_event"
+KEY_BYTES = 1024  # a button's key, in UTF-8: WeCom's limit (``senders.template_card``'s)
 _SHOWN = 40  # characters of a bad value quoted in a refusal
 
 
@@ -243,15 +248,22 @@ class _Fields:
                 texts[name] = child.text or ""
         self.texts: Mapping[str, str] = MappingProxyType(texts)
 
-    def text(self, name: str, *, default: str | None = None) -> str:
-        """The text of ``name``; ``MissingField`` if absent and no ``default``."""
+    def text(self, name: str, *, default: str | None = None, max_bytes: int = 0) -> str:
+        """The text of ``name``; ``MissingField`` if absent and no ``default``;
+        ``MalformedXml`` if over ``max_bytes`` in UTF-8 (when given)."""
         if name in self.nested:
             raise MalformedXml(f"In {self.what}, {name} holds elements where WeCom sends text.")
-        if name in self.texts:
-            return self.texts[name]
-        if default is None:
-            raise MissingField(f"{self.what.capitalize()} has no {name}.", field=name)
-        return default
+        if name not in self.texts:
+            if default is None:
+                raise MissingField(f"{self.what.capitalize()} has no {name}.", field=name)
+            return default
+        value = self.texts[name]
+        if max_bytes and len(value.encode()) > max_bytes:
+            raise MalformedXml(
+                f"In {self.what}, {name} is {len(value.encode()):,} bytes, over WeCom's "
+                f"{max_bytes:,}."
+            )
+        return value
 
     def integer(self, name: str) -> int:
         value = self.text(name)
@@ -266,7 +278,7 @@ def _template_card_event(fields: _Fields) -> TemplateCardEvent:
         from_user_name=fields.text("FromUserName"),
         create_time=fields.integer("CreateTime"),
         agent_id=fields.integer("AgentID"),
-        event_key=fields.text("EventKey"),
+        event_key=fields.text("EventKey", max_bytes=KEY_BYTES),
         task_id=fields.text("TaskId"),
         card_type=fields.text("CardType"),
         response_code=fields.text("ResponseCode"),

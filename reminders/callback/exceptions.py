@@ -41,6 +41,24 @@ class MalformedXml(CallbackRefused):
     """XML that is not well-formed, declares a DTD, or is not shaped as WeCom's."""
 
 
+class BadQuery(CallbackRefused):
+    """A value of the query string missing, or of a shape WeCom never sends; ``field``
+    names it."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StaleRequest(CallbackRefused):
+    """A request whose timestamp is too far from our clock: a replay, or a clock off."""
+
+
+class NotAnEchostr(CallbackRefused):
+    """A URL verification whose ``echostr`` decrypts to something else than WeCom's
+    echostr (digits): a message of ours, captured and replayed to have it decrypted."""
+
+
 class MissingField(MalformedXml):
     """A field WeCom always sends, missing; ``field`` names it."""
 

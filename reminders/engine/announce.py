@@ -1,14 +1,24 @@
-"""Telling the CRM what people did with their cards: ``signals.run_acted``, once per
-action, from a scheduler's tick.
+"""Telling the CRM what people did with their cards: ``signals.run_acted``, at least
+once per action, from a scheduler's tick.
 
 The callback records an action and answers WeCom at once (``intake.clicks``); the CRM's
 receivers run here instead, so they never hold up WeCom's request nor make it retry.
-An action is told after the transaction that recorded it committed (a scheduler only
-sees committed rows), and once: each is claimed under a row lock, skipped by other
-schedulers where the database can skip locked rows, and marked told in the same
-transaction as its claim. A receiver's error is logged, never raised here (the signals'
-rule): an action is told once whatever its receivers make of it. An action recorded
-while no scheduler ran is told by the next one: late, never lost.
+
+Invariants, and why:
+
+* An action is told after the transaction that recorded it committed (a scheduler only
+  sees committed rows), by one scheduler at a time: a claim takes it under a row lock,
+  skipped by other schedulers where the database can skip locked rows, and gives it a
+  lease (``announcing_at``, ``LEASE``), committed before any receiver runs, so that the
+  receivers run outside any transaction of ours.
+* At least once: an action is marked told (``announced_at``) only after its receivers
+  ran. A scheduler that dies while telling (its host, a deploy) leaves it unmarked, and
+  another tells it again once the lease is over; a receiver that takes longer than the
+  lease may see it told twice. Never lost: an action recorded while no scheduler ran is
+  told by the next one, late.
+* A receiver's error is logged, never raised here (the signals' rule), and the action is
+  marked told all the same: not retried, whatever its receivers make of it.
+
 Also forgets the callback's nonces once their timestamps are outside the window the
 callback accepts: a replay of one is refused by its timestamp by then.
 """
@@ -19,6 +29,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from .. import signals
@@ -28,14 +39,38 @@ from ..models import CallbackNonce, RunAction, TaskRun
 logger = logging.getLogger(__name__)
 
 BATCH = 100
+# How long a scheduler has to tell a claimed batch before another may tell it again.
+LEASE = timedelta(minutes=5)
 
 
 def announce(now: datetime | None = None) -> int:
-    """Send ``run_acted`` for the actions not told yet (up to ``BATCH``); returns how
-    many were told. Safe in any number of schedulers at once."""
+    """Send ``run_acted`` for the actions not told yet (up to ``BATCH``), marking each
+    told once its receivers ran; returns how many were told. Safe in any number of
+    schedulers at once."""
     now = now or timezone.now()
+    actions = _claim(now)
+    for action in actions:
+        signals.send(
+            signals.run_acted,
+            TaskRun,
+            run=action.run,
+            action=action.action,
+            member=action.member,
+            acted_at=action.acted_at,
+        )
+        RunAction.objects.filter(pk=action.pk, announced_at__isnull=True).update(announced_at=now)
+    forget_nonces(now)
+    return len(actions)
+
+
+def _claim(now: datetime) -> list[RunAction]:
+    """The actions to tell, oldest first, leased to this scheduler in a transaction of
+    their own: those not told, and not leased to another within ``LEASE``."""
+    untold = RunAction.objects.filter(announced_at__isnull=True).filter(
+        Q(announcing_at__isnull=True) | Q(announcing_at__lt=now - LEASE)
+    )
     with transaction.atomic():
-        pending = RunAction.objects.filter(announced_at__isnull=True).order_by("received_at")
+        pending = untold.order_by("received_at")
         if connection.features.has_select_for_update_skip_locked:
             pending = pending.select_for_update(skip_locked=True)
         else:
@@ -44,23 +79,12 @@ def announce(now: datetime | None = None) -> int:
         # planner's and delivery's to lock, and are read apart.
         claimed = list(pending.values_list("pk", flat=True)[:BATCH])
         if claimed:
-            RunAction.objects.filter(pk__in=claimed).update(announced_at=now)
-        actions = list(
-            RunAction.objects.filter(pk__in=claimed)
-            .select_related("run", "run__task")
-            .order_by("received_at")
-        )
-        for action in actions:
-            signals.after_commit(
-                signals.run_acted,
-                TaskRun,
-                run=action.run,
-                action=action.action,
-                member=action.member,
-                acted_at=action.acted_at,
-            )
-    forget_nonces(now)
-    return len(actions)
+            RunAction.objects.filter(pk__in=claimed).update(announcing_at=now)
+    return list(
+        RunAction.objects.filter(pk__in=claimed)
+        .select_related("run", "run__task")
+        .order_by("received_at")
+    )
 
 
 def forget_nonces(now: datetime) -> int:

@@ -9,9 +9,18 @@ WeCom call is made inside WeCom's request nor holds up a tick.
 
 Invariants:
 
-* One job at a time updates a card: a claim sets ``card_attempted_at`` under the rows'
-  lock, and only actions not tried within ``LEASE`` are claimed, so a job that died
-  (its host, its worker) is taken over a lease later; never two at once.
+* One job at a time calls WeCom for a card: a claim sets ``card_attempted_at`` under
+  the rows' lock (the lease, which the job is given), and only actions not tried within
+  ``LEASE`` are claimed, so a job that died (its host, its worker) is taken over a lease
+  later. Before each call, the job renews its lease on that card, in one conditional
+  update that fails once another claim has taken it (``card_attempted_at`` is no longer
+  the job's): a job that lost its lease, a slow call having kept it past ``LEASE``,
+  calls WeCom for none of its cards another job holds now.
+* The recorded outcome is the true one, whichever of two jobs answers first: an update
+  WeCom made is recorded ``updated`` whoever holds the lease by then, over a refusal
+  another job met meanwhile (the code spent by that very update) or an expiry; a
+  refusal is recorded only by the job that holds the lease, and only on a card still
+  ``pending``.
 * WeCom takes a response code once, within 72 hours: an update WeCom refused for good
   is ``failed`` with its reason and never tried again; one that may pass (busy, a lost
   reply) is tried again a lease later, until the 72 hours are over (``expired``). A code
@@ -83,21 +92,37 @@ def claim(now: datetime | None = None) -> list[int]:
         claimed = list(locked.values_list("pk", flat=True)[:BATCH])
         if claimed:
             RunAction.objects.filter(pk__in=claimed).update(card_attempted_at=now)
-            cluster.enqueue(cluster.high_queue(), UPDATE, claimed, task_name=f"cards-{claimed[0]}")
+            cluster.enqueue(
+                cluster.high_queue(),
+                UPDATE,
+                claimed,
+                now.isoformat(),
+                task_name=f"cards-{claimed[0]}",
+            )
     return claimed
 
 
-def update(action_ids: Sequence[int]) -> int:
-    """The job: update the cards of ``action_ids`` still pending; how many were updated.
-    One card's failure is its own: the others are updated all the same."""
+def update(action_ids: Sequence[int], leased_at: str = "") -> int:
+    """The job: update the cards of ``action_ids`` whose lease it still holds, the one
+    its claim took at ``leased_at`` (ISO 8601); how many were updated. One card's
+    failure is its own: the others are updated all the same. A job queued without a
+    lease (by the release before leases were given) updates nothing: its cards are
+    claimed again a lease later."""
+    if not leased_at:
+        logger.warning("a card-update job without its lease: %s left to the next claim", action_ids)
+        return 0
+    held = datetime.fromisoformat(leased_at)
     updated = 0
-    due = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
-    for action in due.select_related("run", "run__task", "follow_up").order_by("received_at"):
-        updated += _update_one(action)
+    actions = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
+    for action in actions.select_related("run", "run__task", "follow_up").order_by("received_at"):
+        updated += _update_one(action, held)
     return updated
 
 
-def _update_one(action: RunAction) -> int:
+def _update_one(action: RunAction, held: datetime) -> int:
+    lease = _renew(action, held)
+    if lease is None:
+        return 0  # another job holds the card now, or it is no longer to update
     text = replace_name(action)
     channel, recipient = delivery(action.run)
     try:
@@ -108,19 +133,47 @@ def _update_one(action: RunAction) -> int:
         logger.warning("card of run %s not updated yet: %s", action.run_id, exc)
         return 0
     except SendError as exc:
-        _finish(action, RunAction.CardState.FAILED, str(exc))
-        return 0
+        return _refused(action, lease, str(exc))
     except Exception as exc:  # a channel no longer configured, a sender's bug
         logger.exception("card of run %s not updated", action.run_id)
-        _finish(action, RunAction.CardState.FAILED, f"{type(exc).__name__}: {exc}")
-        return 0
-    return _finish(action, RunAction.CardState.UPDATED, text)
+        return _refused(action, lease, f"{type(exc).__name__}: {exc}")
+    return _updated(action, text)
 
 
-def _finish(action: RunAction, state: str, detail: str) -> int:
-    return RunAction.objects.filter(pk=action.pk, card_state=PENDING).update(
-        card_state=state, card_detail=detail[:2000]
+def _renew(action: RunAction, held: datetime) -> datetime | None:
+    """The job's lease on ``action``'s card, renewed for a whole ``LEASE`` from now, if
+    the job still holds it (``card_attempted_at`` is still ``held``) and WeCom still
+    takes the code; None otherwise."""
+    now = timezone.now()
+    renewed = RunAction.objects.filter(
+        pk=action.pk,
+        card_state=PENDING,
+        card_attempted_at=held,
+        received_at__gte=now - CODE_LIFETIME,
+    ).update(card_attempted_at=now)
+    return now if renewed else None
+
+
+def _updated(action: RunAction, text: str) -> int:
+    """Record the update WeCom made: true whoever holds the lease by now."""
+    return (
+        RunAction.objects.filter(pk=action.pk)
+        .exclude(card_state=RunAction.CardState.UPDATED)
+        .update(card_state=RunAction.CardState.UPDATED, card_detail=text[:2000])
     )
+
+
+def _refused(action: RunAction, lease: datetime, detail: str) -> int:
+    """Record a refusal, if the job still holds the lease on a card still pending: else
+    the job that took it over records what became of it."""
+    recorded = RunAction.objects.filter(
+        pk=action.pk, card_state=PENDING, card_attempted_at=lease
+    ).update(card_state=RunAction.CardState.FAILED, card_detail=detail[:2000])
+    if not recorded:
+        logger.warning(
+            "card of run %s: a refusal after the lease was lost: %s", action.run_id, detail
+        )
+    return 0
 
 
 def delivery(run: TaskRun) -> tuple[str, str]:

@@ -88,10 +88,7 @@ def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     replay); a click refused (an unknown card, another member) and an error roll both
     back, so that WeCom may send the request again."""
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                CallbackNonce.objects.create(nonce=nonce[:64], timestamp=timestamp)
-        except IntegrityError:
+        if not CallbackNonce.objects.spend(nonce, timestamp):
             return Applied(Outcome.REPLAYED)
         run = _sent_run(event.task_id)
         if run is not None and _sent_to(run, event.from_user_name):
@@ -131,10 +128,10 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         return Applied(Outcome.ALREADY, done)
     action = RunAction(
         run=run,
-        action=event.event_key[:128],
+        action=event.event_key,
         member=event.from_user_name,
         acted_at=_clicked_at(event, now),
-        response_code=event.response_code[:128],
+        response_code=event.response_code,
     )
     if event.event_key in BUILT_IN and action.response_code:
         action.card_state = RunAction.CardState.PENDING

@@ -5,7 +5,8 @@
   every later one, WeCom's retries and double clicks alike, changes nothing. It keeps
   who acted, how and when, the card's response code (to update the card, once, within
   72 hours), the run a snooze made, and when the CRM was told (``run_acted``, sent by a
-  scheduler once the action has committed, never inside WeCom's request).
+  scheduler once the action has committed, never inside WeCom's request, and marked
+  told only once its receivers ran: at least once).
   The card is then updated (``engine.cards``), where WeCom gave a response code and the
   action is a built-in one: its buttons become one that cannot be clicked, "Done by
   alice". ``card_state`` follows that: ``pending`` until a scheduler updated it
@@ -17,8 +18,9 @@
   The CRM is not told of it: it is recorded told (``announced_at``), there being nothing
   to tell. A recall of the run's message ends its card's pending update (``failed``,
   saying so) and cancels the run its snooze made (``engine.recall``).
-* ``CallbackNonce``: a nonce of a signed callback request, kept while its timestamp is
-  inside the accepted window, unique: the same request replayed is refused.
+* ``CallbackNonce``: a nonce of a signed callback request, a click's or a URL
+  verification's, kept while its timestamp is inside the accepted window, unique: the
+  same request replayed is refused (``spend``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING
 
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
@@ -79,11 +81,13 @@ class RunAction(models.Model):
     run = models.OneToOneField(
         "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
     )
-    action = models.CharField(_("action"), max_length=128)
+    # A button's key, whole: WeCom takes up to 1,024 bytes (``callback.events.KEY_BYTES``).
+    action = models.CharField(_("action"), max_length=1024)
     member = models.CharField(_("acted by"), max_length=64)
     acted_at = models.DateTimeField(_("acted at"))
     received_at = models.DateTimeField(_("received"), auto_now_add=True)
-    response_code = models.CharField(_("response code"), max_length=128, blank=True)
+    # WeCom's, whole: it publishes no length, and a code cut short updates no card.
+    response_code = models.TextField(_("response code"), blank=True)
     follow_up = models.ForeignKey(
         "TaskRun",
         on_delete=models.SET_NULL,
@@ -98,6 +102,9 @@ class RunAction(models.Model):
     held_by = models.CharField(
         _("taken on already by"), max_length=64, blank=True, default="", db_default=""
     )
+    # When a scheduler took on telling the CRM: another tells it again a while later,
+    # unless ``announced_at`` says it was told (``engine.announce``).
+    announcing_at = models.DateTimeField(_("CRM being told"), null=True, blank=True)
     # db_default: the release before these columns inserts rows without them.
     card_state = models.CharField(
         _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True
@@ -141,10 +148,25 @@ class RunAction(models.Model):
         return str(SAID.get(self.action, self.action))
 
 
+class CallbackNonceQuerySet(models.QuerySet["CallbackNonce"]):
+    def spend(self, nonce: str, timestamp: int) -> bool:
+        """Keep ``nonce``: True the first time, False when it was kept before (the
+        request is a replay). In a savepoint of its own: a replay leaves the caller's
+        transaction as it was."""
+        try:
+            with transaction.atomic():
+                self.create(nonce=nonce, timestamp=timestamp)
+        except IntegrityError:
+            return False
+        return True
+
+
 class CallbackNonce(models.Model):
     nonce = models.CharField(_("nonce"), max_length=64, unique=True)
     timestamp = models.BigIntegerField(_("timestamp"))
     received_at = models.DateTimeField(_("received"), auto_now_add=True, db_index=True)
+
+    objects = CallbackNonceQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("callback nonce")

@@ -8,8 +8,9 @@ come in signed and encrypted through the callback URL."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -155,6 +156,122 @@ def test_a_job_that_died__is_taken_over_after_the_lease_never_before(client: Cli
     run_queued()
     assert RunAction.objects.get(run=run).card_state == "updated"
     assert len(MemorySender.card_updates) == 1
+
+
+# --- Two jobs at once ------------------------------------------------------------------
+
+
+class HeldBack(MemorySender):
+    """As strict as WeCom (``MemorySender``), with each ``update_template_card`` held up
+    while ``meanwhile`` runs, the next of them: on its way to WeCom (``before``) or on
+    its way back, WeCom having acted on it. ``calls``: the code of every call made."""
+
+    meanwhile: ClassVar[list[Callable[[], object]]] = []
+    before: ClassVar[bool] = False
+    calls: ClassVar[list[str]] = []
+
+    def update_card(self, recipient: str, response_code: str, replace_name: str) -> None:
+        self.calls.append(response_code)
+        if self.before:
+            self._meanwhile()
+        try:
+            super().update_card(recipient, response_code, replace_name)
+        finally:
+            if not self.before:
+                self._meanwhile()
+
+    def _meanwhile(self) -> None:
+        if self.meanwhile:
+            self.meanwhile.pop(0)()
+
+
+@pytest.fixture
+def held_back(settings: Any) -> Iterator[type[HeldBack]]:
+    """The cards channel, its card updates held back (``HeldBack``)."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        CHANNEL: {"BACKEND": f"{__name__}.HeldBack", "OPTIONS": {"cards": True}},
+    }
+    yield HeldBack
+    HeldBack.meanwhile.clear()
+    HeldBack.calls.clear()
+    HeldBack.before = False
+
+
+def claim_job() -> Callable[[], int]:
+    """A scheduler's claim of cards to update, now; its job, to run when the test says."""
+    before = len(queued())
+    assert cards.claim()
+    job = queued()[before]
+    return lambda: cards.update(*job["args"], **job["kwargs"])
+
+
+def another_scheduler(time_machine: Any, *, runs_its_job: bool) -> Callable[[], object]:
+    """A lease later, another scheduler claims what the first job's lease no longer
+    holds; its job runs at once, or not."""
+
+    def act() -> object:
+        time_machine.move_to(timezone.now() + cards.LEASE + timedelta(seconds=1))
+        job = claim_job()
+        return job() if runs_its_job else jobs.append(job)
+
+    jobs: list[Callable[[], int]] = []
+    act.jobs = jobs  # type: ignore[attr-defined]
+    return act
+
+
+def test_two_jobs_at_once__the_card_updated_is_recorded_updated(
+    client: Client, held_back: type[HeldBack], time_machine: Any
+) -> None:
+    run = delivered()
+    click(client, run)
+    first = claim_job()
+    # WeCom updates the card; its answer comes back after the lease, by when another
+    # job took the card on, and WeCom refused that one the code it had spent.
+    held_back.meanwhile.append(another_scheduler(time_machine, runs_its_job=True))
+    first()
+    assert len(held_back.calls) == 2
+    assert MemorySender.card_updates == [("alice", card_id(run), "Done by alice")]
+    action = RunAction.objects.get(run=run)
+    assert (action.card_state, action.card_detail) == ("updated", "Done by alice")
+
+
+def test_two_jobs_at_once__a_refusal_never_replaces_the_update(
+    client: Client, held_back: type[HeldBack], time_machine: Any
+) -> None:
+    run = delivered()
+    click(client, run)
+    first = claim_job()
+    # The first job's call reaches WeCom after the lease, when another job, holding the
+    # card now, has updated it: WeCom refuses the first the spent code.
+    held_back.before = True
+    held_back.meanwhile.append(another_scheduler(time_machine, runs_its_job=True))
+    first()
+    assert len(held_back.calls) == 2
+    assert MemorySender.card_updates == [("alice", card_id(run), "Done by alice")]
+    action = RunAction.objects.get(run=run)
+    assert (action.card_state, action.card_detail) == ("updated", "Done by alice")
+
+
+def test_a_job_that_lost_its_lease__calls_wecom_for_none_of_its_other_cards(
+    client: Client, held_back: type[HeldBack], time_machine: Any
+) -> None:
+    alice, bob = delivered(recipient="alice"), delivered(recipient="bob")
+    click(client, alice)
+    click(client, bob)
+    first = claim_job()
+    # Alice's card takes the first job past its lease: another scheduler claims both.
+    other = another_scheduler(time_machine, runs_its_job=False)
+    held_back.meanwhile.append(other)
+    first()
+    assert held_back.calls == [RunAction.objects.get(run=alice).response_code]
+    assert RunAction.objects.get(run=bob).card_state == "pending"  # the other job's now
+    [second] = other.jobs  # type: ignore[attr-defined]
+    second()
+    assert len(held_back.calls) == 2
+    states = dict(RunAction.objects.values_list("run_id", "card_state"))
+    assert states == {alice.pk: "updated", bob.pk: "updated"}
+    assert sorted(who for who, _, _ in MemorySender.card_updates) == ["alice", "bob"]
 
 
 def test_after_72_hours__the_card_is_left_as_it_is(client: Client) -> None:

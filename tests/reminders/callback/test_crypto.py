@@ -23,6 +23,7 @@ from reminders.callback.exceptions import (
     BadSignature,
     CallbackError,
     CallbackRefused,
+    NotAnEchostr,
     WrongReceiveId,
 )
 from reminders.exceptions import RemindersError
@@ -208,7 +209,7 @@ def test_seal__signs_what_it_encrypts() -> None:
 
 
 def test_seal__makes_up_a_timestamp_and_a_nonce_when_not_given() -> None:
-    sealed = crypto.seal(QDG6EK, "hello")
+    sealed = crypto.seal(QDG6EK, "8526339617929397596")
 
     assert sealed.timestamp.isdigit()
     assert sealed.nonce.isdigit()
@@ -220,8 +221,26 @@ def test_seal__makes_up_a_timestamp_and_a_nonce_when_not_given() -> None:
             nonce=sealed.nonce,
             echostr=sealed.encrypt,
         )
-        == "hello"
+        == "8526339617929397596"
     )
+
+
+@pytest.mark.parametrize(
+    "plaintext",
+    ["hello", "<xml><MsgType>event</MsgType></xml>", "1" * 33, "", "\uff11\uff12\uff13"],
+)
+def test_verify_url__decrypts_only_an_echostr(plaintext: str) -> None:
+    sealed = crypto.seal(QDG6EK, plaintext)
+    with pytest.raises(NotAnEchostr) as refused:
+        crypto.verify_url(
+            QDG6EK,
+            msg_signature=sealed.msg_signature,
+            timestamp=sealed.timestamp,
+            nonce=sealed.nonce,
+            echostr=sealed.encrypt,
+        )
+    assert "echostr" in str(refused.value)
+    assert not plaintext or plaintext not in str(refused.value)
 
 
 # --- Refusals: the signature --------------------------------------------------------------

@@ -351,6 +351,18 @@ def test_parse_message__refuses_a_selected_item_without_its_parts(extra: str) ->
         events.parse_message(event_xml(extra=extra))
 
 
+def test_parse_message__a_key_of_wecoms_1024_bytes_is_read_whole() -> None:
+    key = "键" * 341 + "k"  # 1,024 bytes in UTF-8
+    event = events.parse_message(event_xml(EventKey=key, ResponseCode="c" * 2000))
+    assert isinstance(event, TemplateCardEvent)
+    assert (event.event_key, event.response_code) == (key, "c" * 2000)
+
+
+def test_parse_message__refuses_a_key_longer_than_a_button_takes() -> None:
+    with pytest.raises(MalformedXml, match=r"EventKey.*1,025 bytes"):
+        events.parse_message(event_xml(EventKey="键" * 341 + "kk"))
+
+
 def test_parse_message__refuses_a_field_given_twice() -> None:
     with pytest.raises(MalformedXml, match="EventKey"):
         events.parse_message(event_xml(extra="<EventKey>other</EventKey>"))
