@@ -103,19 +103,21 @@ def _processes_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     if _needs_real_clock(request.node):
         yield
         return
-    real_init = subprocess.Popen.__init__
+    # Checked where Popen starts the child: a refusal there is cleaned up as a failed
+    # start is (pipes closed, no half-made object left for the garbage collector).
+    real_start = subprocess.Popen._execute_child  # type: ignore[attr-defined]
     nodeid = request.node.nodeid
 
-    def init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+    def start(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
         if _is_python(args):
             raise AssertionError(
                 f"{nodeid} starts a Python process ({args!r}) without the `processes` "
                 "mark: mark it, since its process keeps the real clock (tests/support/clock.py)"
             )
-        real_init(self, args, *rest, **kwargs)
+        real_start(self, args, *rest, **kwargs)
 
-    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+    subprocess.Popen._execute_child = start  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        subprocess.Popen.__init__ = real_init  # type: ignore[method-assign]
+        subprocess.Popen._execute_child = real_start  # type: ignore[attr-defined]
