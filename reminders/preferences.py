@@ -51,10 +51,10 @@ from .models import (
     QuietHours,
     QuietHoursChange,
     validate_calendar,
+    validate_quiet_hours,
 )
 from .recipients import member_id_problem
 from .registry import mandatory
-from .schedule.quiet import BadQuietHours, QuietWindow
 
 __all__ = [
     "OPTED_OUT_CODE",
@@ -220,9 +220,9 @@ def set_quiet_hours(
         errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
     elif hours:
         try:
-            QuietWindow.parse(hours)
-        except BadQuietHours as exc:
-            errors["hours"] = ValidationError(str(exc), code="invalid")
+            validate_quiet_hours(hours)
+        except ValidationError as exc:
+            errors["hours"] = exc
     if calendar:
         try:
             validate_calendar(calendar)

@@ -21,7 +21,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from .validators import validate_recipient
+from .validators import validate_quiet_hours, validate_recipient
 
 
 class Preference(models.Model):
@@ -87,7 +87,9 @@ class QuietHours(models.Model):
     recipient = models.CharField(
         _("recipient"), max_length=64, unique=True, validators=[validate_recipient]
     )
-    hours = models.CharField(_("quiet hours"), max_length=11, blank=True)
+    hours = models.CharField(
+        _("quiet hours"), max_length=11, blank=True, validators=[validate_quiet_hours]
+    )
     calendar = models.CharField(_("quiet on the rest days of"), max_length=64, blank=True)
     changed_by = models.CharField(_("changed by"), max_length=150)
     reason = models.TextField(_("why"), blank=True)

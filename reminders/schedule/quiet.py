@@ -1,7 +1,8 @@
 """Quiet hours: when a recipient is not to be disturbed, and when that ends.
 
-A quiet window is local hours, ``"21:00-08:30"`` (it may run past midnight), read on the
-task's clock; a working-day calendar may make its rest days quiet all day as well (the
+A quiet window is local hours, ``"21:00-08:30"`` (it may run past midnight), leaving at
+least an hour of the day open (``MIN_OPEN``: checked here, by ``QuietWindow.parse``, for
+a kind's policy, the API, the admin and the model alike), read on the task's clock; a working-day calendar may make its rest days quiet all day as well (the
 caller says which days are: ``rest_day``). ``quiet_until`` says when the quiet period
 around a moment ends: a window's end that falls on a rest day runs on to the next
 working day, and so on, so the answer is a moment that is not quiet (bounded, however
@@ -25,10 +26,13 @@ from . import timing
 _WINDOW = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]):([0-5][0-9])")
 # However a calendar reads (a year of rest days), the search for the end stops here.
 MAX_STEPS = 800
+# What a window leaves open of each day, at least: a wave staggered over its recipients
+# fits in it, and a message held by it goes within a day.
+MIN_OPEN = timedelta(hours=1)
 
 
 class BadQuietHours(RemindersError, ValueError):
-    """A quiet window that is not ``HH:MM-HH:MM`` with two different times."""
+    """A quiet window that is not ``HH:MM-HH:MM`` leaving at least an hour open."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,25 @@ class QuietWindow:
                 _("Quiet hours must start and end at different times, not %(value)r.")
                 % {"value": text}
             )
-        return cls(start, end)
+        window = cls(start, end)
+        if window.open < MIN_OPEN:
+            raise BadQuietHours(
+                _(
+                    "Quiet hours must leave at least an hour of the day open: %(value)s "
+                    "leaves %(minutes)d minutes."
+                )
+                % {"value": text, "minutes": window.open // timedelta(minutes=1)}
+            )
+        return window
 
     def __str__(self) -> str:
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
+
+    @property
+    def open(self) -> timedelta:
+        """How much of a day (of 24 hours) is outside the window: from its end to its start."""
+        minutes = (_minutes(self.start) - _minutes(self.end)) % (24 * 60)
+        return timedelta(minutes=minutes)
 
     def covers(self, clock: time) -> bool:
         if self.start < self.end:
@@ -92,3 +111,7 @@ def quiet_until(
             continue
         return None if at == moment else at
     return at
+
+
+def _minutes(clock: time) -> int:
+    return clock.hour * 60 + clock.minute

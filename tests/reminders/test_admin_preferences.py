@@ -85,7 +85,9 @@ def test_operator__sets_a_recipients_own_quiet_hours_saying_why(client: Client) 
     assert QuietHoursChange.objects.get().reason == "asked"
 
 
-@pytest.mark.parametrize(("field", "value"), [("hours", "late"), ("calendar", "nowhere")])
+@pytest.mark.parametrize(
+    ("field", "value"), [("hours", "late"), ("hours", "08:00-07:59"), ("calendar", "nowhere")]
+)
 def test_operator__bad_quiet_hours_are_refused_naming_the_field(
     client: Client, field: str, value: str
 ) -> None:

@@ -65,9 +65,22 @@ def test_window__bad_text_says_why(text: Any) -> None:
         QuietWindow.parse(text)
 
 
+@pytest.mark.parametrize("text", ["08:00-07:59", "00:00-23:30", "21:00-20:01"])
+def test_window__leaving_less_than_an_hour_open_is_refused_saying_so(text: str) -> None:
+    with pytest.raises(BadQuietHours, match="at least an hour"):
+        QuietWindow.parse(text)
+
+
+@pytest.mark.parametrize("text", ["08:00-07:00", "00:00-23:00", "21:00-20:00"])
+def test_window__an_hour_open_is_enough(text: str) -> None:
+    assert str(QuietWindow.parse(text)) == text
+
+
 def test_policy__checks_its_quiet_fields() -> None:
     with pytest.raises(PolicyError, match="quiet_hours"):
         Policy(quiet_hours="night")
+    with pytest.raises(PolicyError, match=r"quiet_hours.*at least an hour"):
+        Policy(quiet_hours="08:00-07:59")
     with pytest.raises(PolicyError, match="breaks_quiet_hours"):
         Policy(breaks_quiet_hours="yes")  # type: ignore[arg-type]
     assert Policy(quiet_hours="21:00-08:30").quiet_hours == "21:00-08:30"
@@ -256,6 +269,7 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
     ("call", "field"),
     [
         ({"hours": "late"}, "hours"),
+        ({"hours": "08:00-07:59"}, "hours"),
         ({"calendar": "no-such-calendar"}, "calendar"),
         ({"by": ""}, "by"),
         ({"user": "@all"}, "user"),
@@ -267,6 +281,16 @@ def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], 
         preferences.set_quiet_hours(values.pop("user"), values.pop("hours"), **values)
     assert field in raised.value.message_dict
     assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+@pytest.mark.django_db
+def test_model__validation_refuses_hours_leaving_less_than_an_hour_open() -> None:
+    row = QuietHours(
+        recipient="alice", hours="08:00-07:59", changed_by="ops", changed_at=at(THURSDAY, 9)
+    )
+    with pytest.raises(ValidationError) as raised:
+        row.full_clean()
+    assert "at least an hour" in raised.value.message_dict["hours"][0]
 
 
 @pytest.mark.django_db
@@ -292,7 +316,7 @@ def test_own__replace_the_kinds_and_none_means_none(outbox: list) -> None:
 
 @pytest.mark.django_db
 def test_own__never_hold_a_kind_that_breaks_quiet_hours(outbox: list) -> None:
-    preferences.set_quiet_hours("alice", "00:00-23:59", by="alice")
+    preferences.set_quiet_hours("alice", "21:00-08:30", by="alice")
     late = at(THURSDAY, 22, 0)
     api.schedule("inquiry_timeout", "alice", at=late, tz=TZ, channel="memory")
     assert tick_at(late) == 1
