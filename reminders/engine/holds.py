@@ -14,10 +14,14 @@ Invariants:
   in the start's own SELECT of its runs (``lookups``), and read (``read``) only
   where there is something; a mandatory kind (``Policy.mandatory``) is never skipped
   for an opt-out.
-* Quiet hours defer, never drop: the run waits for their end on the task's clock
-  (``schedule.quiet``), staggered by recipient as the kind staggers its waves (over
-  ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the end of the night is not
-  a burst; a kind that ``breaks_quiet_hours`` goes at once. The caller ends a run whose
+* Quiet hours defer, never drop, never for good: the run waits for their end on the
+  task's clock (``schedule.quiet.release``), staggered by recipient as the kind
+  staggers its waves (over ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the
+  end of the night is not a burst, the stagger wrapped within the open time that
+  follows so that it never lands inside quiet hours again; a mandatory kind goes at the
+  first open moment, unstaggered; a kind that ``breaks_quiet_hours`` goes at once.
+  Hours stored before the rule of an hour open (or otherwise unreadable) hold nothing,
+  logged. The caller ends a run whose
   deadline comes first ``expired`` (``Held.past_deadline`` says why).
 """
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import OuterRef, Subquery
@@ -36,7 +40,7 @@ from ..calendars.backends import day_off
 from ..exceptions import RemindersError, UnknownKind
 from ..models import OPTED_OUT_CODE, QUIET_CODE, Preference, QuietHours, TaskRun
 from ..schedule import timing
-from ..schedule.quiet import QuietWindow, quiet_until
+from ..schedule.quiet import QuietWindow, release
 
 logger = logging.getLogger("reminders.engine.delivery")
 
@@ -134,17 +138,23 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
     )
     if not (hours or calendar):
         return None
+    # A mandatory kind goes at the first open moment; the others staggered after it.
+    stagger = (
+        timedelta(0)
+        if policy.mandatory
+        else policy.stagger(task.recipient, spread=QUIET_SPREAD_SECONDS)
+    )
     try:
         window = QuietWindow.parse(hours) if hours else None
-        end = quiet_until(now, task.timezone, window, _rest_days(calendar))
+        until = release(now, task.timezone, window, _rest_days(calendar), stagger=stagger)
     except (RemindersError, ImproperlyConfigured, ValueError) as exc:
-        # Hours stored wrong, or a calendar no longer configured: this run is sent as if
-        # there were none, and said so; it never stops its job's other runs.
+        # Hours stored wrong (or before the rule of an hour open), or a calendar no
+        # longer configured: this run is sent as if there were none, and said so; it
+        # never stops its job's other runs.
         logger.warning("run %s: quiet hours %r / %r not applied: %s", run.pk, hours, calendar, exc)
         return None
-    if end is None:
+    if until is None:
         return None
-    until = end + policy.stagger(task.recipient, spread=QUIET_SPREAD_SECONDS)
     reasons = []
     if window is not None:
         reasons.append(f"{window} {task.timezone}")

@@ -12,6 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reminders import api, preferences
 from reminders.calendars.backends import day_off
@@ -19,7 +21,7 @@ from reminders.engine import dispatch, holds
 from reminders.models import QuietHours, QuietHoursChange, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
-from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until
+from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until, release
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued
 
@@ -84,6 +86,74 @@ def test_policy__checks_its_quiet_fields() -> None:
     with pytest.raises(PolicyError, match="breaks_quiet_hours"):
         Policy(breaks_quiet_hours="yes")  # type: ignore[arg-type]
     assert Policy(quiet_hours="21:00-08:30").quiet_hours == "21:00-08:30"
+
+
+# --- When a held message goes ------------------------------------------------------------
+
+DAY = timedelta(hours=24)
+ZONES = ["Asia/Shanghai", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
+
+
+def open_windows() -> st.SearchStrategy[QuietWindow]:
+    """Every window leaving at least an hour of the day open."""
+    minutes = st.integers(0, 24 * 60 - 1)
+    pairs = st.tuples(minutes, minutes).filter(lambda pair: (pair[0] - pair[1]) % 1440 >= 60)
+    return pairs.map(lambda pair: QuietWindow.parse(f"{_hhmm(pair[0])}-{_hhmm(pair[1])}"))
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    window=open_windows(),
+    zone=st.sampled_from(ZONES),
+    # 2026 and 2027, their DST nights included, to the second.
+    moment=st.datetimes(datetime(2026, 1, 1), datetime(2027, 12, 31), timezones=st.just(SHANGHAI)),
+    stagger=st.integers(0, 3 * 3600).map(lambda seconds: timedelta(seconds=seconds)),
+)
+def test_release__after_now_outside_quiet_hours_and_within_a_day(
+    window: QuietWindow, zone: str, moment: datetime, stagger: timedelta
+) -> None:
+    goes = release(moment, zone, window, stagger=stagger)
+    if not window.covers(moment.astimezone(ZoneInfo(zone)).time()):
+        assert goes is None
+        return
+    assert goes is not None
+    assert moment < goes <= moment + DAY
+    assert quiet_until(goes, zone, window) is None  # never inside quiet hours again
+
+
+def test_release__the_stagger_never_lands_in_quiet_hours_again() -> None:
+    # One hour open, 07:00-08:00: a stagger of 90 minutes wraps within that hour.
+    window = QuietWindow.parse("08:00-07:00")
+    goes = release(at(THURSDAY, 9), TZ, window, stagger=timedelta(minutes=90))
+    assert goes == at(THURSDAY + timedelta(days=1), 7, 30)
+
+
+def test_release__a_stagger_within_the_open_hours_is_kept() -> None:
+    goes = release(at(THURSDAY, 22), TZ, NIGHT, stagger=timedelta(minutes=7))
+    assert goes == at(THURSDAY + timedelta(days=1), 8, 37)
+
+
+@pytest.mark.parametrize(
+    ("zone", "night", "repeated"),
+    [("America/New_York", date(2026, 11, 1), 1), ("Europe/Berlin", date(2026, 10, 25), 2)],
+)
+def test_window__the_repeated_hour_of_a_fall_back_night_never_ends_in_the_past(
+    zone: str, night: date, repeated: int
+) -> None:
+    # Quiet until HH:30 of the hour the clocks repeat: at HH:15 the second time, the
+    # window ends at HH:30 of that second pass, 15 minutes on, not 45 minutes ago.
+    tz = ZoneInfo(zone)
+    window = QuietWindow.parse(f"00:00-{repeated:02d}:30")
+    first = datetime(night.year, night.month, night.day, repeated, 15, tzinfo=tz)
+    second = first.replace(fold=1)
+    assert second.timestamp() - first.timestamp() == 3600  # the clocks went back between
+    ends = quiet_until(second, zone, window)
+    assert ends is not None
+    assert ends.timestamp() == second.timestamp() + 15 * 60
 
 
 # --- Rest days of the working-day calendar ----------------------------------------------
@@ -246,7 +316,48 @@ def test_engine__rest_days_of_its_calendar_are_quiet(settings: Any, outbox: list
     assert tick_at(at(saturday, 10)) == 0
     run = TaskRun.objects.get(task=task)
     assert run.error_code == "quiet_hours" and "calendar 'cn'" in run.error_message
-    assert run.next_attempt_at.astimezone(SHANGHAI).date() == date(2026, 12, 7)  # Monday
+    # Monday at 08:00 (no window: the morning), staggered; never at midnight.
+    monday = at(date(2026, 12, 7), 8)
+    assert monday <= run.next_attempt_at < monday + timedelta(seconds=holds.QUIET_SPREAD_SECONDS)
+    assert run.next_attempt_at == monday + Policy().stagger(
+        "alice", spread=holds.QUIET_SPREAD_SECONDS
+    )
+
+
+@pytest.mark.django_db
+def test_rest_days__end_at_the_windows_end_on_the_next_working_day_never_at_midnight() -> None:
+    saturday = date(2026, 12, 5)
+    lunch = QuietWindow.parse("12:00-13:30")
+    assert quiet_until(at(saturday, 10), TZ, None, rest()) == at(date(2026, 12, 7), 8)
+    assert quiet_until(at(saturday, 10), TZ, lunch, rest()) == at(date(2026, 12, 7), 13, 30)
+
+
+@pytest.mark.django_db
+def test_engine__a_mandatory_kind_goes_at_the_first_open_moment(outbox: list) -> None:
+    # The daily report's stagger is up to 14 minutes: a mandatory kind is not staggered
+    # past the end of quiet hours, it goes at their end.
+    preferences.set_quiet_hours("alice", "21:00-08:30", by="alice")
+    late = at(THURSDAY, 22)
+    task = api.schedule("daily_report", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 0
+    run = TaskRun.objects.get(task=task)
+    morning = at(THURSDAY + timedelta(days=1), 8, 30)
+    assert (run.error_code, run.next_attempt_at) == ("quiet_hours", morning)
+    assert tick_at(morning) == 1
+
+
+@pytest.mark.django_db
+def test_own__hours_stored_before_the_hour_open_rule_hold_nothing(outbox: list) -> None:
+    # Saved before the rule: one open minute a day, less than the report's stagger.
+    QuietHours.objects.create(
+        recipient="alice", hours="08:00-07:59", changed_by="ops", changed_at=at(THURSDAY, 7)
+    )
+    noon = at(THURSDAY, 12)
+    task = api.schedule("daily_report", "alice", at=noon, tz=TZ, channel="memory")
+    dispatch.materialize(now=noon)
+    run = TaskRun.objects.get(task=task)
+    assert run.error_code == "" and run.due_at < noon + timedelta(minutes=15)  # its stagger
+    assert tick_at(run.due_at) == 1
 
 
 # --- A recipient's own quiet hours --------------------------------------------------------
