@@ -14,7 +14,9 @@ window listing its occurrences (the kind's ``Policy.digest_seconds``, else
 
 A recipient's own quiet hours (``set_quiet_hours(user, "22:00-08:00", by=...)``)
 replace the kinds' (``Policy.quiet_hours``, ``quiet_calendar``) for every kind that does
-not break them; ``""`` is none at all; ``clear_quiet_hours`` goes back to the kinds'.
+not break them, read on the recipient's clock (``tz``, default the project's
+``TIME_ZONE``), whatever their tasks' zones; ``""`` is none at all; leaving less than an
+hour of the day open is refused; ``clear_quiet_hours`` goes back to the kinds'.
 
 ``user`` is a WeCom member id, or a user of the CRM (its member id as
 ``reminders.intake.users`` finds it). A run of a kind its recipient opted out of is
@@ -52,7 +54,9 @@ from .models import (
     QuietHoursChange,
     validate_calendar,
     validate_quiet_hours,
+    validate_timezone,
 )
+from .models.preferences import project_timezone
 from .recipients import member_id_problem
 from .registry import mandatory
 
@@ -187,13 +191,15 @@ def _choice_errors(kind: object, opted_out: object, digest: object) -> dict[str,
 @dataclass(frozen=True)
 class Quiet:
     """A recipient's own quiet hours (``hours`` "": none at all), the calendar whose rest
-    days are quiet too (""), and who set them, when and why."""
+    days are quiet too (""), the zone whose clock they are read on, and who set them,
+    when and why."""
 
     hours: str
     calendar: str
     changed_by: str
     changed_at: datetime
     reason: str
+    tz: str
 
 
 def quiet_hours(user: str | Model) -> Quiet | None:
@@ -201,15 +207,22 @@ def quiet_hours(user: str | Model) -> Quiet | None:
     row = QuietHours.objects.filter(recipient=_member(user)).first()
     if row is None:
         return None
-    return Quiet(row.hours, row.calendar, row.changed_by, row.changed_at, row.reason)
+    return Quiet(row.hours, row.calendar, row.changed_by, row.changed_at, row.reason, row.zone)
 
 
 def set_quiet_hours(
-    user: str | Model, hours: str, *, calendar: str = "", by: str, reason: str = ""
+    user: str | Model,
+    hours: str,
+    *,
+    calendar: str = "",
+    by: str,
+    reason: str = "",
+    tz: str | None = None,
 ) -> Quiet:
-    """Set ``user``'s own quiet hours: ``hours`` local ``"HH:MM-HH:MM"`` on each task's
-    clock ("": none), and ``calendar`` whose rest days are quiet all day (""). Changed by
-    ``by`` for ``reason``; ``ValidationError`` naming each field at fault."""
+    """Set ``user``'s own quiet hours: ``hours`` local ``"HH:MM-HH:MM"`` on ``tz``'s clock
+    (default the project's ``TIME_ZONE``; "": none), and ``calendar`` whose rest days are
+    quiet all day (""). Changed by ``by`` for ``reason``; ``ValidationError`` naming each
+    field at fault."""
     errors: dict[str, ValidationError] = {}
     member = ""
     try:
@@ -218,27 +231,35 @@ def set_quiet_hours(
         errors["user"] = exc
     if not isinstance(hours, str):
         errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
-    elif hours:
-        try:
-            validate_quiet_hours(hours)
-        except ValidationError as exc:
-            errors["hours"] = exc
-    if calendar:
-        try:
-            validate_calendar(calendar)
-        except ValidationError as exc:
-            errors["calendar"] = exc
+    zone = project_timezone() if tz is None else tz
+    for name, value, validate in (
+        ("hours", hours, validate_quiet_hours),
+        ("calendar", calendar, validate_calendar),
+        ("tz", zone, validate_timezone),
+    ):
+        # Hours and calendar may be empty (none); a zone may not.
+        if name not in errors and (value or name == "tz"):
+            try:
+                validate(value if isinstance(value, str) else repr(value))
+            except ValidationError as exc:
+                errors[name] = exc
     by = _who(by, errors)
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
-    values = {"hours": hours, "calendar": calendar, "changed_by": by, "reason": reason}
+    values = {
+        "hours": hours,
+        "calendar": calendar,
+        "timezone": zone,
+        "changed_by": by,
+        "reason": reason,
+    }
     with transaction.atomic():
         QuietHours.objects.update_or_create(
             recipient=member, defaults={**values, "changed_at": now}
         )
         QuietHoursChange.objects.create(recipient=member, changed_at=now, **values)
-    return Quiet(hours, calendar, by, now, reason)
+    return Quiet(hours, calendar, by, now, reason, zone)
 
 
 def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:

@@ -120,9 +120,13 @@ class QuietHoursForm(forms.ModelForm):
 
     class Meta:
         model = QuietHours
-        fields = ("recipient", "hours", "calendar", "reason")
+        fields = ("recipient", "hours", "calendar", "timezone", "reason")
         help_texts = {
-            "hours": _('Local HH:MM-HH:MM on each task\'s clock, "21:00-08:30"; empty: none.'),
+            "hours": _(
+                'Local HH:MM-HH:MM on the recipient\'s clock, "21:00-08:30", leaving at '
+                "least an hour of the day open; empty: none."
+            ),
+            "timezone": _("The recipient's time zone, whatever their tasks' zones."),
             "calendar": _("A working-day calendar whose rest days are quiet all day; empty: none."),
         }
 
@@ -147,7 +151,15 @@ class QuietHoursForm(forms.ModelForm):
 @admin.register(QuietHours)
 class QuietHoursAdmin(admin.ModelAdmin):
     form = QuietHoursForm
-    list_display = ("recipient", "hours", "calendar", "changed_by", "changed_at", "reason")
+    list_display = (
+        "recipient",
+        "hours",
+        "calendar",
+        "timezone",
+        "changed_by",
+        "changed_at",
+        "reason",
+    )
     search_fields = ("recipient",)
     ordering = ("recipient",)
 
@@ -161,6 +173,7 @@ class QuietHoursAdmin(admin.ModelAdmin):
             obj.recipient,
             data.get("hours") or "",
             calendar=data.get("calendar") or "",
+            tz=data["timezone"],
             by=request.user.get_username(),
             reason=data["reason"],
         )
@@ -170,5 +183,13 @@ class QuietHoursAdmin(admin.ModelAdmin):
 
 @admin.register(QuietHoursChange)
 class QuietHoursChangeAdmin(ReadOnlyAdmin):
-    list_display = ("changed_at", "recipient", "hours", "calendar", "cleared", "changed_by")
+    list_display = (
+        "changed_at",
+        "recipient",
+        "hours",
+        "calendar",
+        "timezone",
+        "cleared",
+        "changed_by",
+    )
     search_fields = ("recipient", "changed_by")

@@ -1,7 +1,7 @@
 """What holds a run back on its recipient's behalf when it starts
 (``engine.starting``): their opting out of its kind (``reminders.preferences``), and
-quiet hours: the recipient's own (``QuietHours``), else its kind's
-(``Policy.quiet_hours``, ``quiet_calendar``).
+quiet hours: the recipient's own (``QuietHours``, on their own clock), else its
+kind's (``Policy.quiet_hours``, ``quiet_calendar``, on the task's clock).
 
 Invariants:
 
@@ -14,8 +14,9 @@ Invariants:
   in the start's own SELECT of its runs (``lookups``), and read (``read``) only
   where there is something; a mandatory kind (``Policy.mandatory``) is never skipped
   for an opt-out.
-* Quiet hours defer, never drop, never for good: the run waits for their end on the
-  task's clock (``schedule.quiet.release``), staggered by recipient as the kind
+* Quiet hours defer, never drop, never for good: the run waits for their end
+  (``schedule.quiet.release``), on its recipient's clock for their own hours
+  (``QuietHours.timezone``), else on the task's, staggered by recipient as the kind
   staggers its waves (over ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the
   end of the night is not a burst, the stagger wrapped within the open time that
   follows so that it never lands inside quiet hours again; a mandatory kind goes at the
@@ -123,9 +124,9 @@ class Held:
 
 
 def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | None:
-    """When the quiet hours around ``now`` end for ``run``: its recipient's ``own``, else
-    its kind's; None when ``now`` is outside them (or the kind breaks them, or there are
-    none)."""
+    """When the quiet hours around ``now`` end for ``run``: its recipient's ``own`` (on
+    their zone's clock), else its kind's (on the task's); None when ``now`` is outside
+    them (or the kind breaks them, or there are none)."""
     task = run.task
     try:
         policy = registry.policy(task.kind)
@@ -133,8 +134,10 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
         return None
     if policy.breaks_quiet_hours:
         return None
-    hours, calendar = (
-        (own.hours, own.calendar) if own else (policy.quiet_hours, policy.quiet_calendar)
+    hours, calendar, zone = (
+        (own.hours, own.calendar, own.zone)
+        if own
+        else (policy.quiet_hours, policy.quiet_calendar, task.timezone)
     )
     if not (hours or calendar):
         return None
@@ -146,7 +149,7 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
     )
     try:
         window = QuietWindow.parse(hours) if hours else None
-        until = release(now, task.timezone, window, _rest_days(calendar), stagger=stagger)
+        until = release(now, zone, window, _rest_days(calendar), stagger=stagger)
     except (RemindersError, ImproperlyConfigured, ValueError) as exc:
         # Hours stored wrong (or before the rule of an hour open), or a calendar no
         # longer configured: this run is sent as if there were none, and said so; it
@@ -157,13 +160,13 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
         return None
     reasons = []
     if window is not None:
-        reasons.append(f"{window} {task.timezone}")
+        reasons.append(f"{window} {zone}")
     if calendar:
         reasons.append(f"the rest days of calendar {calendar!r}")
-    local = timing.zone(task.timezone)
+    local = timing.zone(zone)
     span = (
         f"from {now.astimezone(local):%Y-%m-%d %H:%M} "
-        f"to {until.astimezone(local):%Y-%m-%d %H:%M} {task.timezone}"
+        f"to {until.astimezone(local):%Y-%m-%d %H:%M} {zone}"
     )
     why = " and ".join(reasons)
     return Held(until, f"the recipient's own: {why}" if own else why, span)

@@ -2,14 +2,15 @@
 
 A quiet window is local hours, ``"21:00-08:30"`` (it may run past midnight), leaving at
 least an hour of the day open (``MIN_OPEN``: checked here, by ``QuietWindow.parse``, for
-a kind's policy, the API, the admin and the model alike), read on the task's clock; a
-working-day calendar may make its rest days quiet all day as well (the caller says
-which days are: ``rest_day``). ``quiet_until`` says when the quiet period around a
-moment ends: a window's end that falls on a rest day runs on to the next working day,
-and a rest day ends on the next day at the window's end (08:00 without a window), never
-at its midnight, so the answer is a moment that is not quiet (bounded, however the
-calendar reads), and after the moment asked about, the repeated hour of a fall-back
-night included.
+a kind's policy, the API, the admin and the model alike), read on the clock the caller
+names (the task's for a kind's hours, the recipient's for their own); a working-day
+calendar may make its rest days quiet all day as well (the caller says which days are:
+``rest_day``). ``quiet_until`` says when the quiet period around a moment ends: a
+window's end that falls on a rest day runs on to the next working day, and a rest day
+ends on the next day at the window's end (08:00 without a window), never at its
+midnight, so the answer is a moment that is not quiet (bounded, however the calendar
+reads), and after the moment asked about, the repeated hour of a fall-back night
+included.
 
 ``release`` says when a held message goes: that end plus its stagger, wrapped within
 the open time that follows, so it never lands inside quiet hours again (and is not held

@@ -384,6 +384,8 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
         ({"calendar": "no-such-calendar"}, "calendar"),
         ({"by": ""}, "by"),
         ({"user": "@all"}, "user"),
+        ({"tz": "Mars/Olympus"}, "tz"),
+        ({"tz": ""}, "tz"),
     ],
 )
 def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
@@ -423,6 +425,41 @@ def test_own__replace_the_kinds_and_none_means_none(outbox: list) -> None:
     assert second.error_code == "quiet_hours"
     assert "the recipient's own: 23:00-07:00" in second.error_message
     assert second.next_attempt_at.astimezone(SHANGHAI).hour == 7
+
+
+@pytest.mark.django_db
+def test_own__on_the_projects_clock_unless_told(settings: Any) -> None:
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice")
+    preferences.set_quiet_hours("bob", "22:00-07:00", by="bob", tz="Europe/Berlin")
+    alice, bob = preferences.quiet_hours("alice"), preferences.quiet_hours("bob")
+    assert alice is not None and alice.tz == settings.TIME_ZONE
+    assert bob is not None and bob.tz == "Europe/Berlin"
+    assert QuietHours.objects.get(recipient="bob").timezone == "Europe/Berlin"
+    assert QuietHoursChange.objects.get(recipient="bob").timezone == "Europe/Berlin"
+    # A row written before the zone was kept (or by the code before it): the project's.
+    QuietHours.objects.filter(recipient="bob").update(timezone="")
+    bob = preferences.quiet_hours("bob")
+    assert bob is not None and bob.tz == settings.TIME_ZONE
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_own__read_on_the_recipients_clock_whatever_the_tasks(outbox: list) -> None:
+    # Alice sleeps 22:00-07:00 in Berlin; her tasks are on Shanghai's clock (7 hours on).
+    berlin = ZoneInfo("Europe/Berlin")
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice", tz="Europe/Berlin")
+    morning = at(THURSDAY, 10)  # 03:00 in Berlin: her night
+    task = api.schedule("follow_up", "alice", at=morning, tz=TZ, channel="memory")
+    assert tick_at(morning) == 0
+    run = TaskRun.objects.get(task=task)
+    woken = datetime(2026, 12, 3, 7, 0, tzinfo=berlin)
+    assert run.error_code == "quiet_hours" and "22:00-07:00 Europe/Berlin" in run.error_message
+    assert woken <= run.next_attempt_at < woken + timedelta(seconds=holds.QUIET_SPREAD_SECONDS)
+    # 22:30 in Shanghai, the kind's night on the task's clock: 15:30 in Berlin, her day.
+    late = at(THURSDAY, 22, 30)
+    api.schedule("follow_up", "alice", at=late, tz=TZ, channel="memory", key="late")
+    assert tick_at(late) >= 1
+    assert TaskRun.objects.get(task__key="late").status == "sent"
 
 
 @pytest.mark.django_db
