@@ -93,21 +93,16 @@ def settle_ended(now: datetime, limit: int = 100) -> int:
 
 
 def _claim(items: QuerySet[TaskRun], **end: Any) -> list[TaskRun]:
-    """End the ``folded`` runs among ``items`` with the values of ``end``, in the
-    caller's transaction, and return those this call ended, with their tasks: each is
-    ended by one caller only, however many run side by side. The UPDATE marks the rows
-    it changed with a token of its own (checking the status row by row, after any lock
-    it waited for), which is then read back and cleared."""
+    """End the ``folded`` runs among ``items`` (a digest's, by its index) with the values
+    of ``end``, in the caller's transaction, and return those this call ended, with
+    their tasks: each is ended by one caller only, however many run side by side. The
+    UPDATE checks the status row by row (after any lock it waited for) and marks the
+    rows it changed with a token of its own, read back and cleared."""
     token = uuid.uuid4().hex
-    pks = list(items.filter(status=TaskRun.Status.FOLDED).values_list("pk", flat=True))
-    if not pks:
+    if not items.filter(status=TaskRun.Status.FOLDED).update(lease_token=token, **end):
         return []
-    TaskRun.objects.filter(pk__in=pks, status=TaskRun.Status.FOLDED).update(
-        lease_token=token, **end
-    )
-    claimed = TaskRun.objects.filter(pk__in=pks, lease_token=token)
-    ours = list(claimed.select_related("task"))
-    claimed.update(lease_token="")
+    ours = list(items.filter(lease_token=token).select_related("task"))
+    TaskRun.objects.filter(pk__in=[item.pk for item in ours]).update(lease_token="")
     for item in ours:
         item.lease_token = ""
     return ours
