@@ -125,6 +125,34 @@ def test_release__after_now_outside_quiet_hours_and_within_a_day(
     assert quiet_until(goes, zone, window) is None  # never inside quiet hours again
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    window=st.none() | open_windows(),
+    zone=st.sampled_from(ZONES),
+    moment=st.datetimes(datetime(2026, 1, 1), datetime(2027, 12, 31), timezones=st.just(SHANGHAI)),
+    stagger=st.integers(0, 3 * 3600).map(lambda seconds: timedelta(seconds=seconds)),
+    # Rest days: some weekdays (never all seven), as a calendar's weekends.
+    weekdays=st.sets(st.integers(0, 6), max_size=6),
+)
+def test_release__with_rest_days_after_now_and_never_quiet(
+    window: QuietWindow | None,
+    zone: str,
+    moment: datetime,
+    stagger: timedelta,
+    weekdays: set[int],
+) -> None:
+    def rest_day(day: date) -> bool:
+        return day.weekday() in weekdays
+
+    goes = release(moment, zone, window, rest_day, stagger=stagger)
+    if quiet_until(moment, zone, window, rest_day) is None:
+        assert goes is None
+        return
+    assert goes is not None and goes > moment
+    assert quiet_until(goes, zone, window, rest_day) is None
+    assert goes - moment <= timedelta(days=len(weekdays) + 1)
+
+
 def test_release__the_stagger_never_lands_in_quiet_hours_again() -> None:
     # One hour open, 07:00-08:00: a stagger of 90 minutes wraps within that hour.
     window = QuietWindow.parse("08:00-07:00")
