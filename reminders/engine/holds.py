@@ -22,8 +22,8 @@ Invariants:
   follows so that it never lands inside quiet hours again; a mandatory kind goes at the
   first open moment, unstaggered; a kind that ``breaks_quiet_hours`` goes at once.
   Hours stored before the rule of an hour open (or otherwise unreadable) hold nothing,
-  logged. The caller ends a run whose
-  deadline comes first ``expired`` (``Held.past_deadline`` says why).
+  logged. The caller ends a run whose deadline comes first ``expired``
+  (``Held.past_deadline`` says why).
 """
 
 from __future__ import annotations
@@ -158,6 +158,19 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
         return None
     if until is None:
         return None
+    return _held(now, until, window, calendar, zone, own=own is not None)
+
+
+def _held(
+    now: datetime,
+    until: datetime,
+    window: QuietWindow | None,
+    calendar: str,
+    zone: str,
+    *,
+    own: bool,
+) -> Held:
+    """A run held from ``now`` to ``until``, in words, on ``zone``'s clock."""
     reasons = []
     if window is not None:
         reasons.append(f"{window} {zone}")
