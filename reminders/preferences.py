@@ -229,20 +229,8 @@ def set_quiet_hours(
         member = _member(user)
     except ValidationError as exc:
         errors["user"] = exc
-    if not isinstance(hours, str):
-        errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
     zone = project_timezone() if tz is None else tz
-    for name, value, validate in (
-        ("hours", hours, validate_quiet_hours),
-        ("calendar", calendar, validate_calendar),
-        ("tz", zone, validate_timezone),
-    ):
-        # Hours and calendar may be empty (none); a zone may not.
-        if name not in errors and (value or name == "tz"):
-            try:
-                validate(value if isinstance(value, str) else repr(value))
-            except ValidationError as exc:
-                errors[name] = exc
+    errors.update(_quiet_errors(hours=hours, calendar=calendar, tz=zone))
     by = _who(by, errors)
     if errors:
         raise ValidationError(errors)
@@ -260,6 +248,26 @@ def set_quiet_hours(
         )
         QuietHoursChange.objects.create(recipient=member, changed_at=now, **values)
     return Quiet(hours, calendar, by, now, reason, zone)
+
+
+def _quiet_errors(**values: object) -> dict[str, ValidationError]:
+    """What is wrong with quiet hours, by field: ``hours`` not a window leaving an hour
+    of the day open, a ``calendar`` not configured, a ``tz`` that is not a zone; the
+    hours and the calendar may be empty (none), the zone may not."""
+    checks = {"hours": validate_quiet_hours, "calendar": validate_calendar, "tz": validate_timezone}
+    errors: dict[str, ValidationError] = {}
+    for name, validate in checks.items():
+        value = values[name]
+        if not isinstance(value, str):
+            errors[name] = ValidationError(
+                _("%(field)s must be text."), code="invalid", params={"field": name}
+            )
+        elif value or name == "tz":
+            try:
+                validate(value)
+            except ValidationError as exc:
+                errors[name] = exc
+    return errors
 
 
 def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:

@@ -414,6 +414,8 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
         ({"user": "@all"}, "user"),
         ({"tz": "Mars/Olympus"}, "tz"),
         ({"tz": ""}, "tz"),
+        ({"tz": 8}, "tz"),
+        ({"calendar": None}, "calendar"),
     ],
 )
 def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
