@@ -256,15 +256,14 @@ def _quiet_errors(**values: object) -> dict[str, ValidationError]:
     hours and the calendar may be empty (none), the zone may not."""
     checks = {"hours": validate_quiet_hours, "calendar": validate_calendar, "tz": validate_timezone}
     errors: dict[str, ValidationError] = {}
+    if not isinstance(values["hours"], str):
+        errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
     for name, validate in checks.items():
         value = values[name]
-        if not isinstance(value, str):
-            errors[name] = ValidationError(
-                _("%(field)s must be text."), code="invalid", params={"field": name}
-            )
-        elif value or name == "tz":
+        if name not in errors and (value != "" or name == "tz"):
             try:
-                validate(value)
+                # Not text: refused as the text it reads as ("None" is no calendar).
+                validate(str(value))
             except ValidationError as exc:
                 errors[name] = exc
     return errors

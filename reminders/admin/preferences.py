@@ -126,7 +126,6 @@ class QuietHoursForm(forms.ModelForm):
                 'Local HH:MM-HH:MM on the recipient\'s clock, "21:00-08:30", leaving at '
                 "least an hour of the day open; empty: none."
             ),
-            "timezone": _("The recipient's time zone, whatever their tasks' zones."),
             "calendar": _("A working-day calendar whose rest days are quiet all day; empty: none."),
         }
 
