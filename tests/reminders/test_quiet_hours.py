@@ -9,10 +9,11 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import hypothesis
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from reminders import api, preferences
@@ -105,7 +106,7 @@ def _hhmm(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-@settings(max_examples=500, deadline=None)
+@hypothesis.settings(max_examples=500, deadline=None)
 @given(
     window=open_windows(),
     zone=st.sampled_from(ZONES),
@@ -125,7 +126,7 @@ def test_release__after_now_outside_quiet_hours_and_within_a_day(
     assert quiet_until(goes, zone, window) is None  # never inside quiet hours again
 
 
-@settings(max_examples=300, deadline=None)
+@hypothesis.settings(max_examples=300, deadline=None)
 @given(
     window=st.none() | open_windows(),
     zone=st.sampled_from(ZONES),
