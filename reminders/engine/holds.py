@@ -18,9 +18,10 @@ Invariants:
   (``schedule.quiet.release``), on its recipient's clock for their own hours
   (``QuietHours.timezone``), else on the task's, staggered by recipient as the kind
   staggers its waves (over ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the
-  end of the night is not a burst, the stagger wrapped within the open time that
-  follows so that it never lands inside quiet hours again; a mandatory kind goes at the
-  first open moment, unstaggered; a kind that ``breaks_quiet_hours`` goes at once.
+  end of the night is not a burst, the stagger wrapped within the first half of the
+  open time that follows so that it never lands inside quiet hours again, even started
+  late; a mandatory kind goes at the first open moment, unstaggered; a kind that
+  ``breaks_quiet_hours`` goes at once.
   Hours stored before the rule of an hour open (or otherwise unreadable) hold nothing,
   logged. The caller ends a run whose deadline comes first ``expired``
   (``Held.past_deadline`` says why).

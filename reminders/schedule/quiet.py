@@ -13,10 +13,11 @@ reads), and after the moment asked about, the repeated hour of a fall-back night
 included.
 
 ``release`` says when a held message goes: that end plus its stagger, wrapped within
-the open time that follows, so it never lands inside quiet hours again (and is not held
-once more when it starts); within a day of the moment when only a window holds it (a
-window leaves an hour open; a day of 25 hours is cut short at 24). Rest days of a
-calendar hold longer: a week's holiday is quiet all week.
+the first half of the open time that follows, so it never lands inside quiet hours again
+(and is not held once more when it starts, even half an hour late, a backlog); within a
+day of the moment when only a window holds it (a window leaves an hour open; a day of
+25 hours is cut short at 24). Rest days of a calendar hold longer: a week's holiday is
+quiet all week.
 
 Pure: no database, no clock but the one given. The engine defers a run due inside quiet
 hours to their end (``engine.starting``).
@@ -138,14 +139,15 @@ def release(
     stagger: timedelta = timedelta(0),
 ) -> datetime | None:
     """When a message due at ``moment`` inside quiet hours goes (None: it is not): at
-    their end (``quiet_until``) plus ``stagger``, wrapped within the open time that
-    follows, so it never lands inside quiet hours again; and within a day of
-    ``moment`` when only the window held it (it leaves an hour open, ``MIN_OPEN``)."""
+    their end (``quiet_until``) plus ``stagger``, wrapped within the first half of the
+    open time that follows, so it never lands inside quiet hours again, even started
+    late (a backlog); and within a day of ``moment`` when only the window held it (it
+    leaves an hour open, ``MIN_OPEN``)."""
     end = quiet_until(moment, tz_name, window, rest_day)
     if end is None:
         return None
-    open_for = _open_after(end, timing.zone(tz_name), window, rest_day)
-    goes = end + (stagger % open_for if stagger >= open_for else stagger)
+    room = _open_after(end, timing.zone(tz_name), window, rest_day) / 2
+    goes = end + (stagger % room if stagger >= room else stagger)
     # A day of 25 hours (a fall-back night) may stretch a window past a day: cut short.
     latest = moment + DAY
     return min(goes, latest) if latest > end else goes
@@ -164,7 +166,7 @@ def _open_after(
     tomorrow = local.date() + timedelta(days=1)
     if rest_day is not None and rest_day(tomorrow):
         starts.append(_next_wall_clock(tomorrow, time(0), tz, end))
-    return max(min(starts) - end, timedelta(seconds=1))
+    return max(min(starts) - end, timedelta(seconds=2))
 
 
 def _next_wall_clock(day: date, clock: time, tz: ZoneInfo, after: datetime) -> datetime:

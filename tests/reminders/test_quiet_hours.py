@@ -124,6 +124,8 @@ def test_release__after_now_outside_quiet_hours_and_within_a_day(
     assert goes is not None
     assert moment < goes <= moment + DAY
     assert quiet_until(goes, zone, window) is None  # never inside quiet hours again
+    # A start half an hour late (a backlog) still finds it open: not held another day.
+    assert quiet_until(goes + timedelta(minutes=29), zone, window) is None
 
 
 @hypothesis.settings(max_examples=300, deadline=None)
@@ -155,10 +157,11 @@ def test_release__with_rest_days_after_now_and_never_quiet(
 
 
 def test_release__the_stagger_never_lands_in_quiet_hours_again() -> None:
-    # One hour open, 07:00-08:00: a stagger of 90 minutes wraps within that hour.
+    # One hour open, 07:00-08:00: a stagger of 100 minutes wraps within its first half,
+    # so that a start that comes late still finds it open.
     window = QuietWindow.parse("08:00-07:00")
-    goes = release(at(THURSDAY, 9), TZ, window, stagger=timedelta(minutes=90))
-    assert goes == at(THURSDAY + timedelta(days=1), 7, 30)
+    goes = release(at(THURSDAY, 9), TZ, window, stagger=timedelta(minutes=100))
+    assert goes == at(THURSDAY + timedelta(days=1), 7, 10)
 
 
 def test_release__a_stagger_within_the_open_hours_is_kept() -> None:
