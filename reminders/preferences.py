@@ -14,7 +14,9 @@ window listing its occurrences (the kind's ``Policy.digest_seconds``, else
 
 A recipient's own quiet hours (``set_quiet_hours(user, "22:00-08:00", by=...)``)
 replace the kinds' (``Policy.quiet_hours``, ``quiet_calendar``) for every kind that does
-not break them; ``""`` is none at all; ``clear_quiet_hours`` goes back to the kinds'.
+not break them, read on the recipient's clock (``tz``, default the project's
+``TIME_ZONE``), whatever their tasks' zones; ``""`` is none at all; leaving less than an
+hour of the day open is refused; ``clear_quiet_hours`` goes back to the kinds'.
 
 ``user`` is a WeCom member id, or a user of the CRM (its member id as
 ``reminders.intake.users`` finds it). A run of a kind its recipient opted out of is
@@ -51,10 +53,12 @@ from .models import (
     QuietHours,
     QuietHoursChange,
     validate_calendar,
+    validate_quiet_hours,
+    validate_timezone,
 )
+from .models.preferences import project_timezone
 from .recipients import member_id_problem
 from .registry import mandatory
-from .schedule.quiet import BadQuietHours, QuietWindow
 
 __all__ = [
     "OPTED_OUT_CODE",
@@ -187,13 +191,15 @@ def _choice_errors(kind: object, opted_out: object, digest: object) -> dict[str,
 @dataclass(frozen=True)
 class Quiet:
     """A recipient's own quiet hours (``hours`` "": none at all), the calendar whose rest
-    days are quiet too (""), and who set them, when and why."""
+    days are quiet too (""), the zone whose clock they are read on, and who set them,
+    when and why."""
 
     hours: str
     calendar: str
     changed_by: str
     changed_at: datetime
     reason: str
+    tz: str
 
 
 def quiet_hours(user: str | Model) -> Quiet | None:
@@ -201,44 +207,66 @@ def quiet_hours(user: str | Model) -> Quiet | None:
     row = QuietHours.objects.filter(recipient=_member(user)).first()
     if row is None:
         return None
-    return Quiet(row.hours, row.calendar, row.changed_by, row.changed_at, row.reason)
+    return Quiet(row.hours, row.calendar, row.changed_by, row.changed_at, row.reason, row.zone)
 
 
 def set_quiet_hours(
-    user: str | Model, hours: str, *, calendar: str = "", by: str, reason: str = ""
+    user: str | Model,
+    hours: str,
+    *,
+    calendar: str = "",
+    by: str,
+    reason: str = "",
+    tz: str | None = None,
 ) -> Quiet:
-    """Set ``user``'s own quiet hours: ``hours`` local ``"HH:MM-HH:MM"`` on each task's
-    clock ("": none), and ``calendar`` whose rest days are quiet all day (""). Changed by
-    ``by`` for ``reason``; ``ValidationError`` naming each field at fault."""
+    """Set ``user``'s own quiet hours: ``hours`` local ``"HH:MM-HH:MM"`` on ``tz``'s clock
+    (default the project's ``TIME_ZONE``; "": none), and ``calendar`` whose rest days are
+    quiet all day (""). Changed by ``by`` for ``reason``; ``ValidationError`` naming each
+    field at fault."""
     errors: dict[str, ValidationError] = {}
     member = ""
     try:
         member = _member(user)
     except ValidationError as exc:
         errors["user"] = exc
-    if not isinstance(hours, str):
-        errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
-    elif hours:
-        try:
-            QuietWindow.parse(hours)
-        except BadQuietHours as exc:
-            errors["hours"] = ValidationError(str(exc), code="invalid")
-    if calendar:
-        try:
-            validate_calendar(calendar)
-        except ValidationError as exc:
-            errors["calendar"] = exc
+    zone = project_timezone() if tz is None else tz
+    errors.update(_quiet_errors(hours=hours, calendar=calendar, tz=zone))
     by = _who(by, errors)
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
-    values = {"hours": hours, "calendar": calendar, "changed_by": by, "reason": reason}
+    values = {
+        "hours": hours,
+        "calendar": calendar,
+        "timezone": zone,
+        "changed_by": by,
+        "reason": reason,
+    }
     with transaction.atomic():
         QuietHours.objects.update_or_create(
             recipient=member, defaults={**values, "changed_at": now}
         )
         QuietHoursChange.objects.create(recipient=member, changed_at=now, **values)
-    return Quiet(hours, calendar, by, now, reason)
+    return Quiet(hours, calendar, by, now, reason, zone)
+
+
+def _quiet_errors(**values: object) -> dict[str, ValidationError]:
+    """What is wrong with quiet hours, by field: ``hours`` not a window leaving an hour
+    of the day open, a ``calendar`` not configured, a ``tz`` that is not a zone; the
+    hours and the calendar may be empty (none), the zone may not."""
+    checks = {"hours": validate_quiet_hours, "calendar": validate_calendar, "tz": validate_timezone}
+    errors: dict[str, ValidationError] = {}
+    if not isinstance(values["hours"], str):
+        errors["hours"] = ValidationError(_("hours must be text."), code="invalid")
+    for name, validate in checks.items():
+        value = values[name]
+        if name not in errors and (value != "" or name == "tz"):
+            try:
+                # Not text: refused as the text it reads as ("None" is no calendar).
+                validate(str(value))
+            except ValidationError as exc:
+                errors[name] = exc
+    return errors
 
 
 def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:

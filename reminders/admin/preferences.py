@@ -27,7 +27,6 @@ from ..models import (
     QuietHoursChange,
     validate_calendar,
 )
-from ..schedule.quiet import BadQuietHours, QuietWindow
 from .read_only import ReadOnlyAdmin
 
 
@@ -121,9 +120,12 @@ class QuietHoursForm(forms.ModelForm):
 
     class Meta:
         model = QuietHours
-        fields = ("recipient", "hours", "calendar", "reason")
+        fields = ("recipient", "hours", "calendar", "timezone", "reason")
         help_texts = {
-            "hours": _('Local HH:MM-HH:MM on each task\'s clock, "21:00-08:30"; empty: none.'),
+            "hours": _(
+                'Local HH:MM-HH:MM on the recipient\'s clock, "21:00-08:30", leaving at '
+                "least an hour of the day open; empty: none."
+            ),
             "calendar": _("A working-day calendar whose rest days are quiet all day; empty: none."),
         }
 
@@ -133,14 +135,9 @@ class QuietHoursForm(forms.ModelForm):
             self.fields["recipient"].disabled = True
 
     def clean(self) -> dict[str, Any]:
-        """The API's own checks of the window and the calendar, before anything is saved."""
+        """The API's own check of the calendar, before anything is saved (the window's is
+        the model's, ``validate_quiet_hours``, run by the form as the API runs it)."""
         data = super().clean() or {}
-        hours = data.get("hours") or ""
-        if hours:
-            try:
-                QuietWindow.parse(hours)
-            except BadQuietHours as exc:
-                self.add_error("hours", str(exc))
         calendar = data.get("calendar") or ""
         if calendar:
             try:
@@ -153,7 +150,15 @@ class QuietHoursForm(forms.ModelForm):
 @admin.register(QuietHours)
 class QuietHoursAdmin(admin.ModelAdmin):
     form = QuietHoursForm
-    list_display = ("recipient", "hours", "calendar", "changed_by", "changed_at", "reason")
+    list_display = (
+        "recipient",
+        "hours",
+        "calendar",
+        "timezone",
+        "changed_by",
+        "changed_at",
+        "reason",
+    )
     search_fields = ("recipient",)
     ordering = ("recipient",)
 
@@ -167,6 +172,7 @@ class QuietHoursAdmin(admin.ModelAdmin):
             obj.recipient,
             data.get("hours") or "",
             calendar=data.get("calendar") or "",
+            tz=data["timezone"],
             by=request.user.get_username(),
             reason=data["reason"],
         )
@@ -176,5 +182,13 @@ class QuietHoursAdmin(admin.ModelAdmin):
 
 @admin.register(QuietHoursChange)
 class QuietHoursChangeAdmin(ReadOnlyAdmin):
-    list_display = ("changed_at", "recipient", "hours", "calendar", "cleared", "changed_by")
+    list_display = (
+        "changed_at",
+        "recipient",
+        "hours",
+        "calendar",
+        "timezone",
+        "cleared",
+        "changed_by",
+    )
     search_fields = ("recipient", "changed_by")

@@ -10,16 +10,21 @@ Invariants:
   (``settle_ended``), with the digest's code and why.
 * Each item's end is told by its own signal (``run_sent`` with the digest's reply, or
   ``run_failed``, ``run_unknown``, ``run_expired``), after the commit, as any run's is.
-* Only ``folded`` items change: an update checks the status, so an item settled by one
-  path is never settled again by the other.
+* Only ``folded`` items change, and each is told by the one caller that changed it:
+  the UPDATE checks the status row by row and marks what it changed with a token of
+  its own, read back to tell (``_claim``), so an item is settled and told once, by
+  one path, however many schedulers settle side by side.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from .. import signals
 from ..exceptions import PermanentSendError
@@ -31,24 +36,22 @@ from .jobs import logger
 
 def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> None:
     """The items of digests just recorded ``sent`` are sent with them, in the caller's
-    transaction; ``run_sent`` tells of each, with its digest's reply."""
+    transaction; ``run_sent`` tells of each this call ended, with its digest's reply."""
     replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
     if not replies:
         return
-    items = list(
-        TaskRun.objects.filter(
-            digest_id__in=list(replies), status=TaskRun.Status.FOLDED
-        ).select_related("task")
+    items = _claim(
+        TaskRun.objects.filter(digest_id__in=list(replies)),
+        status=TaskRun.Status.SENT,
+        finished_at=now,
+        error_code="",
+        error_message="",
     )
     if not items:
         return
-    TaskRun.objects.filter(pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED).update(
-        status=TaskRun.Status.SENT, finished_at=now, error_code="", error_message=""
-    )
     # Their tasks ran: the task list's "last run" says so, as a job stamps its own.
     ScheduledTask.objects.filter(pk__in={item.task_id for item in items}).update(last_run_at=now)
     for item in items:
-        item.status, item.finished_at = TaskRun.Status.SENT, now
         result = replies[item.digest_id] if item.digest_id is not None else SendResult()
         signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
 
@@ -56,8 +59,8 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
 def settle_ended(now: datetime, limit: int = 100) -> int:
     """Folded runs whose digest ended and did not settle them (every end but a record of
     ``sent``, which settles its own) end as it did, with its code and why, and each one's
-    signal; returns how many. The scheduler's tick calls it, so every way a run ends
-    reaches its items, the admin's and a taken-over worker's too."""
+    signal; returns how many this call ended. The scheduler's tick calls it, so every
+    way a run ends reaches its items, the admin's and a taken-over worker's too."""
     ended = list(
         TaskRun.objects.filter(
             status__in=TaskRun.FINISHED,
@@ -66,11 +69,6 @@ def settle_ended(now: datetime, limit: int = 100) -> int:
     )
     settled = 0
     for digest in ended:
-        items = list(
-            TaskRun.objects.filter(digest=digest, status=TaskRun.Status.FOLDED).select_related(
-                "task"
-            )
-        )
         message = (
             ""
             if digest.status == TaskRun.Status.SENT
@@ -79,25 +77,35 @@ def settle_ended(now: datetime, limit: int = 100) -> int:
             ]
         )
         with transaction.atomic():
-            TaskRun.objects.filter(
-                pk__in=[item.pk for item in items], status=TaskRun.Status.FOLDED
-            ).update(
+            items = _claim(
+                TaskRun.objects.filter(digest=digest),
                 status=digest.status,
                 error_code=digest.error_code,
                 error_message=message,
                 finished_at=now,
             )
             for item in items:
-                item.status, item.error_code, item.error_message = (
-                    digest.status,
-                    digest.error_code,
-                    message,
-                )
                 _tell(item, digest)
         settled += len(items)
     if settled:
         logger.info("settled %d runs as their digests ended", settled)
     return settled
+
+
+def _claim(items: QuerySet[TaskRun], **end: Any) -> list[TaskRun]:
+    """End the ``folded`` runs among ``items`` (a digest's, by its index) with the values
+    of ``end``, in the caller's transaction, and return those this call ended, with
+    their tasks: each is ended by one caller only, however many run side by side. The
+    UPDATE checks the status row by row (after any lock it waited for) and marks the
+    rows it changed with a token of its own, read back and cleared."""
+    token = uuid.uuid4().hex
+    if not items.filter(status=TaskRun.Status.FOLDED).update(lease_token=token, **end):
+        return []
+    ours = list(items.filter(lease_token=token).select_related("task"))
+    TaskRun.objects.filter(pk__in=[item.pk for item in ours]).update(lease_token="")
+    for item in ours:
+        item.lease_token = ""
+    return ours
 
 
 def _tell(item: TaskRun, digest: TaskRun) -> None:

@@ -37,9 +37,13 @@ Invariants (exactly once, both ways):
   (its payload, not the items' tasks as they are now), and no item is in two digests.
 * An item is never dropped: it ends as its digest does, and stays ``folded`` (unfinished:
   kept by the retention, holding its task's day) until then.
-* A throttle counts the messages of the kind its recipient was sent in the last hour (a
-  digest is one, its items none). Runs beyond the allowance wait, without spending an
-  attempt, until the oldest of those is an hour old, and then go as one digest.
+* A throttle is a ceiling: it counts the messages of the kind that may have reached
+  its recipient in the last hour, sent, being sent (started, or the key ``sending``) or
+  in doubt (``unknown``); a digest is one, its items none, and each digest a group
+  needs counts. Runs beyond the allowance wait, without spending an attempt, until the
+  oldest of those is an hour old, and then go as one digest. Two jobs of a recipient
+  start one after the other (``lock``: the second waits for the rows the first took),
+  so the second counts what the first is sending.
 """
 
 from __future__ import annotations
@@ -50,7 +54,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Case, Count, Min, Model, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    Min,
+    Model,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 
 from .. import registry
 from ..conf import settings as conf
@@ -294,14 +309,16 @@ class Plan:
 
 def plan(ready: Sequence[Ready], now: datetime) -> Plan:
     """Group ``ready`` by recipient, kind and channel; a group of a throttled kind sends
-    no more than its recipient's hour allows, all channels together (the rest waits, or
-    goes folded as one), and a group of a folding kind goes as one digest, or as many as
-    its lines need (``messages.digests.chunks``; one run alone: its own message)."""
+    no more messages than its recipient's hour allows, all channels together, each
+    digest counted (the rest waits, to go folded as one), and a group of a folding kind
+    goes as one digest, or as many as its lines need (``messages.digests.chunks``; one
+    run alone: its own message)."""
     groups: dict[tuple[str, str, str], list[Ready]] = {}
     for item in ready:
         task = item.run.task
         groups.setdefault((task.recipient, task.kind, task.channel), []).append(item)
-    used = _sent_last_hour([key for key, items in groups.items() if items[0].rule.throttle], now)
+    throttled = [key for key, items in groups.items() if items[0].rule.throttle]
+    used = _sent_last_hour(throttled, now, [item.run.pk for item in ready])
     result = Plan()
     # In a stable order (by recipient, kind and channel): which channel's runs a full
     # hour holds back does not depend on the order the database gave them in.
@@ -309,43 +326,63 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         items.sort(key=lambda item: (item.run.occurrence, item.run.pk))
         allowance = items[0].rule.throttle
         count, oldest = used.get((recipient, kind), (0, None))
-        room = allowance - count if allowance else len(items)
-        messages_before = len(result.alone) + len(result.folds)
-        if room <= 0:
-            _throttled(items, allowance, oldest or now, now)
-            continue
-        folds = bool(items[0].rule.window)
-        alone = [] if folds else items[: room - 1 if len(items) > room else room]
-        rest = items[len(alone) :]
-        result.alone += alone
-        for chunk in wording.chunks([item.entry for item in rest]) if rest else []:
-            together = [rest[index] for index in chunk]
-            if len(together) == 1:
-                result.alone += together
+        room = allowance - count if allowance else None
+        messages = _messages(items, room)
+        going = messages if room is None else messages[: max(room, 0)]
+        if len(going) < len(messages):
+            held = [item for message in messages[len(going) :] for item in message]
+            _throttled(held, allowance, oldest or now, now)
+        for message in going:
+            if len(message) == 1:
+                result.alone += message
             else:
-                result.folds.append(together)
+                result.folds.append(message)
         # The recipient's other channels share the hour's allowance.
-        sent = len(result.alone) + len(result.folds) - messages_before
-        used[(recipient, kind)] = (count + sent, oldest or now)
+        used[(recipient, kind)] = (count + len(going), oldest or now)
     return result
 
 
+def _messages(items: list[Ready], room: int | None) -> list[list[Ready]]:
+    """The messages ``items`` (of one recipient, kind and channel) go as, in order: each
+    alone (a kind that does not fold, as many as the hour's ``room`` leaves, one kept
+    for a digest of the rest), then the rest folded, in as many digests as their lines
+    need."""
+    if items[0].rule.window:
+        alone: list[Ready] = []
+    elif room is None or len(items) <= room:
+        alone = items
+    else:
+        alone = items[: max(room - 1, 0)]
+    rest = items[len(alone) :]
+    chunks = wording.chunks([item.entry for item in rest]) if rest else []
+    return [[item] for item in alone] + [[rest[index] for index in chunk] for chunk in chunks]
+
+
+# What may have reached the recipient: sent, being sent, or in doubt.
+COUNTED_RUNS = (TaskRun.Status.SENT, TaskRun.Status.RUNNING, TaskRun.Status.UNKNOWN)
+COUNTED_KEYS = (SendLog.Status.SENDING, SendLog.Status.UNKNOWN)
+
+
 def _sent_last_hour(
-    keys: list[tuple[str, str, str]], now: datetime
+    keys: list[tuple[str, str, str]], now: datetime, starting: Sequence[int] = ()
 ) -> dict[tuple[str, str], tuple[int, datetime | None]]:
-    """Per (recipient, kind): the messages sent in the hour before ``now`` (a digest is
-    one, its items none) and the oldest of them, by when their sending attempt started
-    (the job's clock); two statements (``tasks_of``), none without keys."""
+    """Per (recipient, kind): the messages that may have reached the recipient in the
+    hour before ``now`` (a digest is one, its items none): sent, being sent (started, or
+    its key ``sending``) or in doubt (``unknown``), by when their sending attempt started
+    (the job's clock), and the oldest of them; the runs ``starting`` (the caller's own)
+    left out. Two statements (``tasks_of``), none without keys."""
     if not keys:
         return {}
     pairs = [(recipient, kind) for recipient, kind, _ in keys]
+    in_flight = SendLog.objects.filter(key=OuterRef("ledger_key"), status__in=COUNTED_KEYS)
     rows = (
         TaskRun.objects.filter(
+            Q(status__in=COUNTED_RUNS) | Exists(in_flight),
             task_id__in=tasks_of(pairs),
-            status=TaskRun.Status.SENT,
             digest__isnull=True,
             started_at__gt=now - HOUR,
         )
+        .exclude(pk__in=list(starting))
         .values("task__recipient", "task__kind")
         .annotate(count=Count("pk"), oldest=Min("started_at"))
     )

@@ -1,7 +1,7 @@
 """What holds a run back on its recipient's behalf when it starts
 (``engine.starting``): their opting out of its kind (``reminders.preferences``), and
-quiet hours: the recipient's own (``QuietHours``), else its kind's
-(``Policy.quiet_hours``, ``quiet_calendar``).
+quiet hours: the recipient's own (``QuietHours``, on their own clock), else its
+kind's (``Policy.quiet_hours``, ``quiet_calendar``, on the task's clock).
 
 Invariants:
 
@@ -14,11 +14,17 @@ Invariants:
   in the start's own SELECT of its runs (``lookups``), and read (``read``) only
   where there is something; a mandatory kind (``Policy.mandatory``) is never skipped
   for an opt-out.
-* Quiet hours defer, never drop: the run waits for their end on the task's clock
-  (``schedule.quiet``), staggered by recipient as the kind staggers its waves (over
-  ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the end of the night is not
-  a burst; a kind that ``breaks_quiet_hours`` goes at once. The caller ends a run whose
-  deadline comes first ``expired`` (``Held.past_deadline`` says why).
+* Quiet hours defer, never drop, never for good: the run waits for their end
+  (``schedule.quiet.release``), on its recipient's clock for their own hours
+  (``QuietHours.timezone``), else on the task's, staggered by recipient as the kind
+  staggers its waves (over ``QUIET_SPREAD_SECONDS`` for a kind with no stagger), so the
+  end of the night is not a burst, the stagger wrapped within the first half of the
+  open time that follows so that it never lands inside quiet hours again, even started
+  late; a mandatory kind goes at the first open moment, unstaggered; a kind that
+  ``breaks_quiet_hours`` goes at once.
+  Hours stored before the rule of an hour open (or otherwise unreadable) hold nothing,
+  logged. The caller ends a run whose deadline comes first ``expired``
+  (``Held.past_deadline`` says why).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import OuterRef, Subquery
@@ -36,7 +42,7 @@ from ..calendars.backends import day_off
 from ..exceptions import RemindersError, UnknownKind
 from ..models import OPTED_OUT_CODE, QUIET_CODE, Preference, QuietHours, TaskRun
 from ..schedule import timing
-from ..schedule.quiet import QuietWindow, quiet_until
+from ..schedule.quiet import QuietWindow, release
 
 logger = logging.getLogger("reminders.engine.delivery")
 
@@ -119,9 +125,9 @@ class Held:
 
 
 def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | None:
-    """When the quiet hours around ``now`` end for ``run``: its recipient's ``own``, else
-    its kind's; None when ``now`` is outside them (or the kind breaks them, or there are
-    none)."""
+    """When the quiet hours around ``now`` end for ``run``: its recipient's ``own`` (on
+    their zone's clock), else its kind's (on the task's); None when ``now`` is outside
+    them (or the kind breaks them, or there are none)."""
     task = run.task
     try:
         policy = registry.policy(task.kind)
@@ -129,31 +135,52 @@ def quiet(run: TaskRun, now: datetime, own: QuietHours | None = None) -> Held | 
         return None
     if policy.breaks_quiet_hours:
         return None
-    hours, calendar = (
-        (own.hours, own.calendar) if own else (policy.quiet_hours, policy.quiet_calendar)
+    hours, calendar, zone = (
+        (own.hours, own.calendar, own.zone)
+        if own
+        else (policy.quiet_hours, policy.quiet_calendar, task.timezone)
     )
     if not (hours or calendar):
         return None
+    # A mandatory kind goes at the first open moment; the others staggered after it.
+    stagger = (
+        timedelta(0)
+        if policy.mandatory
+        else policy.stagger(task.recipient, spread=QUIET_SPREAD_SECONDS)
+    )
     try:
         window = QuietWindow.parse(hours) if hours else None
-        end = quiet_until(now, task.timezone, window, _rest_days(calendar))
+        until = release(now, zone, window, _rest_days(calendar), stagger=stagger)
     except (RemindersError, ImproperlyConfigured, ValueError) as exc:
-        # Hours stored wrong, or a calendar no longer configured: this run is sent as if
-        # there were none, and said so; it never stops its job's other runs.
+        # Hours stored wrong (or before the rule of an hour open), or a calendar no
+        # longer configured: this run is sent as if there were none, and said so; it
+        # never stops its job's other runs.
         logger.warning("run %s: quiet hours %r / %r not applied: %s", run.pk, hours, calendar, exc)
         return None
-    if end is None:
+    if until is None:
         return None
-    until = end + policy.stagger(task.recipient, spread=QUIET_SPREAD_SECONDS)
+    return _held(now, until, window, calendar, zone, own=own is not None)
+
+
+def _held(
+    now: datetime,
+    until: datetime,
+    window: QuietWindow | None,
+    calendar: str,
+    zone: str,
+    *,
+    own: bool,
+) -> Held:
+    """A run held from ``now`` to ``until``, in words, on ``zone``'s clock."""
     reasons = []
     if window is not None:
-        reasons.append(f"{window} {task.timezone}")
+        reasons.append(f"{window} {zone}")
     if calendar:
         reasons.append(f"the rest days of calendar {calendar!r}")
-    local = timing.zone(task.timezone)
+    local = timing.zone(zone)
     span = (
         f"from {now.astimezone(local):%Y-%m-%d %H:%M} "
-        f"to {until.astimezone(local):%Y-%m-%d %H:%M} {task.timezone}"
+        f"to {until.astimezone(local):%Y-%m-%d %H:%M} {zone}"
     )
     why = " and ".join(reasons)
     return Held(until, f"the recipient's own: {why}" if own else why, span)

@@ -59,6 +59,7 @@ from .validators import (
     validate_key,
     validate_kind,
     validate_payload,
+    validate_quiet_hours,
     validate_recipient,
     validate_timezone,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "validate_key",
     "validate_kind",
     "validate_payload",
+    "validate_quiet_hours",
     "validate_recipient",
     "validate_timezone",
 ]

@@ -17,11 +17,12 @@ explained; history outlives the preference.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from .validators import validate_recipient
+from .validators import validate_quiet_hours, validate_recipient, validate_timezone
 
 
 class Preference(models.Model):
@@ -79,16 +80,34 @@ class PreferenceChange(models.Model):
         return f"{self.recipient} / {self.kind} by {self.changed_by} at {self.changed_at}"
 
 
+def project_timezone() -> str:
+    """The project's ``TIME_ZONE``: whose clock a recipient's quiet hours are read on
+    unless they say."""
+    return str(settings.TIME_ZONE)
+
+
 class QuietHours(models.Model):
     """A recipient's own quiet hours: they replace the kinds' (``Policy.quiet_hours`` and
-    ``quiet_calendar``) for every kind that does not break them. ``hours`` empty: none at
-    all, whatever the kinds say; no row: the kinds' own."""
+    ``quiet_calendar``) for every kind that does not break them, read on their own clock
+    (``zone``: ``timezone``, else the project's ``TIME_ZONE``), whatever their tasks'
+    zones. ``hours`` empty: none at all, whatever
+    the kinds say; no row: the kinds' own."""
 
     recipient = models.CharField(
         _("recipient"), max_length=64, unique=True, validators=[validate_recipient]
     )
-    hours = models.CharField(_("quiet hours"), max_length=11, blank=True)
+    hours = models.CharField(
+        _("quiet hours"), max_length=11, blank=True, validators=[validate_quiet_hours]
+    )
     calendar = models.CharField(_("quiet on the rest days of"), max_length=64, blank=True)
+    # "": written before the field (or by the code before it): the project's TIME_ZONE.
+    timezone = models.CharField(
+        _("time zone"),
+        max_length=64,
+        default=project_timezone,
+        db_default="",
+        validators=[validate_timezone],
+    )
     changed_by = models.CharField(_("changed by"), max_length=150)
     reason = models.TextField(_("why"), blank=True)
     changed_at = models.DateTimeField(_("changed"))
@@ -103,7 +122,12 @@ class QuietHours(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.recipient}: {self.hours or '-'}"
+        return f"{self.recipient}: {self.hours or '-'} {self.zone}"
+
+    @property
+    def zone(self) -> str:
+        """The zone whose clock the hours are read on."""
+        return self.timezone or project_timezone()
 
 
 class QuietHoursChange(models.Model):
@@ -112,6 +136,7 @@ class QuietHoursChange(models.Model):
     recipient = models.CharField(_("recipient"), max_length=64, db_index=True)
     hours = models.CharField(_("quiet hours"), max_length=11, blank=True)
     calendar = models.CharField(_("quiet on the rest days of"), max_length=64, blank=True)
+    timezone = models.CharField(_("time zone"), max_length=64, blank=True, db_default="")
     cleared = models.BooleanField(_("back to the kinds' own"), default=False)
     changed_by = models.CharField(_("changed by"), max_length=150)
     reason = models.TextField(_("why"), blank=True)

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import calendars, recipients, registry
 from ..conf import settings as conf
 from ..schedule import timing
+from ..schedule.quiet import BadQuietHours, QuietWindow
 from .choices import DIGEST_KEY
 
 
@@ -37,6 +38,15 @@ def validate_timezone(value: str) -> None:
         timing.zone(value)
     except timing.InvalidSchedule as exc:
         raise ValidationError(str(exc), code="invalid_timezone") from None
+
+
+def validate_quiet_hours(value: str) -> None:
+    """A quiet window, ``HH:MM-HH:MM`` leaving at least an hour of the day open
+    (``schedule.quiet.QuietWindow``: the rule of the model, the API and the admin)."""
+    try:
+        QuietWindow.parse(value)
+    except BadQuietHours as exc:
+        raise ValidationError(str(exc), code="invalid_quiet_hours") from None
 
 
 def validate_channel(value: str) -> None:

@@ -78,19 +78,39 @@ QUIET = "/admin/reminders/quiethours/add/"
 
 def test_operator__sets_a_recipients_own_quiet_hours_saying_why(client: Client) -> None:
     operator = signed_in(client, OPERATOR)
-    form = {"recipient": "alice", "hours": "22:00-07:00", "calendar": "", "reason": "asked"}
+    form = {
+        "recipient": "alice",
+        "hours": "22:00-07:00",
+        "calendar": "",
+        "timezone": "Europe/Berlin",
+        "reason": "asked",
+    }
     assert operator.post(QUIET, form).status_code == 302
     row = QuietHours.objects.get()
-    assert (row.hours, row.changed_by) == ("22:00-07:00", OPERATOR)
+    assert (row.hours, row.timezone, row.changed_by) == ("22:00-07:00", "Europe/Berlin", OPERATOR)
     assert QuietHoursChange.objects.get().reason == "asked"
 
 
-@pytest.mark.parametrize(("field", "value"), [("hours", "late"), ("calendar", "nowhere")])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("hours", "late"),
+        ("hours", "08:00-07:59"),
+        ("calendar", "nowhere"),
+        ("timezone", "Mars/Olympus"),
+    ],
+)
 def test_operator__bad_quiet_hours_are_refused_naming_the_field(
     client: Client, field: str, value: str
 ) -> None:
     operator = signed_in(client, OPERATOR)
-    form = {"recipient": "alice", "hours": "22:00-07:00", "calendar": "", "reason": "x"}
+    form = {
+        "recipient": "alice",
+        "hours": "22:00-07:00",
+        "calendar": "",
+        "timezone": "Asia/Shanghai",
+        "reason": "x",
+    }
     response = operator.post(QUIET, {**form, field: value})
     assert response.status_code == 200
     assert field in response.context["adminform"].form.errors

@@ -518,6 +518,35 @@ def test_throttle__a_burst_sends_what_the_hour_allows_and_folds_the_rest(outbox:
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("throttled")
+def test_throttle__a_burst_of_more_lines_than_one_digest_holds_still_sends_two_an_hour(
+    outbox: list,
+) -> None:
+    # 40 long lines need several digests: those the hour has no room for wait, none cut.
+    long_path = "x" * 90
+    tasks = [
+        follow_up(
+            "alice",
+            at(THURSDAY, 10),
+            f"Customer{n:02d}",
+            url=f"https://crm.example/{long_path}/{n}",
+        )
+        for n in range(40)
+    ]
+    hour = at(THURSDAY, 10)
+    sent_by_hour = []
+    while TaskRun.objects.filter(task__in=tasks, status=TaskRun.Status.SENT).count() < 40:
+        before = len(outbox)
+        tick_at(hour)
+        sent_by_hour.append(len(outbox) - before)
+        assert len(sent_by_hour) < 10, sent_by_hour
+        hour += timedelta(hours=1)
+    assert max(sent_by_hour) == 2 and len(sent_by_hour) > 1, sent_by_hour
+    listed = "".join(str(m.body) for m in outbox)
+    assert all(f"Customer{n:02d}" in listed for n in range(40))
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("throttled")
 def test_throttle__one_allowance_for_all_the_recipients_channels(outbox: list) -> None:
     for channel in ("memory", "memory_dedup"):
         for n in range(3):

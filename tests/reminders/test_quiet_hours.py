@@ -9,9 +9,12 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import hypothesis
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
+from hypothesis import given
+from hypothesis import strategies as st
 
 from reminders import api, preferences
 from reminders.calendars.backends import day_off
@@ -19,7 +22,7 @@ from reminders.engine import dispatch, holds
 from reminders.models import QuietHours, QuietHoursChange, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
-from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until
+from reminders.schedule.quiet import BadQuietHours, QuietWindow, quiet_until, release
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued
 
@@ -65,12 +68,124 @@ def test_window__bad_text_says_why(text: Any) -> None:
         QuietWindow.parse(text)
 
 
+@pytest.mark.parametrize("text", ["08:00-07:59", "00:00-23:30", "21:00-20:01"])
+def test_window__leaving_less_than_an_hour_open_is_refused_saying_so(text: str) -> None:
+    with pytest.raises(BadQuietHours, match="at least an hour"):
+        QuietWindow.parse(text)
+
+
+@pytest.mark.parametrize("text", ["08:00-07:00", "00:00-23:00", "21:00-20:00"])
+def test_window__an_hour_open_is_enough(text: str) -> None:
+    assert str(QuietWindow.parse(text)) == text
+
+
 def test_policy__checks_its_quiet_fields() -> None:
     with pytest.raises(PolicyError, match="quiet_hours"):
         Policy(quiet_hours="night")
+    with pytest.raises(PolicyError, match=r"quiet_hours.*at least an hour"):
+        Policy(quiet_hours="08:00-07:59")
     with pytest.raises(PolicyError, match="breaks_quiet_hours"):
         Policy(breaks_quiet_hours="yes")  # type: ignore[arg-type]
     assert Policy(quiet_hours="21:00-08:30").quiet_hours == "21:00-08:30"
+
+
+# --- When a held message goes ------------------------------------------------------------
+
+DAY = timedelta(hours=24)
+ZONES = ["Asia/Shanghai", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe"]
+
+
+def open_windows() -> st.SearchStrategy[QuietWindow]:
+    """Every window leaving at least an hour of the day open."""
+    minutes = st.integers(0, 24 * 60 - 1)
+    pairs = st.tuples(minutes, minutes).filter(lambda pair: (pair[0] - pair[1]) % 1440 >= 60)
+    return pairs.map(lambda pair: QuietWindow.parse(f"{_hhmm(pair[0])}-{_hhmm(pair[1])}"))
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@given(
+    window=open_windows(),
+    zone=st.sampled_from(ZONES),
+    # 2026 and 2027, their DST nights included, to the second.
+    moment=st.datetimes(datetime(2026, 1, 1), datetime(2027, 12, 31), timezones=st.just(SHANGHAI)),
+    stagger=st.integers(0, 3 * 3600).map(lambda seconds: timedelta(seconds=seconds)),
+)
+def test_release__after_now_outside_quiet_hours_and_within_a_day(
+    window: QuietWindow, zone: str, moment: datetime, stagger: timedelta
+) -> None:
+    goes = release(moment, zone, window, stagger=stagger)
+    if not window.covers(moment.astimezone(ZoneInfo(zone)).time()):
+        assert goes is None
+        return
+    assert goes is not None
+    assert moment < goes <= moment + DAY
+    assert quiet_until(goes, zone, window) is None  # never inside quiet hours again
+    # A start half an hour late (a backlog) still finds it open: not held another day.
+    assert quiet_until(goes + timedelta(minutes=29), zone, window) is None
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@given(
+    window=st.none() | open_windows(),
+    zone=st.sampled_from(ZONES),
+    moment=st.datetimes(datetime(2026, 1, 1), datetime(2027, 12, 31), timezones=st.just(SHANGHAI)),
+    stagger=st.integers(0, 3 * 3600).map(lambda seconds: timedelta(seconds=seconds)),
+    # Rest days: some weekdays (never all seven), as a calendar's weekends.
+    weekdays=st.sets(st.integers(0, 6), max_size=6),
+)
+def test_release__with_rest_days_after_now_and_never_quiet(
+    window: QuietWindow | None,
+    zone: str,
+    moment: datetime,
+    stagger: timedelta,
+    weekdays: set[int],
+) -> None:
+    def rest_day(day: date) -> bool:
+        return day.weekday() in weekdays
+
+    goes = release(moment, zone, window, rest_day, stagger=stagger)
+    if quiet_until(moment, zone, window, rest_day) is None:
+        assert goes is None
+        return
+    assert goes is not None and goes > moment
+    assert quiet_until(goes, zone, window, rest_day) is None
+    assert goes - moment <= timedelta(days=len(weekdays) + 1)
+
+
+def test_release__the_stagger_never_lands_in_quiet_hours_again() -> None:
+    # One hour open, 07:00-08:00: a stagger of 100 minutes wraps within its first half,
+    # so that a start that comes late still finds it open.
+    window = QuietWindow.parse("08:00-07:00")
+    goes = release(at(THURSDAY, 9), TZ, window, stagger=timedelta(minutes=100))
+    assert goes == at(THURSDAY + timedelta(days=1), 7, 10)
+
+
+def test_release__a_stagger_within_the_open_hours_is_kept() -> None:
+    goes = release(at(THURSDAY, 22), TZ, NIGHT, stagger=timedelta(minutes=7))
+    assert goes == at(THURSDAY + timedelta(days=1), 8, 37)
+
+
+@pytest.mark.parametrize(
+    ("zone", "night", "repeated"),
+    [("America/New_York", date(2026, 11, 1), 1), ("Europe/Berlin", date(2026, 10, 25), 2)],
+)
+def test_window__the_repeated_hour_of_a_fall_back_night_never_ends_in_the_past(
+    zone: str, night: date, repeated: int
+) -> None:
+    # Quiet until HH:30 of the hour the clocks repeat: at HH:15 the second time, the
+    # window ends at HH:30 of that second pass, 15 minutes on, not 45 minutes ago.
+    tz = ZoneInfo(zone)
+    window = QuietWindow.parse(f"00:00-{repeated:02d}:30")
+    first = datetime(night.year, night.month, night.day, repeated, 15, tzinfo=tz)
+    second = first.replace(fold=1)
+    assert second.timestamp() - first.timestamp() == 3600  # the clocks went back between
+    ends = quiet_until(second, zone, window)
+    assert ends is not None
+    assert ends.timestamp() == second.timestamp() + 15 * 60
 
 
 # --- Rest days of the working-day calendar ----------------------------------------------
@@ -233,7 +348,48 @@ def test_engine__rest_days_of_its_calendar_are_quiet(settings: Any, outbox: list
     assert tick_at(at(saturday, 10)) == 0
     run = TaskRun.objects.get(task=task)
     assert run.error_code == "quiet_hours" and "calendar 'cn'" in run.error_message
-    assert run.next_attempt_at.astimezone(SHANGHAI).date() == date(2026, 12, 7)  # Monday
+    # Monday at 08:00 (no window: the morning), staggered; never at midnight.
+    monday = at(date(2026, 12, 7), 8)
+    assert monday <= run.next_attempt_at < monday + timedelta(seconds=holds.QUIET_SPREAD_SECONDS)
+    assert run.next_attempt_at == monday + Policy().stagger(
+        "alice", spread=holds.QUIET_SPREAD_SECONDS
+    )
+
+
+@pytest.mark.django_db
+def test_rest_days__end_at_the_windows_end_on_the_next_working_day_never_at_midnight() -> None:
+    saturday = date(2026, 12, 5)
+    lunch = QuietWindow.parse("12:00-13:30")
+    assert quiet_until(at(saturday, 10), TZ, None, rest()) == at(date(2026, 12, 7), 8)
+    assert quiet_until(at(saturday, 10), TZ, lunch, rest()) == at(date(2026, 12, 7), 13, 30)
+
+
+@pytest.mark.django_db
+def test_engine__a_mandatory_kind_goes_at_the_first_open_moment(outbox: list) -> None:
+    # The daily report's stagger is up to 14 minutes: a mandatory kind is not staggered
+    # past the end of quiet hours, it goes at their end.
+    preferences.set_quiet_hours("alice", "21:00-08:30", by="alice")
+    late = at(THURSDAY, 22)
+    task = api.schedule("daily_report", "alice", at=late, tz=TZ, channel="memory")
+    assert tick_at(late) == 0
+    run = TaskRun.objects.get(task=task)
+    morning = at(THURSDAY + timedelta(days=1), 8, 30)
+    assert (run.error_code, run.next_attempt_at) == ("quiet_hours", morning)
+    assert tick_at(morning) == 1
+
+
+@pytest.mark.django_db
+def test_own__hours_stored_before_the_hour_open_rule_hold_nothing(outbox: list) -> None:
+    # Saved before the rule: one open minute a day, less than the report's stagger.
+    QuietHours.objects.create(
+        recipient="alice", hours="08:00-07:59", changed_by="ops", changed_at=at(THURSDAY, 7)
+    )
+    noon = at(THURSDAY, 12)
+    task = api.schedule("daily_report", "alice", at=noon, tz=TZ, channel="memory")
+    dispatch.materialize(now=noon)
+    run = TaskRun.objects.get(task=task)
+    assert run.error_code == "" and run.due_at < noon + timedelta(minutes=15)  # its stagger
+    assert tick_at(run.due_at) == 1
 
 
 # --- A recipient's own quiet hours --------------------------------------------------------
@@ -256,9 +412,14 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
     ("call", "field"),
     [
         ({"hours": "late"}, "hours"),
+        ({"hours": "08:00-07:59"}, "hours"),
         ({"calendar": "no-such-calendar"}, "calendar"),
         ({"by": ""}, "by"),
         ({"user": "@all"}, "user"),
+        ({"tz": "Mars/Olympus"}, "tz"),
+        ({"tz": ""}, "tz"),
+        ({"tz": 8}, "tz"),
+        ({"calendar": None}, "calendar"),
     ],
 )
 def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
@@ -267,6 +428,16 @@ def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], 
         preferences.set_quiet_hours(values.pop("user"), values.pop("hours"), **values)
     assert field in raised.value.message_dict
     assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+@pytest.mark.django_db
+def test_model__validation_refuses_hours_leaving_less_than_an_hour_open() -> None:
+    row = QuietHours(
+        recipient="alice", hours="08:00-07:59", changed_by="ops", changed_at=at(THURSDAY, 9)
+    )
+    with pytest.raises(ValidationError) as raised:
+        row.full_clean()
+    assert "at least an hour" in raised.value.message_dict["hours"][0]
 
 
 @pytest.mark.django_db
@@ -291,8 +462,43 @@ def test_own__replace_the_kinds_and_none_means_none(outbox: list) -> None:
 
 
 @pytest.mark.django_db
+def test_own__on_the_projects_clock_unless_told(settings: Any) -> None:
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice")
+    preferences.set_quiet_hours("bob", "22:00-07:00", by="bob", tz="Europe/Berlin")
+    alice, bob = preferences.quiet_hours("alice"), preferences.quiet_hours("bob")
+    assert alice is not None and alice.tz == settings.TIME_ZONE
+    assert bob is not None and bob.tz == "Europe/Berlin"
+    assert QuietHours.objects.get(recipient="bob").timezone == "Europe/Berlin"
+    assert QuietHoursChange.objects.get(recipient="bob").timezone == "Europe/Berlin"
+    # A row written before the zone was kept (or by the code before it): the project's.
+    QuietHours.objects.filter(recipient="bob").update(timezone="")
+    bob = preferences.quiet_hours("bob")
+    assert bob is not None and bob.tz == settings.TIME_ZONE
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("quiet_follow_ups")
+def test_own__read_on_the_recipients_clock_whatever_the_tasks(outbox: list) -> None:
+    # Alice sleeps 22:00-07:00 in Berlin; her tasks are on Shanghai's clock (7 hours on).
+    berlin = ZoneInfo("Europe/Berlin")
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice", tz="Europe/Berlin")
+    morning = at(THURSDAY, 10)  # 03:00 in Berlin: her night
+    task = api.schedule("follow_up", "alice", at=morning, tz=TZ, channel="memory")
+    assert tick_at(morning) == 0
+    run = TaskRun.objects.get(task=task)
+    woken = datetime(2026, 12, 3, 7, 0, tzinfo=berlin)
+    assert run.error_code == "quiet_hours" and "22:00-07:00 Europe/Berlin" in run.error_message
+    assert woken <= run.next_attempt_at < woken + timedelta(seconds=holds.QUIET_SPREAD_SECONDS)
+    # 22:30 in Shanghai, the kind's night on the task's clock: 15:30 in Berlin, her day.
+    late = at(THURSDAY, 22, 30)
+    api.schedule("follow_up", "alice", at=late, tz=TZ, channel="memory", key="late")
+    assert tick_at(late) >= 1
+    assert TaskRun.objects.get(task__key="late").status == "sent"
+
+
+@pytest.mark.django_db
 def test_own__never_hold_a_kind_that_breaks_quiet_hours(outbox: list) -> None:
-    preferences.set_quiet_hours("alice", "00:00-23:59", by="alice")
+    preferences.set_quiet_hours("alice", "21:00-08:30", by="alice")
     late = at(THURSDAY, 22, 0)
     api.schedule("inquiry_timeout", "alice", at=late, tz=TZ, channel="memory")
     assert tick_at(late) == 1
