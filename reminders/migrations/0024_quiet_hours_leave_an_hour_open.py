@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('reminders', '0017_digests'),
+        ('reminders', '0023_action_told_at_least_once'),
     ]
 
     operations = [

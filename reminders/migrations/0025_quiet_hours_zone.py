@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('reminders', '0018_quiet_hours_leave_an_hour_open'),
+        ('reminders', '0024_quiet_hours_leave_an_hour_open'),
     ]
 
     operations = [
