@@ -55,6 +55,7 @@ from django.db.models import Case, Count, Min, Model, QuerySet, Value, When
 from .. import registry
 from ..conf import settings as conf
 from ..exceptions import UnknownKind
+from ..messages import builders
 from ..messages import digests as wording
 from ..models import (
     DIGEST_CODE,
@@ -293,19 +294,23 @@ class Plan:
 
 
 def plan(ready: Sequence[Ready], now: datetime) -> Plan:
-    """Group ``ready`` by recipient, kind and channel; a group of a throttled kind sends
-    no more than its recipient's hour allows, all channels together (the rest waits, or
-    goes folded as one), and a group of a folding kind goes as one digest, or as many as
-    its lines need (``messages.digests.chunks``; one run alone: its own message)."""
-    groups: dict[tuple[str, str, str], list[Ready]] = {}
+    """Group ``ready`` by recipient, kind, channel and language; a group of a throttled
+    kind sends no more than its recipient's hour allows, all channels together (the rest
+    waits, or goes folded as one), and a group of a folding kind goes as one digest, or
+    as many as its lines need (``messages.digests.chunks``; one run alone: its own
+    message)."""
+    groups: dict[tuple[str, str, str, str], list[Ready]] = {}
     for item in ready:
         task = item.run.task
-        groups.setdefault((task.recipient, task.kind, task.channel), []).append(item)
-    used = _sent_last_hour([key for key, items in groups.items() if items[0].rule.throttle], now)
+        key = (task.recipient, task.kind, task.channel, builders.language(task))
+        groups.setdefault(key, []).append(item)
+    used = _sent_last_hour(
+        [key[:3] for key, items in groups.items() if items[0].rule.throttle], now
+    )
     result = Plan()
-    # In a stable order (by recipient, kind and channel): which channel's runs a full
-    # hour holds back does not depend on the order the database gave them in.
-    for (recipient, kind, _channel), items in sorted(groups.items()):
+    # In a stable order (by recipient, kind, channel and language): which channel's runs
+    # a full hour holds back does not depend on the order the database gave them in.
+    for (recipient, kind, _channel, language), items in sorted(groups.items()):
         items.sort(key=lambda item: (item.run.occurrence, item.run.pk))
         allowance = items[0].rule.throttle
         count, oldest = used.get((recipient, kind), (0, None))
@@ -318,7 +323,8 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         alone = [] if folds else items[: room - 1 if len(items) > room else room]
         rest = items[len(alone) :]
         result.alone += alone
-        for chunk in wording.chunks([item.entry for item in rest]) if rest else []:
+        entries = [item.entry for item in rest]
+        for chunk in wording.chunks(kind, language, entries) if rest else []:
             together = [rest[index] for index in chunk]
             if len(together) == 1:
                 result.alone += together

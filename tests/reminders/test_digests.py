@@ -10,12 +10,14 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import hypothesis
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
 from django.utils import translation
+from hypothesis import strategies as st
 
-from reminders import api, preferences, registry
+from reminders import api, kinds, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
 from reminders.exceptions import PermanentSendError, TransientSendError
@@ -307,27 +309,117 @@ def test_digest__a_deadline_before_the_windows_end_is_never_waited_past(
     assert TaskRun.objects.get(task=task).status == TaskRun.Status.SENT
 
 
+def _untitled(recipient: str, when: datetime, url: str, **payload: Any) -> ScheduledTask:
+    """A follow-up the CRM gave a link and no title: its line shows the kind's label."""
+    return api.schedule(
+        "follow_up", recipient, at=when, tz=TZ, channel="memory", payload={"url": url, **payload}
+    )
+
+
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
 def test_digest__more_items_than_one_text_holds_go_in_several_digests_none_cut(
     outbox: list,
 ) -> None:
+    # Untitled: each line shows the kind's label, "NN. Follow-up reminder (12-03 09:00)",
+    # and its link of 116 bytes or so: 12 items fit 2,048 bytes with the heading and the
+    # widest stamp (1,908), 13 do not (2,062).
     long_path = "x" * 90
     tasks = [
-        follow_up(
-            "alice",
-            at(THURSDAY, 9, 0),
-            f"Customer{n:02d}",
-            url=f"https://crm.example/{long_path}/{n}",
-        )
+        _untitled("alice", at(THURSDAY, 9, 0), f"https://crm.example/{long_path}/{n}")
         for n in range(40)
     ]
     tick_at(release("alice", at(THURSDAY, 9, 15)))
-    assert len(outbox) >= 3
-    assert all(len(m.body["content"].encode()) <= 2048 for m in outbox)
-    listed = "".join(m.body["content"] for m in outbox)
-    assert all(f"Customer{n:02d}" in listed and f"/{long_path}/{n}\n" in listed for n in range(40))
+    texts = [m.body["content"] for m in outbox]
+    assert [text.splitlines()[0] for text in texts] == ["12 follow-ups due:"] * 3 + [
+        "4 follow-ups due:"
+    ]
+    assert all(len(text.encode()) <= 2048 for text in texts)
+    listed = "".join(texts)
+    assert all(listed.count(f"/{long_path}/{n}\n") == 1 for n in range(40))
     assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+@pytest.mark.parametrize("lang", ["en", "zh-hans"])
+def test_digest__untitled_items_with_links_fit_several_digests_each_delivered_once(
+    outbox: list, lang: str
+) -> None:
+    urls = [f"https://crm.example/records/follow-up/{n:04d}" for n in range(120)]
+    tasks = [
+        _untitled("alice", at(THURSDAY, 9, n % 15), url, lang=lang) for n, url in enumerate(urls)
+    ]
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    texts = [m.body["content"] for m in outbox]
+    assert len(texts) >= 3
+    assert max(len(text.encode()) for text in texts) <= 2048
+    with translation.override(lang):
+        label = str(registry.label("follow_up"))
+    assert all(f". {label} (" in text for text in texts)  # sized by the label it writes
+    listed = "\n".join(texts).splitlines()
+    assert sorted(line.strip() for line in listed if "/records/" in line) == urls  # each once
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+# An item, told briefly (so that a failing example reads): its customer and subject
+# (none, short text, or a character repeated: multibyte, emoji, an accent), the length
+# of its link's path (-1: none, up to WeCom's longest) and its language.
+_CRM_TEXT = st.one_of(
+    st.just(""),
+    st.text(max_size=30),
+    st.tuples(st.sampled_from(["客", "🎉", "e\u0301", "a"]), st.integers(1, 300)),
+)
+_ITEM = st.tuples(
+    _CRM_TEXT,
+    _CRM_TEXT,
+    st.one_of(st.integers(-1, 80), st.integers(-1, 1900)),
+    st.sampled_from(["en", "zh-hans", "zh-CN"]),
+)
+
+
+def _ready(n: int, item: tuple[Any, Any, int, str]) -> digests.Ready:
+    customer, subject, path, lang = item
+    texts = {
+        name: text if isinstance(text, str) else text[0] * text[1]
+        for name, text in (("customer", customer), ("subject", subject))
+    }
+    url = {"url": "https://crm.example/" + "r" * path} if path >= 0 else {}
+    task = ScheduledTask(
+        pk=10**15 + n,
+        kind="follow_up",
+        recipient="alice",
+        channel="memory",
+        timezone=TZ,
+        payload={**{k: v for k, v in texts.items() if v}, **url, "lang": lang},
+    )
+    run = TaskRun(pk=10**15 + n, task=task, occurrence=at(THURSDAY, 9, n % 15, n % 60))
+    rule = digests.Rule(900, 0, Policy())
+    return digests.Ready(run, None, rule, digests.wording.entry(task, run))
+
+
+# Items of every sort, or many alike (as the CRM writes a morning's follow-ups).
+_ITEMS = st.one_of(
+    st.lists(_ITEM, min_size=1, max_size=150),
+    st.tuples(_ITEM, st.integers(1, 150)).map(lambda alike: [alike[0]] * alike[1]),
+)
+
+
+@hypothesis.settings(max_examples=80, deadline=None)
+@hypothesis.given(items=_ITEMS)
+def test_digest__whatever_the_items_each_is_in_one_message_and_every_digest_fits(
+    items: list[tuple[Any, Any, int, str]],
+) -> None:
+    ready = [_ready(n, item) for n, item in enumerate(items)]
+    now = at(THURSDAY, 9, 15, 59)
+    plan = digests.plan(ready, now)
+    went = plan.alone + [item for folded in plan.folds for item in folded]
+    assert sorted(map(id, went)) == sorted(map(id, ready))  # each in one message
+    for folded in plan.folds:
+        task = digests._digest_task(folded, now)
+        task.pk = 10**18  # the widest id a digest's stamp may show
+        text = kinds.render(task, TaskRun(task=task, occurrence=now)).body["content"]
+        assert len(text.encode()) <= 2048
 
 
 # --- A digest's end is its items' end ---------------------------------------------------
