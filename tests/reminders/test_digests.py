@@ -277,6 +277,20 @@ def test_digest__an_item_with_a_bad_link_fails_alone(outbox: list) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
+def test_digest__an_item_in_a_language_not_declared_fails_alone(outbox: list) -> None:
+    bad = follow_up("alice", at(THURSDAY, 9, 0), "Bad")  # the first: it would lead
+    good = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (1, 2)]
+    ScheduledTask.objects.filter(pk=bad.pk).update(payload={"customer": "Bad", "lang": "xx"})
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    run = TaskRun.objects.get(task=bad)
+    assert (run.status, run.digest) == (TaskRun.Status.FAILED, None)
+    assert 'payload["lang"]' in run.error_message
+    assert [TaskRun.objects.get(task=t).status for t in good] == [TaskRun.Status.SENT] * 2
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
 def test_digest__each_item_is_decided_on_its_own_first(outbox: list) -> None:
     kept = follow_up("alice", at(THURSDAY, 9, 0), "ACME")
     follow_up("alice", at(THURSDAY, 9, 1), "Globex")
