@@ -37,6 +37,10 @@ Invariants (exactly once, both ways):
   (its payload, not the items' tasks as they are now), and no item is in two digests.
 * An item is never dropped: it ends as its digest does, and stays ``folded`` (unfinished:
   kept by the retention, holding its task's day) until then.
+* A task that sends once a local day (``Policy.key_per``, ``keyed_by_day``) is one line
+  of one digest that day: its items share no ledger key of their own, so of two of its
+  runs of one day ready together the first (by primary key) goes, and the other waits
+  (``day_busy``), to end a skipped duplicate once that one is sent (``_once_a_day``).
 * A throttle counts the messages of the kind its recipient was sent in the last hour (a
   digest is one, its items none). Runs beyond the allowance wait, without spending an
   attempt, until the oldest of those is an hour old, and then go as one digest.
@@ -46,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -69,7 +73,7 @@ from ..models import (
 from ..schedule import timing
 from ..schedule.policies import Policy
 from . import planning
-from .jobs import logger, wait, worker_id
+from .jobs import BUSY_WAIT_SECONDS, logger, wait, worker_id
 
 # Runs one job takes in beside its claim's, at most (``pull``).
 PULL_LIMIT = 200
@@ -300,7 +304,7 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
     as many as its lines need (``messages.digests.chunks``; one run alone: its own
     message)."""
     groups: dict[tuple[str, str, str, str], list[Ready]] = {}
-    for item in ready:
+    for item in _once_a_day(ready, now):
         task = item.run.task
         key = (task.recipient, task.kind, task.channel, builders.language(task))
         groups.setdefault(key, []).append(item)
@@ -334,6 +338,33 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
         sent = len(result.alone) + len(result.folds) - messages_before
         used[(recipient, kind)] = (count + sent, oldest or now)
     return result
+
+
+def _once_a_day(ready: Sequence[Ready], now: datetime) -> list[Ready]:
+    """``ready`` less the runs of a task that sends once a local day (``keyed_by_day``,
+    not made on request) beyond the first of their day, by primary key: those wait (code
+    ``day_busy``), as two runs of one day started together do (``engine.starting``), and
+    end skipped as duplicates once the first is sent, or go if it is not."""
+    days: set[tuple[int, date]] = set()
+    busy: list[TaskRun] = []
+    for item in sorted(ready, key=lambda item: item.run.pk):
+        day = _day(item.run)
+        if day is not None and day in days:
+            busy.append(item.run)
+        elif day is not None:
+            days.add(day)
+    kept = [item for item in ready if item.run not in busy]
+    if busy:
+        until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
+        wait(busy, until, "day_busy", "Its task sends once a day: another run of its day goes.")
+    return kept
+
+
+def _day(run: TaskRun) -> tuple[int, date] | None:
+    """The task and local day ``run`` sends for, when its task sends once a day."""
+    if run.is_manual or not run.task.keyed_by_day:
+        return None
+    return run.task_id, timing.local_date(run.occurrence, run.task.timezone)
 
 
 def _sent_last_hour(

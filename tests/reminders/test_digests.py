@@ -691,3 +691,44 @@ def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on
         follow_up("alice", at(made_up, 10, minute), f"C{minute}")
     assert tick_at(release("alice", at(made_up, 10, 15))) == 1
     assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+# --- One message a day ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_key_per_day__two_runs_of_one_day_folded_together_send_once(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {
+            "digest_seconds": 900,
+            "key_per": "day",
+            "max_lateness_seconds": 400 * 24 * 3600,
+        }
+    }
+    daily = api.schedule(
+        "follow_up",
+        "alice",
+        cron="0,5 9 * * *",
+        tz=TZ,
+        channel="memory",
+        payload={"customer": "Daily", "url": "https://crm.example/c/Daily"},
+    )
+    daily.plan_first_run(at(THURSDAY, 8))
+    daily.save(update_fields=["next_run"])
+    other = follow_up("alice", at(THURSDAY, 9, 7), "Other")
+    for minute in (0, 5, 7):
+        tick_at(at(THURSDAY, 9, minute))
+    goes = release("alice", at(THURSDAY, 9, 15))
+    assert TaskRun.objects.filter(task=daily, due_at=goes).count() == 2  # one day, two runs
+    tick_at(goes)
+    for later in (1, 2, 3):
+        tick_at(goes + timedelta(minutes=later))
+    listed = "".join(m.body["content"] for m in outbox)
+    assert listed.count("Daily (") == 1
+    assert listed.count("Other (") == 1
+    first, second = TaskRun.objects.filter(task=daily, run_date=THURSDAY).order_by("pk")
+    assert first.status == TaskRun.Status.SENT
+    assert (second.status, second.error_code) == (TaskRun.Status.SKIPPED, "duplicate")
+    assert TaskRun.objects.get(task=other).status == TaskRun.Status.SENT
