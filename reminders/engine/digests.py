@@ -23,7 +23,11 @@ How a digest goes (``engine.starting`` asks this module at each step):
    are created, listing the items (``messages.digests.entry``), and each item becomes
    ``folded``, naming its digest. One item alone goes as its own message.
 4. The digest's run is then a run like any other: its ledger key is reserved before its
-   send, and it is retried, decided in doubt and taken over after a crash as any run is.
+   send, and it is retried, decided in doubt and taken over after a crash as any run is;
+   but a retry after an attempt that never reached the provider, one of whose items
+   changed meanwhile (its task paused, cancelled, re-planned or corrected), sends
+   nothing: its items are decided again, each as a run not yet sent
+   (``engine.digest_ends.unfold``).
 5. Its end is its items' end: ``sent`` with it (the digest's ledger row holds the key and
    the provider's message id), or failed, expired, unknown, with its code and why. The
    record of a sent digest settles its items in the same transaction, any other end

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from reminders import api, kinds, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
-from reminders.exceptions import PermanentSendError, TransientSendError
+from reminders.exceptions import InDoubtSendError, PermanentSendError, TransientSendError
 from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
@@ -495,6 +495,107 @@ def test_digest__one_that_ended_is_not_retried_its_runs_are(outbox: list) -> Non
     tick_at(at(THURSDAY, 9, 30))
     assert len(outbox) == 1 and outbox[0].body["content"].startswith("2 follow-ups due:")
     assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+def _keyed(customer: str, minute: int) -> ScheduledTask:
+    """A follow-up of alice's 09:00 window that the CRM may correct (its ``key``)."""
+    return api.schedule(
+        "follow_up",
+        "alice",
+        at=at(THURSDAY, 9, minute),
+        tz=TZ,
+        channel="memory",
+        key=f"follow-up-{customer}",
+        payload={"customer": customer, "url": f"https://crm.example/c/{customer}"},
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__its_runs_tasks_changed_while_it_waits_to_retry_decide_as_runs_not_sent(
+    outbox: list, time_machine: Any
+) -> None:
+    # The retry's delay counts on the real clock: here it is the tests'.
+    time_machine.move_to(at(THURSDAY, 8, 30))
+    kept, paused, cancelled, corrected, moved = (
+        _keyed(customer, minute)
+        for minute, customer in enumerate(["Kept", "Paused", "Cancelled", "Typo", "Moved"])
+    )
+    goes = release("alice", at(THURSDAY, 9, 15))
+    time_machine.move_to(goes)
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    tick_at(goes)
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.RETRYING and outbox == []
+    # While it waits: ops pause one task, the CRM cancels one, corrects one's text and
+    # moves another to 11:04.
+    actions.pause(paused)
+    actions.cancel(cancelled)
+    ScheduledTask.objects.filter(pk=corrected.pk).update(
+        payload={"customer": "Fixed", "url": "https://crm.example/c/Fixed"}
+    )
+    api.schedule(
+        "follow_up",
+        "alice",
+        at=at(THURSDAY, 11, 4),
+        tz=TZ,
+        channel="memory",
+        key="follow-up-Moved",
+        payload={"customer": "Moved", "url": "https://crm.example/c/Moved"},
+    )
+    retry = digest.next_attempt_at
+    for later in (0, 1, 2):
+        tick_at(retry + timedelta(seconds=later))
+    [text] = [message.body["content"] for message in outbox]
+    assert text.startswith("2 follow-ups due:")
+    assert "Kept (" in text and "Fixed (" in text
+    assert not any(word in text for word in ("Typo", "Paused", "Cancelled", "Moved"))
+
+    def run_of(task: ScheduledTask) -> TaskRun:
+        return TaskRun.objects.filter(task=task).order_by("pk").first()  # type: ignore[return-value]
+
+    assert run_of(kept).status == run_of(corrected).status == TaskRun.Status.SENT
+    assert run_of(cancelled).status == TaskRun.Status.CANCELLED
+    assert run_of(moved).status == TaskRun.Status.CANCELLED  # re-planned: 11:04's goes
+    held = run_of(paused)
+    assert (held.status in TaskRun.WAITING, held.digest) == (True, None)
+    assert TaskRun.objects.get(pk=digest.pk).status == TaskRun.Status.CANCELLED
+    actions.resume(paused, now=retry + timedelta(seconds=3))
+    tick_at(retry + timedelta(seconds=3))
+    assert len(outbox) == 2 and "Paused" in str(outbox[1].body)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__in_doubt_is_sent_again_as_it_was_whatever_its_runs_tasks_became(
+    outbox: list, time_machine: Any
+) -> None:
+    time_machine.move_to(at(THURSDAY, 8, 30))
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}", "memory_dedup") for m in (0, 1)]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    time_machine.move_to(goes)
+    MemorySender.script.append(InDoubtSendError("timed out", code="timeout"))
+    tick_at(goes)
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.RETRYING
+    actions.cancel(tasks[1])  # it may have been delivered already: the same bytes go
+    tick_at(digest.next_attempt_at)
+    [text] = [message.body["content"] for message in outbox]
+    assert text.startswith("2 follow-ups due:") and "C1 (" in text
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__retried_unchanged_is_the_same_digest(outbox: list) -> None:
+    tasks = [_keyed(customer, minute) for minute, customer in enumerate(["A", "B"])]
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    ScheduledTask.objects.filter(pk=tasks[0].pk).update(priority="high")  # not in its line
+    tick_at(digest.next_attempt_at)
+    assert TaskRun.objects.get(pk=digest.pk).status == TaskRun.Status.SENT
+    assert [TaskRun.objects.get(task=t).digest_id for t in tasks] == [digest.pk] * 2
 
 
 @pytest.mark.django_db
