@@ -9,9 +9,10 @@ How a digest goes (``engine.starting`` asks this module at each step):
    window on its task's clock, staggered by recipient as its kind staggers its waves
    (``Rule.release``; a kind with no jitter spreads them over a fifth of the window).
    The planner already makes such runs due then (``engine.planning.due_at`` for a
-   kind's policy, ``defer_moved`` for a recipient's own digest), so only a run planned
-   before its recipient's choice waits here. A run whose deadline comes before that
-   goes at once, with whatever is ready.
+   kind's policy, ``plan_releases`` for a recipient's own digest), so only a run planned
+   before its recipient's choice waits here. A run whose deadline comes before that, or
+   for which that moment is inside quiet hours lasting past its deadline, goes at its
+   own time, with whatever is ready then: a digest never makes a run expire.
 2. A claim takes a recipient's due runs of such a kind whole, and keeps them in one job
    (``engine.dispatch``). Claims running side by side in two processes may still split
    them: each job is told the recipients and kinds it folds, locks their due runs before
@@ -70,13 +71,14 @@ from ..models import (
     DIGEST_KEY,
     THROTTLED_CODE,
     Preference,
+    QuietHours,
     ScheduledTask,
     SendLog,
     TaskRun,
 )
 from ..schedule import timing
 from ..schedule.policies import Policy
-from . import planning
+from . import holds, planning
 from .jobs import BUSY_WAIT_SECONDS, logger, wait, worker_id
 
 # Runs one job takes in beside its claim's, at most (``pull``).
@@ -181,50 +183,94 @@ class Ready:
     entry: dict[str, Any]
 
 
-def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
+def hold_for_window(run: TaskRun, found: Rule, now: datetime, own: QuietHours | None) -> bool:
     """True, and ``run`` put back to wait, when its digest's window has not ended; a run
-    whose deadline comes first does not wait."""
-    release = _release(run, found)
+    whose deadline comes first, or that would wait into quiet hours (its recipient's
+    ``own``, else its kind's) lasting past it, does not wait."""
+    release = _release(run, found, own)
     if release is None or now >= release:
         return False
     wait([run], release, DIGEST_CODE, _waits(run, release))
     return True
 
 
-def defer_moved(runs: Sequence[TaskRun]) -> None:
-    """Runs just planned (unsaved) of a kind their recipient moved to a digest
-    (``Preference.digest``) are planned due when that digest goes, saying so (code
-    ``digest``), as the planner plans a kind whose policy folds (``planning.due_at``):
-    the plan shows when they go, and no claim is spent on them before. One query, for
-    the recipients' choices; none without a window for such digests. The start asks
-    again (``hold_for_window``): a choice changed since still reaches the run."""
+def plan_releases(runs: Sequence[TaskRun]) -> None:
+    """Runs just planned (unsaved) of a kind that folds are planned due when their digest
+    goes, as the start would hold them (``hold_for_window``): the plan shows when they
+    go, and no claim is spent on them before.
+
+    * A kind whose policy folds is planned due then by the planner already
+      (``engine.planning.due_at``); a kind its recipient moved to a digest
+      (``Preference.digest``) is planned due then here, saying so (code ``digest``).
+    * Unless that moment falls inside quiet hours lasting past the run's deadline: then
+      it is planned due at its own time, as if it did not fold, to go before those quiet
+      hours, with whatever of its digest is ready then; so that no run expires for
+      having waited for its digest.
+
+    Two queries at most (the recipients' choices, when their digests have a window, and
+    their own quiet hours), none without runs of a kind that folds. The start asks again
+    (``hold_for_window``): a choice changed since still reaches the run."""
     planned = [run for run in runs if run.status == TaskRun.Status.SCHEDULED]
-    if not planned or not conf.DIGEST_SECONDS:
+    moved = _moved(planned) if planned and conf.DIGEST_SECONDS else set()
+    found = [
+        (run, rule) for run in planned if (rule := _rule_of(run, moved)) is not None and rule.window
+    ]
+    if not found:
         return
-    moved = set(
+    recipients = {run.task.recipient for run, _ in found}
+    own = {row.recipient: row for row in QuietHours.objects.filter(recipient__in=recipients)}
+    for run, window in found:
+        if (run.task.recipient, run.task.kind) in moved:
+            _defer(run, window, own.get(run.task.recipient))
+        else:
+            _clear_of_quiet(run, window, own.get(run.task.recipient))
+
+
+def _moved(runs: Sequence[TaskRun]) -> set[tuple[str, str]]:
+    """The (recipient, kind) pairs of ``runs`` their recipient moved to a digest."""
+    return set(
         Preference.objects.filter(
-            recipient__in={run.task.recipient for run in planned},
-            kind__in={run.task.kind for run in planned},
+            recipient__in={run.task.recipient for run in runs},
+            kind__in={run.task.kind for run in runs},
             digest=True,
         ).values_list("recipient", "kind")
     )
-    for run in planned:
-        if (run.task.recipient, run.task.kind) not in moved:
-            continue
-        found = rule(run.task, moved=True)
-        release = _release(run, found) if found is not None else None
-        if release is not None and release > run.due_at:
-            run.due_at = run.next_attempt_at = release
-            run.error_code, run.error_message = DIGEST_CODE, _waits(run, release)
 
 
-def _release(run: TaskRun, found: Rule) -> datetime | None:
+def _rule_of(run: TaskRun, moved: set[tuple[str, str]]) -> Rule | None:
+    return rule(run.task, (run.task.recipient, run.task.kind) in moved)
+
+
+def _defer(run: TaskRun, found: Rule, own: QuietHours | None) -> None:
+    """A run of a kind its recipient moved to a digest, due when that digest goes."""
+    release = _release(run, found, own)
+    if release is not None and release > run.due_at:
+        run.due_at = run.next_attempt_at = release
+        run.error_code, run.error_message = DIGEST_CODE, _waits(run, release)
+
+
+def _clear_of_quiet(run: TaskRun, found: Rule, own: QuietHours | None) -> None:
+    """A run of a kind whose policy folds, planned due when its digest goes, due at its
+    own time instead when that moment is quiet past its deadline (``_release``)."""
+    policy, task = found.policy, run.task
+    due = run.occurrence + planning.stagger(task, policy)
+    if run.due_at == due or _release(run, found, own) is not None:
+        return
+    run.due_at = run.next_attempt_at = due
+    run.deadline = policy.deadline(run.occurrence, due, task.timezone)
+
+
+def _release(run: TaskRun, found: Rule, own: QuietHours | None) -> datetime | None:
     """When ``run``'s digest goes; None when it has no window, or its deadline comes
-    first (it goes at once, with whatever is ready)."""
+    first, or that moment is inside quiet hours (its recipient's ``own``, else its
+    kind's) that end past its deadline: it goes at once, with whatever is ready."""
     if not found.window:
         return None
     release = found.release(run)
     if run.deadline is not None and run.deadline < release:
+        return None
+    held = holds.quiet(run, release, own)
+    if held is not None and run.deadline is not None and held.until > run.deadline:
         return None
     return release
 

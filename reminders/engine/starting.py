@@ -261,7 +261,7 @@ def _prepare(
         # A run made on request (run now) goes now, on its own.
         found = None if run.is_manual else digests.rule(task, (task.recipient, task.kind) in moved)
         if found is not None:
-            return _ready(run, row, found, now)
+            return _ready(run, row, found, now, chosen.quiet.get(task.recipient))
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
         return _fresh_job(run, row)
@@ -380,11 +380,12 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
 
 
 def _ready(
-    run: TaskRun, row: SendLog | None, found: digests.Rule, now: datetime
+    run: TaskRun, row: SendLog | None, found: digests.Rule, now: datetime, own: QuietHours | None
 ) -> digests.Ready | None:
     """``run``, free to go, as an item of its recipient's digest or throttle; None when
-    it waits for its window's end, or its line cannot be written (then it fails alone)."""
-    if digests.hold_for_window(run, found, now):
+    it waits for its window's end, or its line cannot be written (then it fails alone).
+    ``own``: its recipient's own quiet hours."""
+    if digests.hold_for_window(run, found, now, own):
         return None
     try:
         entry = digest_wording.entry(run.task, run)

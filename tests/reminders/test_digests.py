@@ -781,6 +781,49 @@ def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
     assert outbox[0].body["content"].startswith("2 follow-ups due:")
 
 
+def _evening_and_morning(day: date) -> list[datetime]:
+    """Every minute from 20:00 to 21:15, and from 07:55 to 09:00 the next morning."""
+    evening = [at(day, 20) + timedelta(minutes=m) for m in range(76)]
+    morning = [at(day + timedelta(days=1), 7, 55) + timedelta(minutes=m) for m in range(66)]
+    return evening + morning
+
+
+def _sent_outside(runs: list[TaskRun], begins: datetime, ends: datetime) -> None:
+    """Each of ``runs`` went (never expired), before ``begins`` or from ``ends`` on."""
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.error_code) == (TaskRun.Status.SENT, "")
+        sent = run.started_at if run.digest is None else run.digest.started_at
+        assert sent < begins or sent >= ends, sent
+
+
+@pytest.mark.django_db
+def test_quiet_hours__an_item_due_just_before_them_goes_before_never_expired(
+    settings: Any, outbox: list
+) -> None:
+    # The follow-ups' default deadline: two hours late at most.
+    settings.REMINDERS_KINDS = {"follow_up": {"digest_seconds": 900, "quiet_hours": "21:00-08:30"}}
+    tasks = [follow_up("alice", at(THURSDAY, 20, m), f"C{m}") for m in (50, 55)]
+    for moment in _evening_and_morning(THURSDAY):
+        tick_at(moment)
+    runs = [TaskRun.objects.get(task=task) for task in tasks]
+    _sent_outside(runs, at(THURSDAY, 21), at(THURSDAY + timedelta(days=1), 8, 30))
+
+
+@pytest.mark.django_db
+def test_quiet_hours__a_recipients_own_window_crossing_into_them_never_expires_an_item(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_DIGEST_SECONDS = 3600
+    preferences.set("alice", "follow_up", digest=True, by="crm")
+    preferences.set_quiet_hours("alice", "20:30-08:00", by="crm")
+    tasks = [follow_up("alice", at(THURSDAY, 20, m), f"C{m}") for m in (10, 20)]
+    for moment in _evening_and_morning(THURSDAY):
+        tick_at(moment)
+    runs = [TaskRun.objects.get(task=task) for task in tasks]
+    _sent_outside(runs, at(THURSDAY, 20, 30), at(THURSDAY + timedelta(days=1), 8))
+
+
 @pytest.mark.django_db
 @pytest.mark.usefixtures("quiet_digested")
 def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on_time(
