@@ -86,14 +86,15 @@ def chunks(
     with translation.override(language):
         label = str(registry.label(kind))
         for index, item in enumerate(entries):
-            count = len(groups[-1]) + 1 if groups else 0
-            more = _bytes(_lines(count, item, _title(item, label)))
-            if groups and _text_bytes(kind, count, lines + more) <= limit:
-                groups[-1].append(index)
-                lines += more
-            else:
-                groups.append([index])
-                lines = _bytes(_lines(1, item, _title(item, label)))
+            if groups:
+                count = len(groups[-1]) + 1
+                more = _bytes(_lines(count, item, _title(item, label)))
+                if _text_bytes(kind, count, lines + more) <= limit:
+                    groups[-1].append(index)
+                    lines += more
+                    continue
+            groups.append([index])
+            lines = _bytes(_lines(1, item, _title(item, label)))
     return groups
 
 
