@@ -13,7 +13,9 @@ handled. The admin's actions, the commands and the CRM call these, and only thes
   working-day calendar (someone asked for it) and is outside the rule of one message a
   day (it neither blocks nor is blocked by the day's scheduled message), is never made
   up and never skipped as missed; its kind's deadline holds: a birthday is not run now
-  after 12:00 (refused), a follow-up's must go within its lateness.
+  after 12:00 (refused), a follow-up's must go within its lateness. A digest's task is
+  refused, as the digest's retry is: its lines are its runs', which go again only by
+  their own retry or their own task.
 * ``retry_now`` puts a run back in line, but never past its deadline: an
   ``expired`` run is retried only while its deadline is still ahead (a failure whose
   retry would have come too late expires a run early), and keeps that deadline; a run
@@ -169,8 +171,12 @@ def cancel(task: ScheduledTask) -> int:
 
 
 def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:
-    """Why ``run_now`` at ``now`` would make no run, or None: a paused, cancelled
-    or errored task, or a kind whose deadline for a run made now has passed."""
+    """Why ``run_now`` at ``now`` would make no run, or None: a digest's task (as its
+    retry is refused: run again, it would send the lines of its runs, each retried or
+    sent on its own, a second time), a paused, cancelled or errored task, or a kind
+    whose deadline for a run made now has passed."""
+    if is_digest(task):
+        return DIGEST_ENDED
     if task.status == task.Status.PAUSED:
         return TASK_PAUSED
     if task.status == task.Status.CANCELLED:

@@ -14,22 +14,32 @@ Invariants:
   the UPDATE checks the status row by row and marks what it changed with a token of
   its own, read back to tell (``_claim``), so an item is settled and told once, by
   one path, however many schedulers settle side by side.
+* An item's own task still decides while its digest waits or retries (``unfold``). A
+  digest that never reached the provider (no ledger row, or a ``failed`` one) and one of
+  whose items changed since it was folded (its task paused, cancelled or re-planned, or
+  its line, recipient, channel or language no longer what the digest lists) is not sent:
+  it ends ``cancelled``, an item whose occurrence its task no longer has ends
+  ``cancelled`` too (as a re-plan cancels its runs not yet sent), and the others wait
+  again, each decided at its next claim as a run not yet sent (held, cancelled, or folded
+  anew as its task says now). A digest in doubt is sent again as it was (the same
+  bytes, which the provider's duplicate check recognises): it may have been delivered.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
 
 from .. import signals
-from ..exceptions import PermanentSendError
+from ..exceptions import PermanentSendError, RemindersError
+from ..messages import builders
 from ..messages import digests as wording
-from ..models import ScheduledTask, SendLog, TaskRun
+from ..models import DIGEST_CODE, DIGEST_KEY, ScheduledTask, SendLog, TaskRun
 from ..senders import SendResult
 from .jobs import logger
 
@@ -106,6 +116,58 @@ def _claim(items: QuerySet[TaskRun], **end: Any) -> list[TaskRun]:
     for item in ours:
         item.lease_token = ""
     return ours
+
+
+def unfold(digest: TaskRun, now: datetime) -> bool:
+    """True, and ``digest`` ended ``cancelled`` with its items out of it, when one of its
+    items changed since it was folded (``_changed``); the caller has made sure it never
+    reached the provider. In the caller's transaction, under the digest's lease."""
+    listed = {item["run"]: item for item in digest.task.payload[DIGEST_KEY]["items"]}
+    items = list(
+        TaskRun.objects.filter(digest=digest, status=TaskRun.Status.FOLDED).select_related("task")
+    )
+    if not any(_changed(item, listed.get(item.pk), digest.task) for item in items):
+        return False
+    gone = [item.pk for item in items if not _still_planned(item)]
+    message = f"Its digest, run {digest.pk}, was not sent: its runs changed since."
+    TaskRun.objects.filter(pk__in=gone, status=TaskRun.Status.FOLDED).update(
+        status=TaskRun.Status.CANCELLED, digest=None, error_message=message, finished_at=now
+    )
+    TaskRun.objects.filter(digest=digest, status=TaskRun.Status.FOLDED).update(
+        status=TaskRun.Status.RETRYING,
+        digest=None,
+        next_attempt_at=now,
+        error_code=DIGEST_CODE,
+        error_message=f"{message} It goes again as its task says now.",
+    )
+    why = "Not sent: its runs changed since they were folded, and go again on their own."
+    digest.close_attempt(TaskRun.Status.CANCELLED, code="changed", message=why, now=now)
+    logger.info("digest run %s unfolded: its runs changed", digest.pk)
+    return True
+
+
+def _changed(item: TaskRun, listed: dict[str, Any] | None, digest: ScheduledTask) -> bool:
+    """Whether ``item`` is no longer what ``digest`` lists of it: its task paused,
+    cancelled or re-planned, or its line, recipient, channel or language changed."""
+    task = item.task
+    if task.status in (ScheduledTask.Status.PAUSED, ScheduledTask.Status.CANCELLED):
+        return True
+    if (task.recipient, task.kind, task.channel) != (digest.recipient, digest.kind, digest.channel):
+        return True
+    try:
+        same = builders.language(task) == builders.language(digest)
+        return not same or wording.entry(task, item) != listed or not _still_planned(item)
+    except RemindersError:  # a payload its own message would refuse: it fails alone
+        return True
+
+
+def _still_planned(item: TaskRun) -> bool:
+    """Whether ``item``'s occurrence is still one its task plans (a make-up's is one it
+    missed): a re-planned task's runs not yet sent are cancelled."""
+    if item.is_compensation:
+        return True
+    task = item.task
+    return task.occurrence_after(item.occurrence - timedelta(seconds=1)) == item.occurrence
 
 
 def _tell(item: TaskRun, digest: TaskRun) -> None:

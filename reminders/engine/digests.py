@@ -9,9 +9,10 @@ How a digest goes (``engine.starting`` asks this module at each step):
    window on its task's clock, staggered by recipient as its kind staggers its waves
    (``Rule.release``; a kind with no jitter spreads them over a fifth of the window).
    The planner already makes such runs due then (``engine.planning.due_at`` for a
-   kind's policy, ``defer_moved`` for a recipient's own digest), so only a run planned
-   before its recipient's choice waits here. A run whose deadline comes before that
-   goes at once, with whatever is ready.
+   kind's policy, ``plan_releases`` for a recipient's own digest), so only a run planned
+   before its recipient's choice waits here. A run whose deadline comes before that, or
+   for which that moment is inside quiet hours lasting past its deadline, goes at its
+   own time, with whatever is ready then: a digest never makes a run expire.
 2. A claim takes a recipient's due runs of such a kind whole, and keeps them in one job
    (``engine.dispatch``). Claims running side by side in two processes may still split
    them: each job is told the recipients and kinds it folds, locks their due runs before
@@ -23,7 +24,11 @@ How a digest goes (``engine.starting`` asks this module at each step):
    are created, listing the items (``messages.digests.entry``), and each item becomes
    ``folded``, naming its digest. One item alone goes as its own message.
 4. The digest's run is then a run like any other: its ledger key is reserved before its
-   send, and it is retried, decided in doubt and taken over after a crash as any run is.
+   send, and it is retried, decided in doubt and taken over after a crash as any run is;
+   but a retry after an attempt that never reached the provider, one of whose items
+   changed meanwhile (its task paused, cancelled, re-planned or corrected), sends
+   nothing: its items are decided again, each as a run not yet sent
+   (``engine.digest_ends.unfold``).
 5. Its end is its items' end: ``sent`` with it (the digest's ledger row holds the key and
    the provider's message id), or failed, expired, unknown, with its code and why. The
    record of a sent digest settles its items in the same transaction, any other end
@@ -37,6 +42,10 @@ Invariants (exactly once, both ways):
   (its payload, not the items' tasks as they are now), and no item is in two digests.
 * An item is never dropped: it ends as its digest does, and stays ``folded`` (unfinished:
   kept by the retention, holding its task's day) until then.
+* A task that sends once a local day (``Policy.key_per``, ``keyed_by_day``) is one line
+  of one digest that day: its items share no ledger key of their own, so of two of its
+  runs of one day ready together the first (by primary key) goes, and the other waits
+  (``day_busy``), to end a skipped duplicate once that one is sent (``_once_a_day``).
 * A throttle is a ceiling: it counts the messages of the kind that may have reached
   its recipient in the last hour, sent, being sent (started, or the key ``sending``) or
   in doubt (``unknown``); a digest is one, its items none, and each digest a group
@@ -50,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -70,20 +79,22 @@ from django.db.models import (
 from .. import registry
 from ..conf import settings as conf
 from ..exceptions import UnknownKind
+from ..messages import builders
 from ..messages import digests as wording
 from ..models import (
     DIGEST_CODE,
     DIGEST_KEY,
     THROTTLED_CODE,
     Preference,
+    QuietHours,
     ScheduledTask,
     SendLog,
     TaskRun,
 )
 from ..schedule import timing
 from ..schedule.policies import Policy
-from . import planning
-from .jobs import logger, wait, worker_id
+from . import holds, planning
+from .jobs import BUSY_WAIT_SECONDS, logger, wait, worker_id
 
 # Runs one job takes in beside its claim's, at most (``pull``).
 PULL_LIMIT = 200
@@ -187,50 +198,94 @@ class Ready:
     entry: dict[str, Any]
 
 
-def hold_for_window(run: TaskRun, found: Rule, now: datetime) -> bool:
+def hold_for_window(run: TaskRun, found: Rule, now: datetime, own: QuietHours | None) -> bool:
     """True, and ``run`` put back to wait, when its digest's window has not ended; a run
-    whose deadline comes first does not wait."""
-    release = _release(run, found)
+    whose deadline comes first, or that would wait into quiet hours (its recipient's
+    ``own``, else its kind's) lasting past it, does not wait."""
+    release = _release(run, found, own)
     if release is None or now >= release:
         return False
     wait([run], release, DIGEST_CODE, _waits(run, release))
     return True
 
 
-def defer_moved(runs: Sequence[TaskRun]) -> None:
-    """Runs just planned (unsaved) of a kind their recipient moved to a digest
-    (``Preference.digest``) are planned due when that digest goes, saying so (code
-    ``digest``), as the planner plans a kind whose policy folds (``planning.due_at``):
-    the plan shows when they go, and no claim is spent on them before. One query, for
-    the recipients' choices; none without a window for such digests. The start asks
-    again (``hold_for_window``): a choice changed since still reaches the run."""
+def plan_releases(runs: Sequence[TaskRun]) -> None:
+    """Runs just planned (unsaved) of a kind that folds are planned due when their digest
+    goes, as the start would hold them (``hold_for_window``): the plan shows when they
+    go, and no claim is spent on them before.
+
+    * A kind whose policy folds is planned due then by the planner already
+      (``engine.planning.due_at``); a kind its recipient moved to a digest
+      (``Preference.digest``) is planned due then here, saying so (code ``digest``).
+    * Unless that moment falls inside quiet hours lasting past the run's deadline: then
+      it is planned due at its own time, as if it did not fold, to go before those quiet
+      hours, with whatever of its digest is ready then; so that no run expires for
+      having waited for its digest.
+
+    Two queries at most (the recipients' choices, when their digests have a window, and
+    their own quiet hours), none without runs of a kind that folds. The start asks again
+    (``hold_for_window``): a choice changed since still reaches the run."""
     planned = [run for run in runs if run.status == TaskRun.Status.SCHEDULED]
-    if not planned or not conf.DIGEST_SECONDS:
+    moved = _moved(planned) if planned and conf.DIGEST_SECONDS else set()
+    found = [
+        (run, rule) for run in planned if (rule := _rule_of(run, moved)) is not None and rule.window
+    ]
+    if not found:
         return
-    moved = set(
+    recipients = {run.task.recipient for run, _ in found}
+    own = {row.recipient: row for row in QuietHours.objects.filter(recipient__in=recipients)}
+    for run, window in found:
+        if (run.task.recipient, run.task.kind) in moved:
+            _defer(run, window, own.get(run.task.recipient))
+        else:
+            _clear_of_quiet(run, window, own.get(run.task.recipient))
+
+
+def _moved(runs: Sequence[TaskRun]) -> set[tuple[str, str]]:
+    """The (recipient, kind) pairs of ``runs`` their recipient moved to a digest."""
+    return set(
         Preference.objects.filter(
-            recipient__in={run.task.recipient for run in planned},
-            kind__in={run.task.kind for run in planned},
+            recipient__in={run.task.recipient for run in runs},
+            kind__in={run.task.kind for run in runs},
             digest=True,
         ).values_list("recipient", "kind")
     )
-    for run in planned:
-        if (run.task.recipient, run.task.kind) not in moved:
-            continue
-        found = rule(run.task, moved=True)
-        release = _release(run, found) if found is not None else None
-        if release is not None and release > run.due_at:
-            run.due_at = run.next_attempt_at = release
-            run.error_code, run.error_message = DIGEST_CODE, _waits(run, release)
 
 
-def _release(run: TaskRun, found: Rule) -> datetime | None:
+def _rule_of(run: TaskRun, moved: set[tuple[str, str]]) -> Rule | None:
+    return rule(run.task, (run.task.recipient, run.task.kind) in moved)
+
+
+def _defer(run: TaskRun, found: Rule, own: QuietHours | None) -> None:
+    """A run of a kind its recipient moved to a digest, due when that digest goes."""
+    release = _release(run, found, own)
+    if release is not None and release > run.due_at:
+        run.due_at = run.next_attempt_at = release
+        run.error_code, run.error_message = DIGEST_CODE, _waits(run, release)
+
+
+def _clear_of_quiet(run: TaskRun, found: Rule, own: QuietHours | None) -> None:
+    """A run of a kind whose policy folds, planned due when its digest goes, due at its
+    own time instead when that moment is quiet past its deadline (``_release``)."""
+    policy, task = found.policy, run.task
+    due = run.occurrence + planning.stagger(task, policy)
+    if run.due_at == due or _release(run, found, own) is not None:
+        return
+    run.due_at = run.next_attempt_at = due
+    run.deadline = policy.deadline(run.occurrence, due, task.timezone)
+
+
+def _release(run: TaskRun, found: Rule, own: QuietHours | None) -> datetime | None:
     """When ``run``'s digest goes; None when it has no window, or its deadline comes
-    first (it goes at once, with whatever is ready)."""
+    first, or that moment is inside quiet hours (its recipient's ``own``, else its
+    kind's) that end past its deadline: it goes at once, with whatever is ready."""
     if not found.window:
         return None
     release = found.release(run)
     if run.deadline is not None and run.deadline < release:
+        return None
+    held = holds.quiet(run, release, own)
+    if held is not None and run.deadline is not None and held.until > run.deadline:
         return None
     return release
 
@@ -308,26 +363,27 @@ class Plan:
 
 
 def plan(ready: Sequence[Ready], now: datetime) -> Plan:
-    """Group ``ready`` by recipient, kind and channel; a group of a throttled kind sends
-    no more messages than its recipient's hour allows, all channels together, each
-    digest counted (the rest waits, to go folded as one), and a group of a folding kind
-    goes as one digest, or as many as its lines need (``messages.digests.chunks``; one
-    run alone: its own message)."""
-    groups: dict[tuple[str, str, str], list[Ready]] = {}
-    for item in ready:
+    """Group ``ready`` by recipient, kind, channel and language; a group of a throttled
+    kind sends no more messages than its recipient's hour allows, all channels together,
+    each digest counted (the rest waits, to go folded as one), and a group of a folding
+    kind goes as one digest, or as many as its lines need (``messages.digests.chunks``;
+    one run alone: its own message)."""
+    groups: dict[tuple[str, str, str, str], list[Ready]] = {}
+    for item in _once_a_day(ready, now):
         task = item.run.task
-        groups.setdefault((task.recipient, task.kind, task.channel), []).append(item)
-    throttled = [key for key, items in groups.items() if items[0].rule.throttle]
+        key = (task.recipient, task.kind, task.channel, builders.language(task))
+        groups.setdefault(key, []).append(item)
+    throttled = [key[:3] for key, items in groups.items() if items[0].rule.throttle]
     used = _sent_last_hour(throttled, now, [item.run.pk for item in ready])
     result = Plan()
-    # In a stable order (by recipient, kind and channel): which channel's runs a full
-    # hour holds back does not depend on the order the database gave them in.
-    for (recipient, kind, _channel), items in sorted(groups.items()):
+    # In a stable order (by recipient, kind, channel and language): which channel's runs
+    # a full hour holds back does not depend on the order the database gave them in.
+    for (recipient, kind, _channel, language), items in sorted(groups.items()):
         items.sort(key=lambda item: (item.run.occurrence, item.run.pk))
         allowance = items[0].rule.throttle
         count, oldest = used.get((recipient, kind), (0, None))
         room = allowance - count if allowance else None
-        messages = _messages(items, room)
+        messages = _messages(items, room, kind, language)
         going = messages if room is None else messages[: max(room, 0)]
         if len(going) < len(messages):
             held = [item for message in messages[len(going) :] for item in message]
@@ -342,11 +398,11 @@ def plan(ready: Sequence[Ready], now: datetime) -> Plan:
     return result
 
 
-def _messages(items: list[Ready], room: int | None) -> list[list[Ready]]:
-    """The messages ``items`` (of one recipient, kind and channel) go as, in order: each
-    alone (a kind that does not fold, as many as the hour's ``room`` leaves, one kept
-    for a digest of the rest), then the rest folded, in as many digests as their lines
-    need."""
+def _messages(items: list[Ready], room: int | None, kind: str, language: str) -> list[list[Ready]]:
+    """The messages ``items`` (of one recipient, ``kind``, channel and ``language``) go
+    as, in order: each alone (a kind that does not fold, as many as the hour's ``room``
+    leaves, one kept for a digest of the rest), then the rest folded, in as many digests
+    as their lines need."""
     if items[0].rule.window:
         alone: list[Ready] = []
     elif room is None or len(items) <= room:
@@ -354,13 +410,41 @@ def _messages(items: list[Ready], room: int | None) -> list[list[Ready]]:
     else:
         alone = items[: max(room - 1, 0)]
     rest = items[len(alone) :]
-    chunks = wording.chunks([item.entry for item in rest]) if rest else []
+    entries = [item.entry for item in rest]
+    chunks = wording.chunks(kind, language, entries) if rest else []
     return [[item] for item in alone] + [[rest[index] for index in chunk] for chunk in chunks]
 
 
 # What may have reached the recipient: sent, being sent, or in doubt.
 COUNTED_RUNS = (TaskRun.Status.SENT, TaskRun.Status.RUNNING, TaskRun.Status.UNKNOWN)
 COUNTED_KEYS = (SendLog.Status.SENDING, SendLog.Status.UNKNOWN)
+
+
+def _once_a_day(ready: Sequence[Ready], now: datetime) -> list[Ready]:
+    """``ready`` less the runs of a task that sends once a local day (``keyed_by_day``,
+    not made on request) beyond the first of their day, by primary key: those wait (code
+    ``day_busy``), as two runs of one day started together do (``engine.starting``), and
+    end skipped as duplicates once the first is sent, or go if it is not."""
+    days: set[tuple[int, date]] = set()
+    busy: list[TaskRun] = []
+    for item in sorted(ready, key=lambda item: item.run.pk):
+        day = _day(item.run)
+        if day is not None and day in days:
+            busy.append(item.run)
+        elif day is not None:
+            days.add(day)
+    kept = [item for item in ready if item.run not in busy]
+    if busy:
+        until = now + timedelta(seconds=BUSY_WAIT_SECONDS)
+        wait(busy, until, "day_busy", "Its task sends once a day: another run of its day goes.")
+    return kept
+
+
+def _day(run: TaskRun) -> tuple[int, date] | None:
+    """The task and local day ``run`` sends for, when its task sends once a day."""
+    if run.is_manual or not run.task.keyed_by_day:
+        return None
+    return run.task_id, timing.local_date(run.occurrence, run.task.timezone)
 
 
 def _sent_last_hour(

@@ -95,7 +95,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
                 task.mark_error(exc.code, exc.message, now)
             else:
                 planned.append(task)
-        digests.defer_moved(runs)
+        digests.plan_releases(runs)
         holds.defer_planned(runs)
         TaskRun.objects.add_planned(runs)
         _advance(planned)

@@ -47,7 +47,9 @@ Invariants:
   free to go, goes with its recipient's other ready runs of the kind: the job takes in
   those that are due, and folds them into one digest, created in this very transaction,
   under the job's lease; a folded run is never started again, and holds its task's day
-  and its key as a running one does.
+  and its key as a running one does. A digest retried after an attempt that never
+  reached the provider first asks whether its items changed (``digest_ends.unfold``):
+  if so it sends nothing, and they wait again as runs not yet sent.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from ..messages import digests as digest_wording
 from ..models import EXPIRED_CODE, QUIET_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
 from ..schedule import timing
 from ..senders.base import render_body
-from . import digests, holds
+from . import digest_ends, digests, holds
 from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
 from .records import give_up_in_doubt
 from .retries import resend_is_safe
@@ -248,6 +250,8 @@ def _prepare(
     if row is not None and row.run_id != run.pk and not _key_passes(run, row, others, now):
         return None
     if row is None or row.status == SendLog.Status.FAILED:
+        if digest_wording.is_digest(task) and digest_ends.unfold(run, now):
+            return None  # its runs go again, each as its task says now
         choice = chosen.opted_out.get((task.recipient, task.kind))
         if choice is not None:
             holds.skip_opted_out(run, choice)
@@ -257,7 +261,7 @@ def _prepare(
         # A run made on request (run now) goes now, on its own.
         found = None if run.is_manual else digests.rule(task, (task.recipient, task.kind) in moved)
         if found is not None:
-            return _ready(run, row, found, now)
+            return _ready(run, row, found, now, chosen.quiet.get(task.recipient))
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
         return _fresh_job(run, row)
@@ -376,11 +380,12 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
 
 
 def _ready(
-    run: TaskRun, row: SendLog | None, found: digests.Rule, now: datetime
+    run: TaskRun, row: SendLog | None, found: digests.Rule, now: datetime, own: QuietHours | None
 ) -> digests.Ready | None:
     """``run``, free to go, as an item of its recipient's digest or throttle; None when
-    it waits for its window's end, or its line cannot be written (then it fails alone)."""
-    if digests.hold_for_window(run, found, now):
+    it waits for its window's end, or its line cannot be written (then it fails alone).
+    ``own``: its recipient's own quiet hours."""
+    if digests.hold_for_window(run, found, now, own):
         return None
     try:
         entry = digest_wording.entry(run.task, run)

@@ -11,10 +11,17 @@ Invariants:
 
 * Every item is listed, never cut, and a digest fits one text message (2,048 bytes):
   items beyond what fits go in another digest (``chunks``), so that no channel refuses
-  a digest as too long (one that does not split messages, a group robot say).
+  a digest as too long (one that does not split messages, a group robot say). It is
+  sized by exactly the text ``content`` writes: the heading and each item's lines in
+  the digest's language, the kind's label for an item with no title, the links, and
+  the widest stamp ``kinds.render`` may add (``stamps.STAMP_BYTES``). An item too long
+  to share a digest goes as its own message.
+* A digest is in one language, its items' (``payload["lang"]``): items of one recipient
+  in two languages go in two digests.
 * What the CRM wrote is one line of plain text (``wording.crm_text``); a link is the
-  item's own ``payload["url"]``, refused when bad (``wording.link``), as its own message
-  would be: an item whose entry cannot be written fails alone, when it is folded.
+  item's own ``payload["url"]``, refused when bad (``wording.link``), as is a language
+  the project does not declare, as its own message would be: an item whose entry cannot
+  be written fails alone, when it is folded.
 * ``kinds.render`` stamps a digest as any message (its own task and occurrence), so two
   digests to one member never render the same bytes.
 """
@@ -24,12 +31,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.utils import translation
 from django.utils.translation import ngettext
 
 from .. import registry
 from ..models.choices import DIGEST_KEY
 from ..schedule import timing
+from . import builders
 from .content import Content
+from .stamps import STAMP_BYTES
 from .wording import TEXT_LIMIT, crm_text, cut, link, size
 
 if TYPE_CHECKING:
@@ -37,9 +47,6 @@ if TYPE_CHECKING:
 
 # An item's title, at most (the CRM's text is cut, marked "…").
 TITLE_BYTES = 120
-# A digest's item lines, at most: a text's limit less room for its heading and the stamp
-# ``kinds.render`` adds. More items than fit go in another digest (``chunks``).
-LINES_BYTES = TEXT_LIMIT - 256
 
 
 def is_digest(task: ScheduledTask) -> bool:
@@ -51,6 +58,7 @@ def entry(task: ScheduledTask, run: TaskRun) -> dict[str, Any]:
     """One item of a digest as it is listed: its run and task, a title from what the CRM
     wrote (customer and subject, a name, its own text; else the kind's name), its local
     time and its link. ``BadPayload`` for a payload its own message would refuse."""
+    builders.language(task)  # a language its own message would refuse, refused here
     customer, subject = crm_text(task, "customer"), crm_text(task, "subject")
     title = " · ".join(part for part in (customer, subject) if part)
     title = title or crm_text(task, "name") or crm_text(task, "content")
@@ -64,22 +72,46 @@ def entry(task: ScheduledTask, run: TaskRun) -> dict[str, Any]:
     }
 
 
-def chunks(entries: Sequence[dict[str, Any]]) -> list[list[int]]:
-    """``entries`` (by index, in order) in groups whose lines fit one text message
-    (``LINES_BYTES``), so that a digest is never refused as too long by a channel that
-    does not split messages: each group is a digest of its own."""
-    groups: list[list[int]] = [[]]
-    used = 0
-    for index, item in enumerate(entries):
-        lines = _lines(len(groups[-1]) + 1, item, item["title"] or "-")
-        need = sum(size(line) + 1 for line in lines)
-        if groups[-1] and used + need > LINES_BYTES:
-            groups.append([])
-            used = 0
-            need = sum(size(line) + 1 for line in _lines(1, item, item["title"] or "-"))
-        groups[-1].append(index)
-        used += need
+def chunks(
+    kind: str, language: str, entries: Sequence[dict[str, Any]], limit: int = TEXT_LIMIT
+) -> list[list[int]]:
+    """``entries`` (by index, in order) in groups, each a digest of its own whose text,
+    as ``content`` writes it in ``language`` (its heading, each item's line with the
+    kind's label for an untitled one, its link) with the widest stamp under it
+    (``stamps.STAMP_BYTES``), takes at most ``limit`` bytes: no channel refuses one as
+    too long. An entry too long to share a digest is a group of its own (it goes as its
+    own message)."""
+    groups: list[list[int]] = []
+    lines = 0  # the bytes of the last group's item lines, each with its line break
+    with translation.override(language):
+        label = str(registry.label(kind))
+        for index, item in enumerate(entries):
+            if groups:
+                count = len(groups[-1]) + 1
+                more = _bytes(_lines(count, item, _title(item, label)))
+                if _text_bytes(kind, count, lines + more) <= limit:
+                    groups[-1].append(index)
+                    lines += more
+                    continue
+            groups.append([index])
+            lines = _bytes(_lines(1, item, _title(item, label)))
     return groups
+
+
+def _text_bytes(kind: str, count: int, lines: int) -> int:
+    """The bytes of a digest of ``count`` items whose lines take ``lines`` bytes: its
+    heading, those lines, and the widest stamp on a line of its own."""
+    return size(heading(kind, count)) + lines + 1 + STAMP_BYTES
+
+
+def _bytes(lines: list[str]) -> int:
+    """The bytes ``lines`` take in a text, each after a line break."""
+    return sum(size(line) + 1 for line in lines)
+
+
+def _title(item: dict[str, Any], label: str) -> str:
+    """What an item's line shows: its title, or the kind's label for an untitled one."""
+    return str(item["title"]) or label
 
 
 def _lines(number: int, item: dict[str, Any], title: str) -> list[str]:
@@ -97,7 +129,7 @@ def content(task: ScheduledTask) -> Content:
     lines = [heading(task.kind, len(items))]
     label = str(registry.label(task.kind))
     for number, item in enumerate(items, start=1):
-        lines += _lines(number, item, item["title"] or label)
+        lines += _lines(number, item, _title(item, label))
     return Content("text", {"content": "\n".join(lines)})
 
 

@@ -30,6 +30,11 @@ STAMPED_FIELDS: dict[str, str] = {
     "template_card": "sub_title_text",
 }
 
+# The widest stamp (``stamp``), in UTF-8 bytes: seconds, a UTC offset (to the second)
+# and an id of 20 digits. A text sized before its task has an id (a digest, planned
+# before it is stored) keeps this much room for the stamp.
+STAMP_BYTES = len("— 0000-00-00 00:00:00 UTC+000000 · #".encode()) + 20
+
 
 def stamp(task: ScheduledTask, run: TaskRun) -> str:
     """The occurrence's local date and time in the task's zone and the task's id:

@@ -36,6 +36,7 @@ With the option ``oversize="split"`` it sends a text over WeCom's 2,048 bytes as
 WeCom app channel does, in parts (``reminders.senders.parts``), and judges each part on
 its own, as WeCom does: a part identical to one delivered before is dropped even where
 the rest of the message is new. ``outbox`` and ``suppressed`` then hold the parts.
+Without it, such a text is refused (``PayloadSendError``), as WeCom refuses it.
 """
 
 from __future__ import annotations
@@ -128,8 +129,17 @@ class MemorySender(BaseSender):
         )
 
     def check_message(self, message: Message) -> None:
-        """A card with buttons that WeCom would refuse is refused here too."""
+        """A card with buttons that WeCom would refuse is refused here too, and so is a
+        text over WeCom's 2,048 bytes where the channel does not split it."""
         body = message.body
+        content = body.get("content")
+        oversize = isinstance(content, str) and size(content) > CONTENT_LIMIT
+        if message.msgtype in ("text", "markdown") and oversize and not self.split:
+            raise PayloadSendError(
+                f"Channel {self.alias!r}: the content is {size(str(content))} bytes, over "
+                f"WeCom's limit of {CONTENT_LIMIT}.",
+                code="too-large",
+            )
         if message.msgtype == "template_card" and body.get("card_type") == template_card.CARD_TYPE:
             problem = template_card.problem(body)
             if problem:

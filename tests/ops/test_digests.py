@@ -26,7 +26,7 @@ from reminders.exceptions import TransientSendError
 from reminders.models import DIGEST_KEY, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.senders.memory import MemorySender
-from tests.support.digests import TZ, at, follow_up, release, tick_at
+from tests.support.digests import THURSDAY, TZ, at, follow_up, release, tick_at
 
 from .test_dashboard import PAGE, changelist
 from .test_metrics import of, scrape
@@ -192,7 +192,10 @@ def test_wave__a_digest_waiting_to_retry_is_one_message_ahead_its_runs_none():
 
 
 @pytest.mark.usefixtures("memory_is_an_app")
-def test_day__a_sent_digest_is_four_runs_sent_and_one_message():
+def test_day__a_sent_digest_is_four_runs_sent_and_one_message(time_machine: Any):
+    # The ledger stamps its row on the real clock, and the day's quota counts the
+    # messages of the digest's day: a morning of its own, not the minute before midnight.
+    time_machine.move_to(at(THURSDAY, 9))
     world = Folded()
     assert statuses([world.digest, *world.items]) == {TaskRun.Status.SENT}
     assert SendLog.objects.get().run_id == world.digest.pk

@@ -8,15 +8,18 @@ makes them."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.messages import get_messages
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
-from reminders.engine import dispatch
-from reminders.exceptions import TransientSendError
+from reminders.engine import actions, dispatch
+from reminders.exceptions import ActionRefused, PermanentSendError, TransientSendError
 from reminders.models import DIGEST_KEY, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.digests import THURSDAY, at, follow_up, release, tick_at
@@ -267,3 +270,49 @@ def test_recall__of_the_digests_message_from_its_run_leaves_its_runs_saying_so(a
     assert log.recalled_at is not None
     for item in items:  # each names the message taken back
         assert "recalled by admin" in field(run_page(admin_client, item), "in_digest")
+
+
+# Run now and retry: no line twice -------------------------------------------------------
+
+
+def _reported(response: Any) -> list[str]:
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+@pytest.mark.parametrize("ends", ["sent", "failed"])
+def test_run_now__a_digests_task_is_refused_like_its_retry(admin_client, ends):
+    if ends == "failed":
+        MemorySender.script.append(PermanentSendError("refused", code="40003"))
+    digest, _items = fold()
+    assert digest.status == ends
+    url = reverse("admin:reminders_scheduledtask_run_now", args=[digest.task_id])
+    page = admin_client.get(url).content.decode()
+    assert "0 tasks will get a run due now" in page
+    assert "a digest that ended is not sent again" in page
+    response = admin_client.post(url, {"post": "yes"})
+    assert _reported(response)[0] == "0 tasks have a run due now."
+    with pytest.raises(ActionRefused) as refused:
+        actions.run_now(digest.task)
+    assert refused.value.code == "digest"
+    assert TaskRun.objects.filter(task=digest.task_id).count() == 1
+
+
+def test_retry__a_failed_digests_runs_go_again_each_line_once(admin_client, outbox):
+    MemorySender.script.append(PermanentSendError("refused", code="40003"))
+    digest, items = fold()
+    tick_at(at(THURSDAY, 9, 30))  # its runs end as it did
+    assert {TaskRun.objects.get(pk=item.pk).status for item in items} == {TaskRun.Status.FAILED}
+    # Ops select the digest and its runs, retry them all, and run the digest's task now.
+    selected = [digest.pk, *(item.pk for item in items)]
+    admin_client.post(
+        reverse(RUNS), {"action": "retry_runs", "_selected_action": selected, "post": "yes"}
+    )
+    admin_client.post(
+        reverse("admin:reminders_scheduledtask_run_now", args=[digest.task_id]), {"post": "yes"}
+    )
+    for moment in (timezone.now(), timezone.now() + timedelta(minutes=5)):
+        tick_at(moment)
+    listed = "".join(message.body["content"] for message in outbox)
+    assert [listed.count(f"{customer} (") for customer in CUSTOMERS] == [1, 1, 1]
+    assert {TaskRun.objects.get(pk=item.pk).status for item in items} == {TaskRun.Status.SENT}
+    assert TaskRun.objects.get(pk=digest.pk).status == TaskRun.Status.FAILED

@@ -10,15 +10,17 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import hypothesis
 import pytest
 from django.core.exceptions import ValidationError
 from django.test import TestCase
 from django.utils import translation
+from hypothesis import strategies as st
 
-from reminders import api, preferences, registry
+from reminders import api, kinds, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
-from reminders.exceptions import PermanentSendError, TransientSendError
+from reminders.exceptions import InDoubtSendError, PermanentSendError, TransientSendError
 from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
@@ -275,6 +277,20 @@ def test_digest__an_item_with_a_bad_link_fails_alone(outbox: list) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
+def test_digest__an_item_in_a_language_not_declared_fails_alone(outbox: list) -> None:
+    bad = follow_up("alice", at(THURSDAY, 9, 0), "Bad")  # the first: it would lead
+    good = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (1, 2)]
+    ScheduledTask.objects.filter(pk=bad.pk).update(payload={"customer": "Bad", "lang": "xx"})
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    run = TaskRun.objects.get(task=bad)
+    assert (run.status, run.digest) == (TaskRun.Status.FAILED, None)
+    assert 'payload["lang"]' in run.error_message
+    assert [TaskRun.objects.get(task=t).status for t in good] == [TaskRun.Status.SENT] * 2
+    assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
 def test_digest__each_item_is_decided_on_its_own_first(outbox: list) -> None:
     kept = follow_up("alice", at(THURSDAY, 9, 0), "ACME")
     follow_up("alice", at(THURSDAY, 9, 1), "Globex")
@@ -307,27 +323,117 @@ def test_digest__a_deadline_before_the_windows_end_is_never_waited_past(
     assert TaskRun.objects.get(task=task).status == TaskRun.Status.SENT
 
 
+def _untitled(recipient: str, when: datetime, url: str, **payload: Any) -> ScheduledTask:
+    """A follow-up the CRM gave a link and no title: its line shows the kind's label."""
+    return api.schedule(
+        "follow_up", recipient, at=when, tz=TZ, channel="memory", payload={"url": url, **payload}
+    )
+
+
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
 def test_digest__more_items_than_one_text_holds_go_in_several_digests_none_cut(
     outbox: list,
 ) -> None:
+    # Untitled: each line shows the kind's label, "NN. Follow-up reminder (12-03 09:00)",
+    # and its link of 116 bytes or so: 12 items fit 2,048 bytes with the heading and the
+    # widest stamp (1,908), 13 do not (2,062).
     long_path = "x" * 90
     tasks = [
-        follow_up(
-            "alice",
-            at(THURSDAY, 9, 0),
-            f"Customer{n:02d}",
-            url=f"https://crm.example/{long_path}/{n}",
-        )
+        _untitled("alice", at(THURSDAY, 9, 0), f"https://crm.example/{long_path}/{n}")
         for n in range(40)
     ]
     tick_at(release("alice", at(THURSDAY, 9, 15)))
-    assert len(outbox) >= 3
-    assert all(len(m.body["content"].encode()) <= 2048 for m in outbox)
-    listed = "".join(m.body["content"] for m in outbox)
-    assert all(f"Customer{n:02d}" in listed and f"/{long_path}/{n}\n" in listed for n in range(40))
+    texts = [m.body["content"] for m in outbox]
+    assert [text.splitlines()[0] for text in texts] == ["12 follow-ups due:"] * 3 + [
+        "4 follow-ups due:"
+    ]
+    assert all(len(text.encode()) <= 2048 for text in texts)
+    listed = "".join(texts)
+    assert all(listed.count(f"/{long_path}/{n}\n") == 1 for n in range(40))
     assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+@pytest.mark.parametrize("lang", ["en", "zh-hans"])
+def test_digest__untitled_items_with_links_fit_several_digests_each_delivered_once(
+    outbox: list, lang: str
+) -> None:
+    urls = [f"https://crm.example/records/follow-up/{n:04d}" for n in range(120)]
+    tasks = [
+        _untitled("alice", at(THURSDAY, 9, n % 15), url, lang=lang) for n, url in enumerate(urls)
+    ]
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    texts = [m.body["content"] for m in outbox]
+    assert len(texts) >= 3
+    assert max(len(text.encode()) for text in texts) <= 2048
+    with translation.override(lang):
+        label = str(registry.label("follow_up"))
+    assert all(f". {label} (" in text for text in texts)  # sized by the label it writes
+    listed = "\n".join(texts).splitlines()
+    assert sorted(line.strip() for line in listed if "/records/" in line) == urls  # each once
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+# An item, told briefly (so that a failing example reads): its customer and subject
+# (none, short text, or a character repeated: multibyte, emoji, an accent), the length
+# of its link's path (-1: none, up to WeCom's longest) and its language.
+_CRM_TEXT = st.one_of(
+    st.just(""),
+    st.text(max_size=30),
+    st.tuples(st.sampled_from(["客", "🎉", "e\u0301", "a"]), st.integers(1, 300)),
+)
+_ITEM = st.tuples(
+    _CRM_TEXT,
+    _CRM_TEXT,
+    st.one_of(st.integers(-1, 80), st.integers(-1, 1900)),
+    st.sampled_from(["en", "zh-hans", "zh-CN"]),
+)
+
+
+def _ready(n: int, item: tuple[Any, Any, int, str]) -> digests.Ready:
+    customer, subject, path, lang = item
+    texts = {
+        name: text if isinstance(text, str) else text[0] * text[1]
+        for name, text in (("customer", customer), ("subject", subject))
+    }
+    url = {"url": "https://crm.example/" + "r" * path} if path >= 0 else {}
+    task = ScheduledTask(
+        pk=10**15 + n,
+        kind="follow_up",
+        recipient="alice",
+        channel="memory",
+        timezone=TZ,
+        payload={**{k: v for k, v in texts.items() if v}, **url, "lang": lang},
+    )
+    run = TaskRun(pk=10**15 + n, task=task, occurrence=at(THURSDAY, 9, n % 15, n % 60))
+    rule = digests.Rule(900, 0, Policy())
+    return digests.Ready(run, None, rule, digests.wording.entry(task, run))
+
+
+# Items of every sort, or many alike (as the CRM writes a morning's follow-ups).
+_ITEMS = st.one_of(
+    st.lists(_ITEM, min_size=1, max_size=150),
+    st.tuples(_ITEM, st.integers(1, 150)).map(lambda alike: [alike[0]] * alike[1]),
+)
+
+
+@hypothesis.settings(max_examples=80, deadline=None)
+@hypothesis.given(items=_ITEMS)
+def test_digest__whatever_the_items_each_is_in_one_message_and_every_digest_fits(
+    items: list[tuple[Any, Any, int, str]],
+) -> None:
+    ready = [_ready(n, item) for n, item in enumerate(items)]
+    now = at(THURSDAY, 9, 15, 59)
+    plan = digests.plan(ready, now)
+    went = plan.alone + [item for folded in plan.folds for item in folded]
+    assert sorted(map(id, went)) == sorted(map(id, ready))  # each in one message
+    for folded in plan.folds:
+        task = digests._digest_task(folded, now)
+        task.pk = 10**18  # the widest id a digest's stamp may show
+        text = kinds.render(task, TaskRun(task=task, occurrence=now)).body["content"]
+        assert len(text.encode()) <= 2048
 
 
 # --- A digest's end is its items' end ---------------------------------------------------
@@ -389,6 +495,107 @@ def test_digest__one_that_ended_is_not_retried_its_runs_are(outbox: list) -> Non
     tick_at(at(THURSDAY, 9, 30))
     assert len(outbox) == 1 and outbox[0].body["content"].startswith("2 follow-ups due:")
     assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+def _keyed(customer: str, minute: int) -> ScheduledTask:
+    """A follow-up of alice's 09:00 window that the CRM may correct (its ``key``)."""
+    return api.schedule(
+        "follow_up",
+        "alice",
+        at=at(THURSDAY, 9, minute),
+        tz=TZ,
+        channel="memory",
+        key=f"follow-up-{customer}",
+        payload={"customer": customer, "url": f"https://crm.example/c/{customer}"},
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__its_runs_tasks_changed_while_it_waits_to_retry_decide_as_runs_not_sent(
+    outbox: list, time_machine: Any
+) -> None:
+    # The retry's delay counts on the real clock: here it is the tests'.
+    time_machine.move_to(at(THURSDAY, 8, 30))
+    kept, paused, cancelled, corrected, moved = (
+        _keyed(customer, minute)
+        for minute, customer in enumerate(["Kept", "Paused", "Cancelled", "Typo", "Moved"])
+    )
+    goes = release("alice", at(THURSDAY, 9, 15))
+    time_machine.move_to(goes)
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    tick_at(goes)
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.RETRYING and outbox == []
+    # While it waits: ops pause one task, the CRM cancels one, corrects one's text and
+    # moves another to 11:04.
+    actions.pause(paused)
+    actions.cancel(cancelled)
+    ScheduledTask.objects.filter(pk=corrected.pk).update(
+        payload={"customer": "Fixed", "url": "https://crm.example/c/Fixed"}
+    )
+    api.schedule(
+        "follow_up",
+        "alice",
+        at=at(THURSDAY, 11, 4),
+        tz=TZ,
+        channel="memory",
+        key="follow-up-Moved",
+        payload={"customer": "Moved", "url": "https://crm.example/c/Moved"},
+    )
+    retry = digest.next_attempt_at
+    for later in (0, 1, 2):
+        tick_at(retry + timedelta(seconds=later))
+    [text] = [message.body["content"] for message in outbox]
+    assert text.startswith("2 follow-ups due:")
+    assert "Kept (" in text and "Fixed (" in text
+    assert not any(word in text for word in ("Typo", "Paused", "Cancelled", "Moved"))
+
+    def run_of(task: ScheduledTask) -> TaskRun:
+        return TaskRun.objects.filter(task=task).order_by("pk").first()  # type: ignore[return-value]
+
+    assert run_of(kept).status == run_of(corrected).status == TaskRun.Status.SENT
+    assert run_of(cancelled).status == TaskRun.Status.CANCELLED
+    assert run_of(moved).status == TaskRun.Status.CANCELLED  # re-planned: 11:04's goes
+    held = run_of(paused)
+    assert (held.status in TaskRun.WAITING, held.digest) == (True, None)
+    assert TaskRun.objects.get(pk=digest.pk).status == TaskRun.Status.CANCELLED
+    actions.resume(paused, now=retry + timedelta(seconds=3))
+    tick_at(retry + timedelta(seconds=3))
+    assert len(outbox) == 2 and "Paused" in str(outbox[1].body)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__in_doubt_is_sent_again_as_it_was_whatever_its_runs_tasks_became(
+    outbox: list, time_machine: Any
+) -> None:
+    time_machine.move_to(at(THURSDAY, 8, 30))
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}", "memory_dedup") for m in (0, 1)]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    time_machine.move_to(goes)
+    MemorySender.script.append(InDoubtSendError("timed out", code="timeout"))
+    tick_at(goes)
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    assert digest.status == TaskRun.Status.RETRYING
+    actions.cancel(tasks[1])  # it may have been delivered already: the same bytes go
+    tick_at(digest.next_attempt_at)
+    [text] = [message.body["content"] for message in outbox]
+    assert text.startswith("2 follow-ups due:") and "C1 (" in text
+    assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+def test_digest__retried_unchanged_is_the_same_digest(outbox: list) -> None:
+    tasks = [_keyed(customer, minute) for minute, customer in enumerate(["A", "B"])]
+    MemorySender.script.append(TransientSendError("busy", code="-1"))
+    tick_at(release("alice", at(THURSDAY, 9, 15)))
+    digest = TaskRun.objects.get(task__payload__has_key=DIGEST_KEY)
+    ScheduledTask.objects.filter(pk=tasks[0].pk).update(priority="high")  # not in its line
+    tick_at(digest.next_attempt_at)
+    assert TaskRun.objects.get(pk=digest.pk).status == TaskRun.Status.SENT
+    assert [TaskRun.objects.get(task=t).digest_id for t in tasks] == [digest.pk] * 2
 
 
 @pytest.mark.django_db
@@ -603,6 +810,49 @@ def test_quiet_hours__items_held_by_a_rest_day_go_as_one_digest_after_it(
     assert outbox[0].body["content"].startswith("2 follow-ups due:")
 
 
+def _evening_and_morning(day: date) -> list[datetime]:
+    """Every minute from 20:00 to 21:15, and from 07:55 to 09:00 the next morning."""
+    evening = [at(day, 20) + timedelta(minutes=m) for m in range(76)]
+    morning = [at(day + timedelta(days=1), 7, 55) + timedelta(minutes=m) for m in range(66)]
+    return evening + morning
+
+
+def _sent_outside(runs: list[TaskRun], begins: datetime, ends: datetime) -> None:
+    """Each of ``runs`` went (never expired), before ``begins`` or from ``ends`` on."""
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.error_code) == (TaskRun.Status.SENT, "")
+        sent = run.started_at if run.digest is None else run.digest.started_at
+        assert sent < begins or sent >= ends, sent
+
+
+@pytest.mark.django_db
+def test_quiet_hours__an_item_due_just_before_them_goes_before_never_expired(
+    settings: Any, outbox: list
+) -> None:
+    # The follow-ups' default deadline: two hours late at most.
+    settings.REMINDERS_KINDS = {"follow_up": {"digest_seconds": 900, "quiet_hours": "21:00-08:30"}}
+    tasks = [follow_up("alice", at(THURSDAY, 20, m), f"C{m}") for m in (50, 55)]
+    for moment in _evening_and_morning(THURSDAY):
+        tick_at(moment)
+    runs = [TaskRun.objects.get(task=task) for task in tasks]
+    _sent_outside(runs, at(THURSDAY, 21), at(THURSDAY + timedelta(days=1), 8, 30))
+
+
+@pytest.mark.django_db
+def test_quiet_hours__a_recipients_own_window_crossing_into_them_never_expires_an_item(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_DIGEST_SECONDS = 3600
+    preferences.set("alice", "follow_up", digest=True, by="crm")
+    preferences.set_quiet_hours("alice", "20:30-08:00", by="crm")
+    tasks = [follow_up("alice", at(THURSDAY, 20, m), f"C{m}") for m in (10, 20)]
+    for moment in _evening_and_morning(THURSDAY):
+        tick_at(moment)
+    runs = [TaskRun.objects.get(task=task) for task in tasks]
+    _sent_outside(runs, at(THURSDAY, 20, 30), at(THURSDAY + timedelta(days=1), 8))
+
+
 @pytest.mark.django_db
 @pytest.mark.usefixtures("quiet_digested")
 def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on_time(
@@ -614,3 +864,44 @@ def test_quiet_hours__a_make_up_working_saturday_is_not_quiet_its_digest_goes_on
         follow_up("alice", at(made_up, 10, minute), f"C{minute}")
     assert tick_at(release("alice", at(made_up, 10, 15))) == 1
     assert outbox[0].body["content"].startswith("2 follow-ups due:")
+
+
+# --- One message a day ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_key_per_day__two_runs_of_one_day_folded_together_send_once(
+    settings: Any, outbox: list
+) -> None:
+    settings.REMINDERS_KINDS = {
+        "follow_up": {
+            "digest_seconds": 900,
+            "key_per": "day",
+            "max_lateness_seconds": 400 * 24 * 3600,
+        }
+    }
+    daily = api.schedule(
+        "follow_up",
+        "alice",
+        cron="0,5 9 * * *",
+        tz=TZ,
+        channel="memory",
+        payload={"customer": "Daily", "url": "https://crm.example/c/Daily"},
+    )
+    daily.plan_first_run(at(THURSDAY, 8))
+    daily.save(update_fields=["next_run"])
+    other = follow_up("alice", at(THURSDAY, 9, 7), "Other")
+    for minute in (0, 5, 7):
+        tick_at(at(THURSDAY, 9, minute))
+    goes = release("alice", at(THURSDAY, 9, 15))
+    assert TaskRun.objects.filter(task=daily, due_at=goes).count() == 2  # one day, two runs
+    tick_at(goes)
+    for later in (1, 2, 3):
+        tick_at(goes + timedelta(minutes=later))
+    listed = "".join(m.body["content"] for m in outbox)
+    assert listed.count("Daily (") == 1
+    assert listed.count("Other (") == 1
+    first, second = TaskRun.objects.filter(task=daily, run_date=THURSDAY).order_by("pk")
+    assert first.status == TaskRun.Status.SENT
+    assert (second.status, second.error_code) == (TaskRun.Status.SKIPPED, "duplicate")
+    assert TaskRun.objects.get(task=other).status == TaskRun.Status.SENT

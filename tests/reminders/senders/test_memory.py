@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from reminders import kinds
 from reminders.engine import dispatch
+from reminders.exceptions import PayloadSendError
 from reminders.models import SendLog
 from reminders.senders import get_sender
 from reminders.senders.base import Message
@@ -164,3 +165,14 @@ def test_split__a_short_text_is_one_message_as_before():
 
     assert [m.body["content"] for m in MemorySender.outbox] == ["Call ACME"]
     assert result.detail == {}
+
+
+def test_oversize__a_text_over_wecoms_limit_is_refused_as_wecom_refuses_it():
+    # A channel that does not split (the default) is no more forgiving than WeCom: a
+    # text over 2,048 bytes is refused, not delivered.
+    sender = MemorySender("memory")
+    with pytest.raises(PayloadSendError, match="2049 bytes"):
+        sender.send(text("lisi", "客" * 683, "k1"))  # 2,049 bytes
+    sender.send(text("lisi", "客" * 682 + "xx", "k2"))  # 2,048: delivered
+
+    assert [m.idempotency_key for m in MemorySender.outbox] == ["k2"]
