@@ -33,7 +33,9 @@ Invariants:
   doubt is decided as ``reminders.engine.retries`` says, never expired: that would say
   the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
-  attempt.
+  attempt. A cancelled task's runs end ``cancelled``, but never one whose own key may
+  have gone: ``sent`` if it was, ``unknown`` (code ``cancelled_in_doubt``, ops told) if
+  it is in doubt, as a run whose task was cancelled while it was being sent.
 * A message due inside its quiet hours (its recipient's own, else its kind's:
   ``Policy.quiet_hours``, its ``quiet_calendar``'s rest days) waits for their end,
   staggered by recipient, without spending an attempt, and says so (code
@@ -65,7 +67,16 @@ from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
 from ..messages import digests as digest_wording
-from ..models import EXPIRED_CODE, QUIET_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
+from ..models import (
+    CANCELLED_MID_SEND,
+    EXPIRED_CODE,
+    QUIET_CODE,
+    JobTake,
+    QuietHours,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
 from ..schedule import timing
 from ..senders.base import render_body
 from . import digests, holds
@@ -238,7 +249,8 @@ def _prepare(
         wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
         return None
     if task.status == ScheduledTask.Status.CANCELLED:
-        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        if not _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
+            run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
         return None
     if run.job_failures >= conf.MAX_JOB_FAILURES:
         _give_up_lost_jobs(run, row, now)
@@ -295,13 +307,8 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
         f"{run.job_failures} in a row (failed, timed out or lost with their worker): "
         "preparing its message, its builder above all, may be what breaks them."
     )
-    if row is not None and row.run_id == run.pk:
-        if row.status == SendLog.Status.SENT:
-            run.close_attempt(TaskRun.Status.SENT)
-            return
-        if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
-            give_up_in_doubt(run, row, now, JOB_FAILURES_CODE, message)
-            return
+    if _own_key_settles(run, row, now, JOB_FAILURES_CODE, message):
+        return
     error = PermanentSendError(message, code=JOB_FAILURES_CODE)
     logger.error("run %s: %s", run.pk, message)
     if run.close_attempt(TaskRun.Status.FAILED, code=JOB_FAILURES_CODE, message=message, now=now):
@@ -313,6 +320,23 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
             message=message,
         )
         signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
+
+
+def _own_key_settles(
+    run: TaskRun, row: SendLog | None, now: datetime, code: str, message: str
+) -> bool:
+    """True, and the run ended as its own key says, when that key may have gone: ``sent``
+    if it was, ``unknown`` (with ``code`` and ``message``, ops told) if it is in doubt. A
+    run that is to end unsent ends so only when its key was never delivered."""
+    if row is None or row.run_id != run.pk:
+        return False
+    if row.status == SendLog.Status.SENT:
+        run.close_attempt(TaskRun.Status.SENT)
+        return True
+    if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
+        give_up_in_doubt(run, row, now, code, message)
+        return True
+    return False
 
 
 def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
