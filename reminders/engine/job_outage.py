@@ -36,22 +36,19 @@ def given_back_when_back(
     token: str,
     execution: str,
     run_ids: Sequence[int],
-    *,
-    taken: bool,
 ) -> bool:
     """A job that lost the database before it started its runs sent nothing: once the
     database answers again it gives back those still ``queued`` under the claim's
     token, and those its start took (``execution``) if that start committed though its
     answer was lost, for the next claim to take at once rather than after their lease;
-    its ``JobTake``, if ``taken``, goes too: the database failed the job, not its runs.
-    False when ``exc`` is not the database going away, or it did not answer in the
-    job's time."""
+    its ``JobTake`` goes first, if its write committed though its answer was lost too:
+    the database failed the job, not its runs, which are not counted. False when
+    ``exc`` is not the database going away, or it did not answer in the job's time."""
 
     def give_back() -> None:
         runs = TaskRun.objects.filter(pk__in=run_ids)
         with transaction.atomic():
-            if taken:
-                JobTake.objects.filter(job=execution).delete()
+            JobTake.objects.filter(job=execution).delete()
             given = runs.filter(lease_token=token).give_back()
             started = list(runs.filter(lease_token=execution).only("pk", "lease_token"))
             wait(started, timezone.now(), AWAY_CODE, "The database went away as it started.")

@@ -18,8 +18,9 @@ Invariants:
   (``reminders.engine.delivery``), and the start deletes it: runs still ``queued``
   under such a row when their lease runs out were taken by a job that ended before
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
-  claim that takes them over counts each (``job_failures``) and sends it in a job of
-  its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs
+  claim that takes them over, or the scheduler that hands them back
+  (``RunQuerySet.give_back``), counts each (``job_failures``), and the claim sends it in
+  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs
   in a row it is failed without being prepared again, and ops told. A run that only
   waited in a long queue past its lease (a burst, a database back from an outage) was
   never taken: not counted.

@@ -116,6 +116,13 @@ class JobTakeQuerySet(models.QuerySet["JobTake"]):
             takes.delete()
         return lost
 
+    def ended(self, tokens: Iterable[str], queued: models.QuerySet) -> int:
+        """Delete the takes of the claims ``tokens`` under which no run of ``queued``
+        (the runs still ``queued``) waits any more: their runs ended without them (a
+        cancel), and the job that took them with them. Returns how many."""
+        holding = queued.filter(lease_token__in=list(tokens)).values("lease_token")
+        return self.filter(token__in=list(tokens)).exclude(token__in=holding).delete()[0]
+
 
 class JobTake(models.Model):
     """A django-q2 job that took its claim's runs and has not started them yet.
@@ -123,10 +130,12 @@ class JobTake(models.Model):
     Written in a commit of its own before the job prepares any run, deleted in the
     transaction that starts them: one still here when the runs' lease ran out says the
     job ended before starting them (a builder that hangs until django-q2 kills the
-    worker takes the start's transaction with it). The claim that takes the runs over
-    counts it in each one's ``job_failures`` and deletes it. Runs that only waited in
-    the queue past their lease have none, and are not counted. One row per job, not a
-    write per run: a message costs the rows it did before.
+    worker takes the start's transaction with it). The claim that takes the runs over,
+    or the scheduler that hands them back (``RunQuerySet.give_back``), counts it in each
+    one's ``job_failures`` and deletes it; a cancel of its runs deletes it with them. No
+    row outlives its job. Runs that only waited in the queue past their lease have none,
+    and are not counted. One row per job, not a write per run: a message costs the rows
+    it did before.
     """
 
     job = models.CharField(_("job"), max_length=32, primary_key=True)

@@ -204,3 +204,66 @@ def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_j
     assert (run.status, run.job_failures) == ("sent", 0)
     assert [m.recipient for m in outbox] == [task.recipient]
     assert not JobTake.objects.exists()  # each job deleted its own as it started
+
+
+# Handing runs back after their job died ---------------------------------------------------
+
+
+def test_release__after_a_job_died_counts_its_runs_and_deletes_its_job_take(
+    make_task, crm_kind, outbox, received, settings
+):
+    """A scheduler that stops (or finds the database again) hands back what it claimed
+    and no worker started: a job that took those runs and died is counted as the claim
+    after their lease would count it, or a builder that kills its worker before every
+    graceful stop would never be given up."""
+    settings.REMINDERS_MAX_JOB_FAILURES = 2
+    now = timezone.now()
+    bad = make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    good = make_task("crm_lookup", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0
+    assert dispatch.release("test") == 2
+    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("scheduled", 1)}
+    assert not JobTake.objects.exists()
+    # Each run in a job of its own now: the good one goes, the bad one's job dies again.
+    assert tick_at(now) == 1
+    assert dispatch.release("test") == 1
+    run = bad.runs.get()
+    assert (run.status, run.job_failures) == ("scheduled", 2)
+    assert not JobTake.objects.exists()
+    assert tick_at(now) == 0
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "job_failures")
+    assert crm_kind.calls["bad"] == 2  # type: ignore[attr-defined]
+    assert ("run_failed", run.pk, "failed") in received
+    assert [m.recipient for m in outbox] == [good.recipient]
+
+
+def test_give_back__after_a_job_died_counts_its_runs_and_deletes_its_job_take(make_task, crm_kind):
+    now = timezone.now()
+    task = make_task("crm_lookup", recipient="bad", at=now)
+    crm_kind("bad", hang)
+    dispatch.materialize(now=now)
+    claim = dispatch.claim("test", 10, now=now)
+    run_jobs()
+    assert TaskRun.objects.filter(lease_token=claim.token).give_back() == 1
+    assert (task.runs.get().status, task.runs.get().job_failures) == ("scheduled", 1)
+    assert not JobTake.objects.exists()
+
+
+def test_give_back__runs_no_job_took_are_not_counted(make_task):
+    make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("test", 10)
+    assert TaskRun.objects.filter(lease_token=claim.token).give_back() == 1
+    assert TaskRun.objects.get().job_failures == 0
+
+
+def test_cancel__a_dead_job_s_job_take_goes_with_the_runs_it_took(make_task, crm_kind):
+    now = timezone.now()
+    task = make_task("crm_lookup", recipient="bad", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0
+    assert actions.cancel(task) == 1
+    assert task.runs.get().status == "cancelled"
+    assert not JobTake.objects.exists()
