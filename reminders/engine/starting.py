@@ -20,8 +20,12 @@ Invariants:
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
   claim that takes them over, or the scheduler that hands them back
   (``RunQuerySet.give_back``), counts each (``job_failures``), and the claim sends it in
-  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs
-  in a row it is failed without being prepared again, and ops told. A run that only
+  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES``
+  such jobs in a row it is failed without being prepared again, and ops told. A
+  builder that outlives its connection (slower than PostgreSQL's
+  ``idle_in_transaction_session_timeout``, or killed) takes the start's transaction
+  with it too, and is such a job (``BuilderBrokeConnection``), not an outage: its
+  ``JobTake`` stays, for its runs to be counted as they are handed back. A run that only
   waited in a long queue past its lease (a burst, a database back from an outage) was
   never taken: not counted.
 * A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
@@ -60,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
@@ -297,6 +301,16 @@ def _quiet(run: TaskRun, now: datetime, own: QuietHours | None) -> bool:
 JOB_FAILURES_CODE = "job_failures"
 
 
+class BuilderBrokeConnection(OperationalError):
+    """The connection ended while a run's builder ran: slower than the database keeps a
+    transaction idle (PostgreSQL's ``idle_in_transaction_session_timeout``), or killed.
+    The start's transaction went with it, as with a worker killed at the job's timeout:
+    a lost job, counted against its runs (``JobTake``), not an outage."""
+
+    def __init__(self, run: int) -> None:
+        super().__init__(f"The connection ended while the builder of run {run} ran.")
+
+
 def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None:
     """End a run whose jobs kept ending before they started it
     (``REMINDERS_MAX_JOB_FAILURES``), without preparing it again: what broke them is
@@ -423,6 +437,8 @@ def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
         with transaction.atomic():
             content = kinds.render(task, run)
     except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
+        if isinstance(exc, DatabaseError) and not connection.is_usable():
+            raise BuilderBrokeConnection(run.pk) from exc
         _render_failed(run, exc)
         return None
     body = render_body(content.msgtype, content.body)
