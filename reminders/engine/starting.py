@@ -33,6 +33,9 @@ Invariants:
   duplicate. A task that fires at most once a day never sends twice on one local day,
   whatever its keys (a schedule changed from twice a day to daily); a run made on
   request (run now) is an extra message, outside that rule.
+* A key ``partly_sent`` (a text sent in parts, a later part failed) sends only the
+  parts missing, of the very body the others went in, never rendered again; not after
+  the run's deadline, nor inside quiet hours. A re-planned occurrence does not take it.
 * A run is never sent after its deadline (its kind's ``send_by`` and lateness): a key
   never tried or ``failed`` is left as it is and the run ends ``expired``. A key in
   doubt is decided as ``reminders.engine.retries`` says, never expired: that would say
@@ -281,6 +284,11 @@ def _prepare(
     if row.status == SendLog.Status.SENT:
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
+    if row.status == SendLog.Status.PARTLY_SENT:
+        if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
+            return None
+        # The parts missing, of the very body the others went in: never rendered again.
+        return Job(run, row, fresh=False, owner=row.run_id)
     return _in_doubt_job(run, row, now)
 
 
@@ -396,15 +404,20 @@ def _expire(run: TaskRun, message: str, now: datetime) -> bool:
 def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bool:
     """Whether the key held by another run's row passes to ``run`` (a re-planned
     occurrence): only once that run is finished, and only if its row never reached
-    ``sent`` nor ended in doubt. Otherwise ``run`` waits or is a skipped duplicate."""
+    ``sent`` nor ended in doubt or partly sent. Otherwise ``run`` waits or is a skipped
+    duplicate."""
     holder = others.holders.get(row.run_id) if row.run_id is not None else None
     if holder is not None and holder.status in LIVE:
         until = holder.next_attempt_at or holder.lease_expires_at or now
         until = min(max(until, now + timedelta(seconds=1)), now + timedelta(minutes=15))
         wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
         return False
-    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN):
-        what = "sent" if row.status == SendLog.Status.SENT else "in doubt (retry that run)"
+    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN, SendLog.Status.PARTLY_SENT):
+        what = {
+            SendLog.Status.SENT: "sent",
+            SendLog.Status.UNKNOWN: "in doubt (retry that run)",
+            SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
+        }[SendLog.Status(row.status)]
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
