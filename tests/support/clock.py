@@ -70,6 +70,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"clock: Python's moved to {when.isoformat()} and ticking (TEST_CLOCK)"
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected what it deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if moment() is None:
         return
