@@ -107,6 +107,10 @@ class SendError(RemindersError):
     # The same bytes are refused whenever they are sent (no such member, a malformed
     # body): an earlier attempt of them cannot have been delivered either.
     refuses_these_bytes = False
+    # Of a text sent in parts (``senders.parts``) that failed on a later part: the
+    # provider's message ids of the parts delivered before it, in order, those of
+    # earlier attempts (``Message.sent_parts``) included. Empty: no part went.
+    delivered_parts: tuple[str, ...] = ()
 
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)

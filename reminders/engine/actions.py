@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -303,8 +303,9 @@ def retry_now(run: TaskRun, now: datetime | None = None) -> bool:
     ``retry_refusal`` refuses. A handled run is no longer handled.
 
     For an ``unknown`` run this is the operator's word that the message did not
-    arrive: its ledger row becomes ``failed`` so that the message is sent again. The
-    schedulers are woken once this commits.
+    arrive: its ledger row becomes ``failed`` so that the message is sent again, or
+    ``partly_sent`` where parts of it went before the one in doubt, so that the rest
+    is. The schedulers are woken once this commits.
     """
     now = now or timezone.now()
     if retry_refusal(run, now) is not None:
@@ -338,7 +339,11 @@ def retry_now(run: TaskRun, now: datetime | None = None) -> bool:
         )
         if updated and run.status == run.Status.UNKNOWN:
             SendLog.objects.filter(key=run.ledger_key, status=SendLog.Status.UNKNOWN).update(
-                status=SendLog.Status.FAILED,
+                # Parts that went before the one in doubt did go: only the rest is sent.
+                status=Case(
+                    When(parts_sent__isnull=False, then=Value(SendLog.Status.PARTLY_SENT)),
+                    default=Value(SendLog.Status.FAILED),
+                ),
                 reply_code="operator_retry",
                 error_message="An operator confirmed it was not received.",
             )

@@ -138,13 +138,11 @@ def _started(
     is prepared), then start them; none if the database went away meanwhile and they
     were given back once it answered (``reminders.engine.job_outage``)."""
     execution = uuid.uuid4().hex
-    taken = False
     try:
         JobTake.objects.take(execution, token, run_ids)
-        taken = True
         return start(token, run_ids, now, execution=execution, taken=True, folding=folding)
     except BaseException as exc:
-        if given_back_when_back(exc, budget, token, execution, run_ids, taken=taken):
+        if given_back_when_back(exc, budget, token, execution, run_ids):
             return []
         raise
 

@@ -26,6 +26,7 @@ from . import outage
 from .jobs import Budget, Job, defer, held, logger, wait
 from .records import record_failure, write_sent
 from .reservations import unreserve
+from .starting import BuilderBrokeConnection
 
 AWAY_CODE = "database_away"
 
@@ -36,21 +37,23 @@ def given_back_when_back(
     token: str,
     execution: str,
     run_ids: Sequence[int],
-    *,
-    taken: bool,
 ) -> bool:
     """A job that lost the database before it started its runs sent nothing: once the
     database answers again it gives back those still ``queued`` under the claim's
     token, and those its start took (``execution``) if that start committed though its
     answer was lost, for the next claim to take at once rather than after their lease;
-    its ``JobTake``, if ``taken``, goes too: the database failed the job, not its runs.
-    False when ``exc`` is not the database going away, or it did not answer in the
-    job's time."""
+    its ``JobTake`` goes first, if its write committed though its answer was lost too:
+    the database failed the job, not its runs, which are not counted. Unless a builder
+    broke the connection (``BuilderBrokeConnection``): that job is lost as one killed
+    at its timeout, and its runs are counted as they are given back
+    (``RunQuerySet.give_back``). False when ``exc`` is not the database going away, or
+    it did not answer in the job's time."""
+    lost = isinstance(exc, BuilderBrokeConnection)
 
     def give_back() -> None:
         runs = TaskRun.objects.filter(pk__in=run_ids)
         with transaction.atomic():
-            if taken:
+            if not lost:
                 JobTake.objects.filter(job=execution).delete()
             given = runs.filter(lease_token=token).give_back()
             started = list(runs.filter(lease_token=execution).only("pk", "lease_token"))

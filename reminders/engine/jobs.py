@@ -10,6 +10,9 @@ Invariants:
   a worker whose lease ran out and was taken over changes nothing: ``wait`` puts back
   only runs still under it, and ``held`` names them, their rows locked meanwhile.
 * A run put back in line waits without spending an attempt.
+* A key not sent says what went: a text sent in parts whose later part failed is
+  ``partly_sent``, naming the parts delivered (``Job.unsent_status``), never
+  ``failed``; its next attempt sends only the parts missing (``Message.sent_parts``).
 * A job stops taking new sends when its time is nearly up and hands the rest back, and
   renews its lease while it makes progress (``Budget``).
 
@@ -69,7 +72,25 @@ class Job:
 
     @cached_property
     def message(self) -> Message:
-        return Message.from_rendered(self.ledger.recipient, self.ledger.body, self.ledger.key)
+        row = self.ledger
+        return Message.from_rendered(row.recipient, row.body, row.key, row.parts_sent or ())
+
+    @property
+    def parts_sent(self) -> list[str] | None:
+        """Of a text sent in parts, the message ids of the parts delivered so far, in
+        order: those named by the error its send ended with (``delivered_parts``), else
+        those its ledger row named; None when no part went."""
+        if isinstance(self.outcome, SendError) and self.outcome.delivered_parts:
+            return list(self.outcome.delivered_parts)
+        return self.ledger.parts_sent or None
+
+    def unsent_status(self, doubt: bool) -> str:
+        """What its key says when this attempt did not end ``sent``: ``unknown`` if it
+        may have been delivered (``doubt``), ``partly_sent`` if some of its parts were,
+        else ``failed``."""
+        if doubt:
+            return SendLog.Status.UNKNOWN
+        return SendLog.Status.PARTLY_SENT if self.parts_sent else SendLog.Status.FAILED
 
     @property
     def priority(self) -> str:

@@ -17,6 +17,9 @@ Invariants:
   commits. A throttled reply changes the key only while the run is held under its
   lease (``held``), and the run waits without spending its attempt.
 * A final outcome tells ops: ``run_unknown``, ``run_expired`` or ``run_failed``.
+* A text sent in parts that failed on a later part is recorded ``partly_sent`` with the
+  parts that went (``Job.unsent_status``), whatever its run comes to; ``unknown`` if
+  the part that failed may have been delivered.
 * A digest recorded ``sent`` ends its folded runs ``sent`` in the same transaction
   (``reminders.engine.digest_ends``).
 """
@@ -163,7 +166,8 @@ def record_failure(job: Job, error: SendError) -> None:
             logger.warning("run %s: taken over before its failure was recorded", run.pk)
             return
         SendLog.objects.filter(pk=job.ledger.pk).exclude(status=SendLog.Status.SENT).update(
-            status=SendLog.Status.UNKNOWN if outcome.doubt else SendLog.Status.FAILED,
+            status=job.unsent_status(outcome.doubt),
+            parts_sent=job.parts_sent,
             reply_code=error.code[:64],
             error_message=error.message,
             updated_at=now,
@@ -200,13 +204,13 @@ def _tell_failure(run: TaskRun, outcome: Outcome, error: SendError) -> None:
 def record_throttled(job: Job, error: ThrottledSendError) -> None:
     """The provider refused the message as too fast: the key may be sent again later,
     and the run waits without spending its attempt."""
-    status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
     with transaction.atomic():
         if not held([job]):
             logger.warning("run %s: taken over before its throttled reply was recorded", job.run.pk)
             return
         SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
-            status=status,
+            status=job.unsent_status(job.in_doubt),
+            parts_sent=job.parts_sent,
             reply_code=error.code[:64],
             error_message=error.message,
             updated_at=timezone.now(),

@@ -15,7 +15,8 @@ Invariants:
 * A stale holder writes nothing the new holder owns: the ledger rows a job hands back
   change only while its run is still held under its lease (``held``: the run's row
   locked meanwhile). A key handed back is dropped if it was fresh, else ``failed``
-  again, or ``unknown`` if an earlier attempt may have delivered it.
+  again, ``unknown`` if an earlier attempt may have delivered it, or ``partly_sent`` if
+  parts of it went.
 """
 
 from __future__ import annotations
@@ -110,9 +111,8 @@ def hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: flo
         ).delete()
         for job in ours:
             if not job.fresh:
-                status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
                 SendLog.objects.filter(pk=job.ledger.pk, status=SendLog.Status.SENDING).update(
-                    status=status, attempts=F("attempts") - 1
+                    status=job.unsent_status(job.in_doubt), attempts=F("attempts") - 1
                 )
     deferred.extend((job, until) for job in jobs)
 
@@ -120,14 +120,15 @@ def hand_back(jobs: Sequence[Job], deferred: list[tuple[Job, float]], until: flo
 def unreserve(jobs: Sequence[Job]) -> None:
     """Undo the jobs' key reservations, those that reached the database: a fresh key is
     dropped, a known one is ``failed`` again (``unknown`` if an earlier attempt may have
-    delivered it). Only rows this very run reserved (``sending`` in its name)."""
+    delivered it, ``partly_sent`` if parts of it went, this attempt's too: a throttled
+    later part). Only rows this very run reserved (``sending`` in its name)."""
     for job in jobs:
         row = SendLog.objects.filter(key=job.ledger.key, run=job.run, status=SendLog.Status.SENDING)
-        if job.fresh:
+        if job.fresh and not job.parts_sent:
             row.delete()
         else:
-            status = SendLog.Status.UNKNOWN if job.in_doubt else SendLog.Status.FAILED
-            row.update(status=status, attempts=F("attempts") - 1)
+            status = job.unsent_status(job.in_doubt)
+            row.update(status=status, parts_sent=job.parts_sent, attempts=F("attempts") - 1)
 
 
 def known_pks(rows: list[SendLog]) -> None:

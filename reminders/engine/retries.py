@@ -16,6 +16,9 @@ Invariants:
 * A run whose next retry would come after its deadline is not retried: it ends
   ``expired``. A key in doubt is decided as above, never expired: that would say the
   message was not sent.
+* A run in doubt whose task was cancelled while it was being sent is not sent again
+  (its task is over) nor said unsent: it ends ``unknown`` at once, its ledger row in
+  doubt with it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from datetime import datetime, timedelta
 from .. import kinds
 from ..conf import settings as conf
 from ..exceptions import InDoubtSendError, RemindersError, SendError, UnknownKind
-from ..models import EXPIRED_CODE, ScheduledTask, SendLog, TaskRun
+from ..models import CANCELLED_MID_SEND, EXPIRED_CODE, ScheduledTask, SendLog, TaskRun
 from ..senders import Message, get_sender
 from .jobs import Job
 
@@ -51,6 +54,9 @@ def failure_outcome(job: Job, error: SendError, now: datetime) -> Outcome:
     run = job.run
     delays = _retry_delays(run.task)
     doubt = isinstance(error, InDoubtSendError) or (job.in_doubt and not error.refuses_these_bytes)
+    if doubt and _cancelled(run):
+        message = f"{CANCELLED_MID_SEND.message} ({error.code}: {error.message})"
+        return Outcome(TaskRun.Status.UNKNOWN, True, CANCELLED_MID_SEND.code, message)
     resend_safe = job.sender is not None and job.sender.resends(job.message)
     attempts_left = run.attempts <= len(delays)
     will_retry = error.retryable and attempts_left and (resend_safe or not doubt)
@@ -71,6 +77,12 @@ def failure_outcome(job: Job, error: SendError, now: datetime) -> Outcome:
     else:
         status = TaskRun.Status.UNKNOWN if doubt else TaskRun.Status.FAILED
     return Outcome(status, doubt, error.code, error.message, retry_at)
+
+
+def _cancelled(run: TaskRun) -> bool:
+    """Whether the run's task is cancelled now (it may have been while the run sent)."""
+    cancelled = ScheduledTask.objects.filter(pk=run.task_id, status=ScheduledTask.Status.CANCELLED)
+    return cancelled.exists()
 
 
 def _retry_delays(task: ScheduledTask) -> list[int]:

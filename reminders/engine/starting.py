@@ -18,9 +18,14 @@ Invariants:
   (``reminders.engine.delivery``), and the start deletes it: runs still ``queued``
   under such a row when their lease runs out were taken by a job that ended before
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
-  claim that takes them over counts each (``job_failures``) and sends it in a job of
-  its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs
-  in a row it is failed without being prepared again, and ops told. A run that only
+  claim that takes them over, or the scheduler that hands them back
+  (``RunQuerySet.give_back``), counts each (``job_failures``), and the claim sends it in
+  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES``
+  such jobs in a row it is failed without being prepared again, and ops told. A
+  builder that outlives its connection (slower than PostgreSQL's
+  ``idle_in_transaction_session_timeout``, or killed) takes the start's transaction
+  with it too, and is such a job (``BuilderBrokeConnection``), not an outage: its
+  ``JobTake`` stays, for its runs to be counted as they are handed back. A run that only
   waited in a long queue past its lease (a burst, a database back from an outage) was
   never taken: not counted.
 * A key belongs to one run at a time. A key whose row never reached ``sent`` passes to
@@ -28,12 +33,17 @@ Invariants:
   duplicate. A task that fires at most once a day never sends twice on one local day,
   whatever its keys (a schedule changed from twice a day to daily); a run made on
   request (run now) is an extra message, outside that rule.
+* A key ``partly_sent`` (a text sent in parts, a later part failed) sends only the
+  parts missing, of the very body the others went in, never rendered again; not after
+  the run's deadline, nor inside quiet hours. A re-planned occurrence does not take it.
 * A run is never sent after its deadline (its kind's ``send_by`` and lateness): a key
   never tried or ``failed`` is left as it is and the run ends ``expired``. A key in
   doubt is decided as ``reminders.engine.retries`` says, never expired: that would say
   the message was not sent.
 * A paused task sends nothing, even runs already claimed; they wait without spending an
-  attempt.
+  attempt. A cancelled task's runs end ``cancelled``, but never one whose own key may
+  have gone: ``sent`` if it was, ``unknown`` (code ``cancelled_in_doubt``, ops told) if
+  it is in doubt, as a run whose task was cancelled while it was being sent.
 * A message due inside its quiet hours (its recipient's own, else its kind's:
   ``Policy.quiet_hours``, its ``quiet_calendar``'s rest days) waits for their end,
   staggered by recipient, without spending an attempt, and says so (code
@@ -59,7 +69,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import Case, F, PositiveSmallIntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
@@ -67,7 +77,16 @@ from .. import kinds, signals
 from ..conf import settings as conf
 from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, UnknownKind
 from ..messages import digests as digest_wording
-from ..models import EXPIRED_CODE, QUIET_CODE, JobTake, QuietHours, ScheduledTask, SendLog, TaskRun
+from ..models import (
+    CANCELLED_MID_SEND,
+    EXPIRED_CODE,
+    QUIET_CODE,
+    JobTake,
+    QuietHours,
+    ScheduledTask,
+    SendLog,
+    TaskRun,
+)
 from ..schedule import timing
 from ..senders.base import render_body
 from . import digest_ends, digests, holds
@@ -240,7 +259,8 @@ def _prepare(
         wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
         return None
     if task.status == ScheduledTask.Status.CANCELLED:
-        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        if not _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
+            run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
         return None
     if run.job_failures >= conf.MAX_JOB_FAILURES:
         _give_up_lost_jobs(run, row, now)
@@ -268,6 +288,11 @@ def _prepare(
     if row.status == SendLog.Status.SENT:
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
+    if row.status == SendLog.Status.PARTLY_SENT:
+        if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
+            return None
+        # The parts missing, of the very body the others went in: never rendered again.
+        return Job(run, row, fresh=False, owner=row.run_id)
     return _in_doubt_job(run, row, now)
 
 
@@ -288,6 +313,16 @@ def _quiet(run: TaskRun, now: datetime, own: QuietHours | None) -> bool:
 JOB_FAILURES_CODE = "job_failures"
 
 
+class BuilderBrokeConnection(OperationalError):
+    """The connection ended while a run's builder ran: slower than the database keeps a
+    transaction idle (PostgreSQL's ``idle_in_transaction_session_timeout``), or killed.
+    The start's transaction went with it, as with a worker killed at the job's timeout:
+    a lost job, counted against its runs (``JobTake``), not an outage."""
+
+    def __init__(self, run: int) -> None:
+        super().__init__(f"The connection ended while the builder of run {run} ran.")
+
+
 def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None:
     """End a run whose jobs kept ending before they started it
     (``REMINDERS_MAX_JOB_FAILURES``), without preparing it again: what broke them is
@@ -299,13 +334,8 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
         f"{run.job_failures} in a row (failed, timed out or lost with their worker): "
         "preparing its message, its builder above all, may be what breaks them."
     )
-    if row is not None and row.run_id == run.pk:
-        if row.status == SendLog.Status.SENT:
-            run.close_attempt(TaskRun.Status.SENT)
-            return
-        if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
-            give_up_in_doubt(run, row, now, JOB_FAILURES_CODE, message)
-            return
+    if _own_key_settles(run, row, now, JOB_FAILURES_CODE, message):
+        return
     error = PermanentSendError(message, code=JOB_FAILURES_CODE)
     logger.error("run %s: %s", run.pk, message)
     if run.close_attempt(TaskRun.Status.FAILED, code=JOB_FAILURES_CODE, message=message, now=now):
@@ -317,6 +347,23 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
             message=message,
         )
         signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
+
+
+def _own_key_settles(
+    run: TaskRun, row: SendLog | None, now: datetime, code: str, message: str
+) -> bool:
+    """True, and the run ended as its own key says, when that key may have gone: ``sent``
+    if it was, ``unknown`` (with ``code`` and ``message``, ops told) if it is in doubt. A
+    run that is to end unsent ends so only when its key was never delivered."""
+    if row is None or row.run_id != run.pk:
+        return False
+    if row.status == SendLog.Status.SENT:
+        run.close_attempt(TaskRun.Status.SENT)
+        return True
+    if row.status in (SendLog.Status.SENDING, SendLog.Status.UNKNOWN):
+        give_up_in_doubt(run, row, now, code, message)
+        return True
+    return False
 
 
 def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
@@ -361,15 +408,20 @@ def _expire(run: TaskRun, message: str, now: datetime) -> bool:
 def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bool:
     """Whether the key held by another run's row passes to ``run`` (a re-planned
     occurrence): only once that run is finished, and only if its row never reached
-    ``sent`` nor ended in doubt. Otherwise ``run`` waits or is a skipped duplicate."""
+    ``sent`` nor ended in doubt or partly sent. Otherwise ``run`` waits or is a skipped
+    duplicate."""
     holder = others.holders.get(row.run_id) if row.run_id is not None else None
     if holder is not None and holder.status in LIVE:
         until = holder.next_attempt_at or holder.lease_expires_at or now
         until = min(max(until, now + timedelta(seconds=1)), now + timedelta(minutes=15))
         wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
         return False
-    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN):
-        what = "sent" if row.status == SendLog.Status.SENT else "in doubt (retry that run)"
+    if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN, SendLog.Status.PARTLY_SENT):
+        what = {
+            SendLog.Status.SENT: "sent",
+            SendLog.Status.UNKNOWN: "in doubt (retry that run)",
+            SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
+        }[SendLog.Status(row.status)]
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
@@ -403,6 +455,8 @@ def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
         with transaction.atomic():
             content = kinds.render(task, run)
     except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
+        if isinstance(exc, DatabaseError) and not connection.is_usable():
+            raise BuilderBrokeConnection(run.pk) from exc
         _render_failed(run, exc)
         return None
     body = render_body(content.msgtype, content.body)

@@ -20,6 +20,7 @@ from ..calendars.days import CalendarDay, CalendarYear, DayKind, DaySource
 from .acting import CallbackNonce, RunAction
 from .choices import (
     CANCELLED_IN_DOUBT,
+    CANCELLED_MID_SEND,
     DIGEST_CODE,
     DIGEST_KEY,
     EXPIRED_CODE,
@@ -66,6 +67,7 @@ from .validators import (
 
 __all__ = [
     "CANCELLED_IN_DOUBT",
+    "CANCELLED_MID_SEND",
     "DIGEST_CODE",
     "DIGEST_KEY",
     "EXPIRED_CODE",

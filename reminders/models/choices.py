@@ -76,6 +76,16 @@ CANCELLED_IN_DOUBT = SkipReason(
 )
 
 
+# Why a run whose task was cancelled while its message was on its way (a worker that
+# died sending it, an answer lost) ended ``unknown`` rather than ``cancelled``
+# (``engine.starting``, ``engine.retries``): the same code, said of a send.
+CANCELLED_MID_SEND = SkipReason(
+    CANCELLED_IN_DOUBT.code,
+    "Its task was cancelled while it was being sent, and the provider may have it: "
+    "mark it handled once you know whether it arrived.",
+)
+
+
 # Skipped runs whose occurrence passed unsent: the ``compensate`` rule makes them up.
 MISSED_CODES = (MISSED.code, PASSED_WHILE_PAUSED.code, PASSED_IN_ERROR.code)
 

@@ -14,13 +14,20 @@ from .choices import longest
 
 
 class SendLog(models.Model):
-    """The idempotency ledger: one row per key, written before and after each send."""
+    """The idempotency ledger: one row per key, written before and after each send.
+
+    A text sent in parts (``senders.parts``) that failed on a later part is
+    ``partly_sent``: ``parts_sent`` names the parts delivered (their message ids, in
+    order), and the row is never ``failed``, which would say nothing went. Its next
+    attempt sends the parts missing, of the same body; ``parts_sent`` is kept through
+    it, and an attempt that may have delivered one more part is ``unknown`` as any."""
 
     class Status(models.TextChoices):
         SENDING = "sending", _("Sending")
         SENT = "sent", _("Sent")
         FAILED = "failed", _("Failed")
         UNKNOWN = "unknown", _("Unknown")
+        PARTLY_SENT = "partly_sent", _("Partly sent")
 
     key = models.CharField(_("idempotency key"), max_length=100, unique=True)
     # The ledger outlives a deleted task: it is the record of what was sent.
@@ -53,6 +60,13 @@ class SendLog(models.Model):
         help_text=_("What else the provider said, such as recipients it did not reach."),
     )
     error_message = models.TextField(_("error"), blank=True)
+    # None until a part of a split text went and the rest did not (``partly_sent``).
+    parts_sent = models.JSONField(
+        _("parts sent"),
+        null=True,
+        blank=True,
+        help_text=_("The message ids of the parts of a split text delivered so far, in order."),
+    )
     attempts = models.PositiveSmallIntegerField(_("send attempts"), default=0)
     created_at = models.DateTimeField(_("reserved"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
@@ -92,6 +106,11 @@ class SendLog(models.Model):
             ),
         ]
         constraints = [
+            # A message partly sent names the parts that went.
+            models.CheckConstraint(
+                condition=~Q(status="partly_sent") | Q(parts_sent__isnull=False),
+                name="reminders_sendlog_partly_sent_parts",
+            ),
             # Only a message delivered is recalled, and always by someone, for a reason.
             models.CheckConstraint(
                 condition=Q(recalled_at__isnull=True)
@@ -124,6 +143,13 @@ class JobTakeQuerySet(models.QuerySet["JobTake"]):
             takes.delete()
         return lost
 
+    def ended(self, tokens: Iterable[str], queued: models.QuerySet) -> int:
+        """Delete the takes of the claims ``tokens`` under which no run of ``queued``
+        (the runs still ``queued``) waits any more: their runs ended without them (a
+        cancel), and the job that took them with them. Returns how many."""
+        holding = queued.filter(lease_token__in=list(tokens)).values("lease_token")
+        return self.filter(token__in=list(tokens)).exclude(token__in=holding).delete()[0]
+
 
 class JobTake(models.Model):
     """A django-q2 job that took its claim's runs and has not started them yet.
@@ -131,10 +157,12 @@ class JobTake(models.Model):
     Written in a commit of its own before the job prepares any run, deleted in the
     transaction that starts them: one still here when the runs' lease ran out says the
     job ended before starting them (a builder that hangs until django-q2 kills the
-    worker takes the start's transaction with it). The claim that takes the runs over
-    counts it in each one's ``job_failures`` and deletes it. Runs that only waited in
-    the queue past their lease have none, and are not counted. One row per job, not a
-    write per run: a message costs the rows it did before.
+    worker takes the start's transaction with it). The claim that takes the runs over,
+    or the scheduler that hands them back (``RunQuerySet.give_back``), counts it in each
+    one's ``job_failures`` and deletes it; a cancel of its runs deletes it with them. No
+    row outlives its job. Runs that only waited in the queue past their lease have none,
+    and are not counted. One row per job, not a write per run: a message costs the rows
+    it did before.
     """
 
     job = models.CharField(_("job"), max_length=32, primary_key=True)

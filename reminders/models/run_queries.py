@@ -35,7 +35,7 @@ from .choices import (
     SkipReason,
     _saying,
 )
-from .ledger import SendLog
+from .ledger import JobTake, SendLog
 from .tasks import ScheduledTask
 
 logger = logging.getLogger("reminders.models.runs")
@@ -185,7 +185,9 @@ class RunQuerySet(models.QuerySet[Any]):
         replaces it, a duplicate of its key or its day, would be skipped pointing to a
         run no one can retry; ``unknown``, it is the open question ops settle by
         retrying it or marking it handled. A make-up cancelled no longer covers its
-        occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``)."""
+        occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``). The
+        take (``JobTake``) of a job that took runs cancelled here and holds no other
+        goes with them."""
         now = timezone.now()
         pending = self.pending()
         own_row_in_doubt = SendLog.objects.filter(
@@ -193,14 +195,16 @@ class RunQuerySet(models.QuerySet[Any]):
             key=models.OuterRef("ledger_key"),
             status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
         )
-        # One read of the few that need more than a status: runs in doubt, make-ups.
+        # One read of the few that need more than a status: runs in doubt, make-ups, and
+        # the claimed (a job that took them and died leaves its take to delete).
         special = list(
             pending.annotate(in_doubt=models.Exists(own_row_in_doubt))
-            .filter(Q(in_doubt=True) | Q(is_compensation=True))
-            .values_list("pk", "in_doubt")
+            .filter(Q(in_doubt=True) | Q(is_compensation=True) | Q(status=RunStatus.QUEUED))
+            .values_list("pk", "in_doubt", "is_compensation", "status", "lease_token")
         )
-        doubtful = [pk for pk, in_doubt in special if in_doubt]
-        makeups = [pk for pk, in_doubt in special if not in_doubt]
+        doubtful = [pk for pk, in_doubt, *_ in special if in_doubt]
+        makeups = [pk for pk, in_doubt, makeup, *_ in special if makeup and not in_doubt]
+        claims = {token for *_, status, token in special if status == RunStatus.QUEUED}
         ended = 0
         if doubtful:
             ended = self._end_in_doubt(doubtful, now)
@@ -211,6 +215,8 @@ class RunQuerySet(models.QuerySet[Any]):
             lease_expires_at=None,
             finished_at=now,
         )
+        if claims:
+            JobTake.objects.ended(claims, self.model.objects.filter(status=RunStatus.QUEUED))
         if makeups:
             cancelled = self.model.objects.filter(
                 pk__in=makeups, status=RunStatus.CANCELLED, finished_at=now
@@ -325,13 +331,27 @@ class RunQuerySet(models.QuerySet[Any]):
     def give_back(self) -> int:
         """Put these runs, where claimed and not started (``queued``), back in line as
         they were before the claim; returns how many. Narrow the selection to the
-        holder's (its owner, or its claim's token) first."""
-        return self.filter(status=RunStatus.QUEUED).update(
-            status=models.Case(
-                models.When(attempts=0, then=models.Value(RunStatus.SCHEDULED)),
-                default=models.Value(RunStatus.RETRYING),
-            ),
-            lease_owner="",
-            lease_token="",
-            lease_expires_at=None,
-        )
+        holder's (its owner, or its claim's token) first.
+
+        A job that took them (``JobTake``) and ended before starting them is counted in
+        each one's ``job_failures``, and its take deleted, as the claim after their
+        lease would (``JobTakeQuerySet.lost_runs``): a builder that kills its worker
+        before each graceful stop is given up all the same."""
+        queued = self.filter(status=RunStatus.QUEUED)
+        with transaction.atomic(using=self.db):
+            tokens = set(queued.values_list("lease_token", flat=True))
+            lost = JobTake.objects.lost_runs(tokens) if tokens else set()
+            return queued.update(
+                job_failures=models.Case(
+                    models.When(pk__in=lost, then=models.F("job_failures") + 1),
+                    default=models.F("job_failures"),
+                    output_field=models.PositiveSmallIntegerField(),
+                ),
+                status=models.Case(
+                    models.When(attempts=0, then=models.Value(RunStatus.SCHEDULED)),
+                    default=models.Value(RunStatus.RETRYING),
+                ),
+                lease_owner="",
+                lease_token="",
+                lease_expires_at=None,
+            )

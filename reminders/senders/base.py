@@ -12,7 +12,7 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -165,18 +165,29 @@ class Limit:
 
 @dataclass(frozen=True)
 class Message:
-    """One message to one recipient, as the ledger recorded it."""
+    """One message to one recipient, as the ledger recorded it.
+
+    ``sent_parts``: of a text a sender splits into parts (``senders.parts``), the
+    provider's message ids of the parts an earlier attempt delivered, in order; the
+    sender sends only the parts after them, and answers with every part's id."""
 
     recipient: str
     msgtype: str
     body: dict[str, Any]
     idempotency_key: str
+    sent_parts: tuple[str, ...] = ()
 
     @classmethod
-    def from_rendered(cls, recipient: str, rendered: str, idempotency_key: str) -> Message:
+    def from_rendered(
+        cls,
+        recipient: str,
+        rendered: str,
+        idempotency_key: str,
+        sent_parts: Sequence[str] = (),
+    ) -> Message:
         data = json.loads(rendered)
         msgtype = data["msgtype"]
-        return cls(recipient, msgtype, data[msgtype], idempotency_key)
+        return cls(recipient, msgtype, data[msgtype], idempotency_key, tuple(sent_parts))
 
     @property
     def rendered(self) -> str:

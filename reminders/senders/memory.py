@@ -35,8 +35,13 @@ recalls nothing and updates no card (a group robot).
 With the option ``oversize="split"`` it sends a text over WeCom's 2,048 bytes as the
 WeCom app channel does, in parts (``reminders.senders.parts``), and judges each part on
 its own, as WeCom does: a part identical to one delivered before is dropped even where
-the rest of the message is new. ``outbox`` and ``suppressed`` then hold the parts.
-Without it, such a text is refused (``PayloadSendError``), as WeCom refuses it.
+the rest of the message is new. ``outbox`` and ``suppressed`` then hold the parts. Each
+part is a request of its own and meets the next scripted outcome: a failure on a later
+part names the parts delivered before it (``SendError.delivered_parts``), and a message
+that names parts an earlier attempt delivered (``Message.sent_parts``) gets only the
+rest sent, as the WeCom app channel does.
+Without ``oversize``, a text over WeCom's 2,048 bytes is refused
+(``PayloadSendError``), as WeCom refuses it.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..exceptions import PayloadSendError, PermanentSendError, RecipientSendError
+from ..exceptions import PayloadSendError, PermanentSendError, RecipientSendError, SendError
 from . import template_card
 from .base import BaseSender, Message, SendResult
 from .parts import CONTENT_LIMIT, size, split_content
@@ -102,6 +107,7 @@ class MemorySender(BaseSender):
 
     @classmethod
     def clear(cls) -> None:
+        cls._ids = itertools.count(1)
         cls.outbox.clear()
         cls.suppressed.clear()
         cls.script.clear()
@@ -113,20 +119,32 @@ class MemorySender(BaseSender):
         cls._codes.clear()
 
     def send(self, message: Message) -> SendResult:
+        outcome = self._scripted()
+        self.check_message(message)
+        parts = self._parts(message)
+        if len(parts) == 1:
+            return self._deliver(message, outcome)
+        # Each part is a request of its own, as to WeCom: it meets the next scripted
+        # outcome; those an earlier attempt delivered are not sent again.
+        msgids = list(message.sent_parts)
+        for index, part in enumerate(parts[len(msgids) :]):
+            try:
+                result = self._deliver(part, outcome if index == 0 else self._scripted())
+            except SendError as exc:
+                exc.delivered_parts = tuple(msgids)
+                raise
+            msgids.append(result.message_id)
+        return SendResult(message_id=msgids[0], detail={"parts": len(msgids), "msgids": msgids})
+
+    def _scripted(self) -> SendResult | None:
+        """The next scripted outcome of a request: raised, slept, or returned."""
         outcome = self.script.pop(0) if self.script else None
         if isinstance(outcome, BaseException):
             raise outcome
         if isinstance(outcome, float | int):
             time.sleep(outcome)
-            outcome = None
-        self.check_message(message)
-        parts = self._parts(message)
-        if len(parts) == 1:
-            return self._deliver(message, outcome)
-        msgids = [self._deliver(part, None).message_id for part in parts]
-        return outcome or SendResult(
-            message_id=msgids[0], detail={"parts": len(msgids), "msgids": msgids}
-        )
+            return None
+        return outcome
 
     def check_message(self, message: Message) -> None:
         """A card with buttons that WeCom would refuse is refused here too, and so is a

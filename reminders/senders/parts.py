@@ -11,6 +11,10 @@ own, as a message of its own):
   drops the parts it already delivered.
 * A part is at most ``CONTENT_LIMIT`` UTF-8 bytes, stamp included, and never cut inside
   a character.
+* Each part is a request of its own, so a message may be partly sent: a sender that
+  splits names the parts delivered before a failure (``SendError.delivered_parts``),
+  and sends only the parts after those a message names (``Message.sent_parts``); the
+  parts being the same for the same content, they fit together.
 
 The WeCom app sender sends these parts; ``MemorySender`` judges them the same way when a
 test asks it to split as WeCom does.

@@ -33,12 +33,18 @@ this channel is one without de-duplication (``deduplicates`` is false): the engi
 never re-sends one whose delivery is in doubt (it ends ``unknown`` for ops, unless the
 channel sets ``retry_in_doubt``), and never reserves its key in a batch.
 
+A text split into parts (``oversize: "split"``) is one request per part. A part that
+fails names the parts delivered before it (``SendError.delivered_parts``), and a message
+that names the parts an earlier attempt delivered (``Message.sent_parts``) gets only the
+rest sent, its reply listing every part's msgid.
+
 Errors are classified by ``errcode`` alone (never ``errmsg``) as ``WECOM.md`` lists them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -217,10 +223,11 @@ class WeComSender(BaseSender):
 
     def limits(self, message: Message, priority: str | None = None) -> list[Limit]:
         """The app's channel and the member's buckets; a message split into n parts is n
-        messages to WeCom, so it spends n slots of each. One that cannot be split or is
+        messages to WeCom, so it spends n slots of each, less the parts an earlier
+        attempt delivered (``Message.sent_parts``). One that cannot be split or is
         invalid costs 1: its send reports the error."""
         try:
-            cost = len(self._parts(message))
+            cost = max(1, len(self._parts(message)) - len(message.sent_parts))
         except SendError:
             cost = 1
         return [replace(limit, cost=cost) for limit in super().limits(message, priority)]
@@ -309,17 +316,24 @@ class WeComSender(BaseSender):
         bodies = [self._payload(message, agent_id, part) for part in self._parts(message)]
         task_id = template_card.card_task_id(message)
         replies: list[dict[str, Any]] = []
-        for index, body in enumerate(bodies, 1):
+        delivered = list(message.sent_parts)
+        # The parts an earlier attempt delivered are not sent again: only the rest.
+        for index, body in enumerate(bodies[len(delivered) :], len(delivered) + 1):
             what = "WeCom message/send"
             if len(bodies) > 1:
                 what += f" (part {index}/{len(bodies)}, {index - 1} delivered before it)"
-            reply = self._send_body(body, what, card=task_id is not None)
-            if task_id is not None and reply["errcode"] == template_card.TASK_ID_USED:
-                # Our task_id is valid and no other run's: this card reached WeCom before.
-                return template_card.delivered_before(task_id)
-            self._check_recipients(message.recipient, reply, what)
+            try:
+                reply = self._send_body(body, what, card=task_id is not None)
+                if task_id is not None and reply["errcode"] == template_card.TASK_ID_USED:
+                    # Our task_id is valid and no other run's: this card reached WeCom before.
+                    return template_card.delivered_before(task_id)
+                self._check_recipients(message.recipient, reply, what)
+            except SendError as exc:
+                exc.delivered_parts = tuple(delivered)
+                raise
             replies.append(reply)
-        return self._result(replies)
+            delivered.append(str(reply.get("msgid") or ""))
+        return self._result(replies, message.sent_parts)
 
     def check_message(self, message: Message) -> None:
         self._parts(message)
@@ -513,10 +527,12 @@ class WeComSender(BaseSender):
                 code="invaliduser",
             )
 
-    def _result(self, replies: list[dict[str, Any]]) -> SendResult:
+    def _result(self, replies: list[dict[str, Any]], earlier: Sequence[str] = ()) -> SendResult:
+        """What WeCom said to the parts sent (``replies``), after those ``earlier``
+        attempts delivered (their message ids)."""
         # The detail is what else WeCom said: the code and first msgid have fields of
         # their own, and keeping them out lets a batch's plain replies share one UPDATE.
-        msgids = [str(reply.get("msgid") or "") for reply in replies]
+        msgids = [*earlier, *(str(reply.get("msgid") or "") for reply in replies)]
         detail: dict[str, Any] = {}
         if len(msgids) > 1:
             detail["parts"] = len(msgids)

@@ -7,10 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from reminders.engine import dispatch
+from reminders.engine import actions, dispatch
 from reminders.engine.delivery import reserve, start
 from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
-from reminders.models import SendLog, TaskRun
+from reminders.models import ScheduledTask, SendLog, TaskRun
+from reminders.models.choices import CANCELLED_IN_DOUBT
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import run_queued, tick
 
@@ -217,3 +218,59 @@ def test_a_recipient_refused_on_an_in_doubt_resend__no_attempt_ever_arrived(
     assert (run.status, run.error_code) == ("failed", "81013")
     assert SendLog.objects.get().status == "failed"
     assert received == [("run_failed", run.pk, "failed")]
+
+
+# A task cancelled while its run was sending ----------------------------------------------
+
+
+class CancelledMidSend(MemorySender):
+    """The task is cancelled while its message is on its way, and the answer is lost."""
+
+    def send(self, message):
+        actions.cancel(ScheduledTask.objects.get())
+        raise TIMEOUT
+
+
+@pytest.fixture
+def cancelling_channel(settings):
+    """``cancelling``: de-duplicated as WeCom's, so a resend in doubt would be safe."""
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "cancelling": {
+            "BACKEND": f"{__name__}.CancelledMidSend",
+            "OPTIONS": {"duplicate_check": True},
+        },
+    }
+
+
+def test_cancel_mid_send__a_run_whose_worker_died_sending_ends_unknown_and_ops_told(
+    make_task, outbox, received, settings
+):
+    task = make_task(channel="memory_dedup")
+    dispatch.materialize()
+    start_and_die(send=True)
+    assert actions.cancel(task) == 0  # running: not the cancel's to end
+    assert tick(now=after_lease(settings)) == 0
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("unknown", CANCELLED_IN_DOUBT.code)
+    assert SendLog.objects.get().status == "unknown"
+    assert received == [("run_unknown", run.pk, "unknown")]
+    assert outbox == []
+
+
+def test_cancel_mid_send__an_answer_lost_ends_the_run_unknown_at_once_not_retried(
+    make_task, outbox, received, cancelling_channel
+):
+    task = make_task(channel="cancelling")
+    assert tick() == 0
+    run = task.runs.get()
+    assert (run.status, run.error_code, run.next_attempt_at) == (
+        "unknown",
+        CANCELLED_IN_DOUBT.code,
+        None,
+    )
+    log = SendLog.objects.get()
+    assert (log.status, log.reply_code) == ("unknown", "timeout")
+    assert received == [("run_unknown", run.pk, "unknown")]
+    assert tick(now=timezone.now() + timedelta(hours=1)) == 0
+    assert task.runs.get().status == "unknown"

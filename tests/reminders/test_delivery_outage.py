@@ -14,7 +14,7 @@ from django.db import OperationalError, connection
 from reminders.engine import delivery, dispatch, outage
 from reminders.engine.delivery import deliver
 from reminders.exceptions import TransientSendError
-from reminders.models import JobTake, SendLog, TaskRun
+from reminders.models import JobTake, JobTakeQuerySet, SendLog, TaskRun
 from reminders.senders import Message, SendResult
 from reminders.senders.memory import MemorySender
 from tests.support.away import database_away
@@ -76,6 +76,24 @@ def test_a_start_that_committed_but_whose_answer_was_lost_gives_its_runs_back_to
     assert deliver(claimed.token, claimed.run_ids) == 0
     assert runs() == [("scheduled", "", 0), ("scheduled", "", 0)]
     assert outbox == []
+
+
+def test_a_take_that_committed_but_whose_answer_was_lost__its_runs_given_back_uncounted(
+    make_task, outbox, monkeypatch
+):
+    make_task()
+    claimed = claim(1)
+    really_take = JobTakeQuerySet.take
+
+    def take_then_lost(*args: Any, **kwargs: Any) -> None:
+        really_take(*args, **kwargs)  # committed: the job's take is recorded
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(JobTakeQuerySet, "take", take_then_lost)
+    assert deliver(claimed.token, claimed.run_ids) == 0
+    # The database failed the job, not its runs: not counted, and no take left behind.
+    assert runs() == [("scheduled", "", 0)]
+    assert (TaskRun.objects.get().job_failures, JobTake.objects.count()) == (0, 0)
 
 
 @pytest.mark.parametrize(

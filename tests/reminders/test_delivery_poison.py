@@ -6,11 +6,12 @@ with ops told."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.test import TestCase
 from django.utils import timezone
 from django_q.models import OrmQ
@@ -204,3 +205,132 @@ def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_j
     assert (run.status, run.job_failures) == ("sent", 0)
     assert [m.recipient for m in outbox] == [task.recipient]
     assert not JobTake.objects.exists()  # each job deleted its own as it started
+
+
+# Handing runs back after their job died ---------------------------------------------------
+
+
+def test_release__after_a_job_died_counts_its_runs_and_deletes_its_job_take(
+    make_task, crm_kind, outbox, received, settings
+):
+    """A scheduler that stops (or finds the database again) hands back what it claimed
+    and no worker started: a job that took those runs and died is counted as the claim
+    after their lease would count it, or a builder that kills its worker before every
+    graceful stop would never be given up."""
+    settings.REMINDERS_MAX_JOB_FAILURES = 2
+    now = timezone.now()
+    bad = make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    good = make_task("crm_lookup", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0
+    assert dispatch.release("test") == 2
+    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("scheduled", 1)}
+    assert not JobTake.objects.exists()
+    # Each run in a job of its own now: the good one goes, the bad one's job dies again.
+    assert tick_at(now) == 1
+    assert dispatch.release("test") == 1
+    run = bad.runs.get()
+    assert (run.status, run.job_failures) == ("scheduled", 2)
+    assert not JobTake.objects.exists()
+    assert tick_at(now) == 0
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "job_failures")
+    assert crm_kind.calls["bad"] == 2  # type: ignore[attr-defined]
+    assert ("run_failed", run.pk, "failed") in received
+    assert [m.recipient for m in outbox] == [good.recipient]
+
+
+def test_give_back__after_a_job_died_counts_its_runs_and_deletes_its_job_take(make_task, crm_kind):
+    now = timezone.now()
+    task = make_task("crm_lookup", recipient="bad", at=now)
+    crm_kind("bad", hang)
+    dispatch.materialize(now=now)
+    claim = dispatch.claim("test", 10, now=now)
+    run_jobs()
+    assert TaskRun.objects.filter(lease_token=claim.token).give_back() == 1
+    assert (task.runs.get().status, task.runs.get().job_failures) == ("scheduled", 1)
+    assert not JobTake.objects.exists()
+
+
+def test_give_back__runs_no_job_took_are_not_counted(make_task):
+    make_task()
+    dispatch.materialize()
+    claim = dispatch.claim("test", 10)
+    assert TaskRun.objects.filter(lease_token=claim.token).give_back() == 1
+    assert TaskRun.objects.get().job_failures == 0
+
+
+def test_cancel__a_dead_job_s_job_take_goes_with_the_runs_it_took(make_task, crm_kind):
+    now = timezone.now()
+    task = make_task("crm_lookup", recipient="bad", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0
+    assert actions.cancel(task) == 1
+    assert task.runs.get().status == "cancelled"
+    assert not JobTake.objects.exists()
+
+
+# A builder that breaks its connection ----------------------------------------------------
+
+# How long a transaction may sit idle, and how long the builder takes: PostgreSQL counts
+# milliseconds, MariaDB whole seconds.
+IDLE_TIMEOUTS = {
+    "postgresql": ("SET idle_in_transaction_session_timeout = 500", 1.5),
+    "mysql": ("SET SESSION idle_transaction_timeout = 1", 2.5),
+}
+
+
+def idle_past_the_timeout() -> None:
+    """A builder slower than the database keeps a transaction idle: the server ends the
+    connection under it, and the start's transaction with it."""
+    time.sleep(IDLE_TIMEOUTS[connection.vendor][1])
+
+
+def killed() -> None:
+    """A builder whose connection is killed while it runs (by ops, by a proxy)."""
+    if connection.vendor == "postgresql":
+        sql, params = "SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid]
+    else:
+        sql, params = "KILL CONNECTION %s", [connection.connection.thread_id()]
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(sql, params)
+    finally:
+        other.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("breaks", [idle_past_the_timeout, killed], ids=lambda how: how.__name__)
+def test_a_builder_that_breaks_its_connection__counted_as_a_lost_job_not_an_outage(
+    make_task, crm_kind, outbox, received, settings, breaks
+):
+    if connection.vendor not in IDLE_TIMEOUTS:
+        pytest.skip("SQLite has no server to end a connection under a builder")
+    settings.REMINDERS_MAX_JOB_FAILURES = 2
+    now = timezone.now()
+    bad = make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    good = make_task("crm_lookup", at=now)
+    crm_kind("bad", breaks)
+
+    def tick_timed_out() -> int:
+        with connection.cursor() as cursor:  # a connection of its own: set on each
+            cursor.execute(IDLE_TIMEOUTS[connection.vendor][0])
+        return tick_at(now)
+
+    # The job that took both broke with the connection: both are counted, as when a
+    # builder hangs until django-q2's timeout, and its take goes.
+    assert tick_timed_out() == 0
+    assert set(TaskRun.objects.values_list("status", "job_failures")) == {("scheduled", 1)}
+    assert not JobTake.objects.exists()
+    # Each in a job of its own: the good one goes, the bad one breaks its job again.
+    assert tick_timed_out() == 1
+    run = bad.runs.get()
+    assert (run.status, run.job_failures) == ("scheduled", 2)
+    # Given up without calling its builder again, and ops told.
+    assert tick_timed_out() == 0
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "job_failures")
+    assert crm_kind.calls["bad"] == 2  # type: ignore[attr-defined]
+    assert ("run_failed", run.pk, "failed") in received
+    assert [m.recipient for m in outbox] == [good.recipient]

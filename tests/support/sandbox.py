@@ -81,7 +81,8 @@ def ledger_mismatches(
     duplicate answers with the msgid of the earlier delivery it was merged into. A text
     the sender splits (``split_content``) must claim one delivery per part, each of
     which carried that part's text: a part merged into another's delivery, or never
-    sent, is not hidden by the others.
+    sent, is not hidden by the others. A text ``partly_sent`` must so claim the parts it
+    names (``parts_sent``), its first ones.
     """
     entries = [e for e in entries if e.endpoint == APP_SEND]
     delivered = {e.msgid: e for e in entries if e.status == DELIVERED and e.msgid}
@@ -90,14 +91,19 @@ def ledger_mismatches(
     cards = {_card_task_id(e): e.msgid for e in delivered.values() if _card_task_id(e)}
     problems: list[str] = []
     claimed: dict[str, set[str]] = defaultdict(set)
-    rows = SendLog.objects.filter(status=SendLog.Status.SENT, channel__in=channels)
-    for key, recipient, msgid, detail, body in rows.order_by("pk").values_list(
-        "key", "recipient", "provider_message_id", "reply_detail", "body"
+    claims = (SendLog.Status.SENT, SendLog.Status.PARTLY_SENT)
+    rows = SendLog.objects.filter(status__in=claims, channel__in=channels)
+    columns = ("key", "recipient", "provider_message_id", "reply_detail", "body", "status")
+    for key, recipient, msgid, detail, body, status, parts_sent in rows.order_by("pk").values_list(
+        *columns, "parts_sent"
     ):
         msgids = (detail or {}).get("msgids") or [msgid]
         if (detail or {}).get("delivered_before"):
             msgids = [cards.get(str(detail.get("task_id")), "")]
         texts = _parts(body)
+        if status == SendLog.Status.PARTLY_SENT:  # its first parts, as many as went
+            msgids = parts_sent
+            texts = texts[: len(msgids)] if texts is not None else None
         if texts is not None and len(texts) != len(msgids):
             problems.append(
                 f"{key} to {recipient}: {len(msgids)} msgid(s) recorded for a text "

@@ -3,6 +3,7 @@ body to the same recipient inside the window, whatever our key; so tests see the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from reminders import kinds
 from reminders.engine import dispatch
-from reminders.exceptions import PayloadSendError
+from reminders.exceptions import PayloadSendError, TransientSendError
 from reminders.models import SendLog
 from reminders.senders import get_sender
 from reminders.senders.base import Message
@@ -147,6 +148,27 @@ def test_split__each_part_is_judged_on_its_own_as_wecom_judges_it():
     assert (dropped.idempotency_key, dropped.body["content"][:6]) == ("k2", "(1/2) ")
     assert first.detail["parts"] == second.detail["parts"] == 2
     assert second.detail["msgids"][0] == first.detail["msgids"][0]  # merged, as WeCom answers
+
+
+def test_split__each_part_meets_its_own_scripted_outcome_as_each_is_a_request_to_wecom():
+    sender = MemorySender("split", oversize="split")
+    MemorySender.script[:] = [None, TransientSendError("system busy", code="-1")]
+
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text("lisi", "x" * 5000, "k1"))
+
+    assert [m.body["content"][:6] for m in MemorySender.outbox] == ["(1/3) "]
+    assert caught.value.delivered_parts == ("memory-1",)
+
+
+def test_split__a_message_with_parts_delivered_sends_only_the_rest():
+    sender = MemorySender("split", oversize="split")
+    message = replace(text("lisi", "x" * 5000, "k1"), sent_parts=("earlier-1",))
+
+    result = sender.send(message)
+
+    assert [m.body["content"][:6] for m in MemorySender.outbox] == ["(2/3) ", "(3/3) "]
+    assert result.detail["msgids"] == ["earlier-1", "memory-1", "memory-2"]
 
 
 def test_split__stamped_parts_of_two_occurrences_all_arrive():

@@ -308,6 +308,26 @@ def test_ledger_check__a_split_message_must_claim_each_of_its_parts(
     SendLog.objects.update(reply_detail=row.reply_detail)  # for the automatic check
 
 
+def test_ledger_check__a_message_partly_sent_must_claim_the_parts_it_names(
+    make_task: Any, channels: None, sandbox: WeComSandbox
+) -> None:
+    make_task("follow_up", "lisi", channel="wecom", payload={"content": LONG_TEXT})
+    assert tick() == 1
+    row = SendLog.objects.get()
+    msgids = row.reply_detail["msgids"]
+    SendLog.objects.update(status="partly_sent", parts_sent=msgids[:1])
+    assert ledger_mismatches(sandbox.ledger()) == []
+
+    # Named with a part that never went, then with its second part as its first.
+    SendLog.objects.update(parts_sent=[msgids[0], "no-such-msgid"])
+    [problem] = ledger_mismatches(sandbox.ledger())
+    assert "'no-such-msgid', which no delivery has" in problem
+    SendLog.objects.update(parts_sent=msgids[1:2])
+    [problem] = ledger_mismatches(sandbox.ledger())
+    assert "part 1/1" in problem and "other text" in problem
+    SendLog.objects.update(status="sent", parts_sent=None)  # for the automatic check
+
+
 # -- the senders alone --------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from django.db import connection
@@ -637,6 +638,48 @@ def test_oversize__split_failure_names_the_part_and_a_retry_resends_identical_pa
     assert "part 2/3, 1 delivered before it" in caught.value.message
     first_try, second_try = wecom_stub.calls(SEND)[1:3], wecom_stub.calls(SEND)[3:5]
     assert [r.body for r in first_try] == [r.body for r in second_try]
+
+
+def test_oversize__a_part_that_fails_names_the_parts_delivered_before_it(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom(oversize="split")
+    wecom_stub.on(SEND, ok(msgid="p1"), ok(msgid="p2"), error(81013, "user not found"))
+
+    with pytest.raises(RecipientSendError) as caught:
+        sender.send(text("x" * 5000))
+
+    assert caught.value.delivered_parts == ("p1", "p2")
+
+
+def test_oversize__a_part_refused_first_names_no_part_delivered(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom(oversize="split")
+    wecom_stub.on(SEND, error(-1, "system busy"))
+
+    with pytest.raises(TransientSendError) as caught:
+        sender.send(text("x" * 5000))
+
+    assert caught.value.delivered_parts == ()
+
+
+def test_oversize__a_message_with_parts_delivered_sends_only_the_rest(
+    make_wecom: Make, wecom_stub: StubServer
+) -> None:
+    sender = make_wecom(oversize="split")
+    sender.send(text("warm up the token"))
+    wecom_stub.on(SEND, ok(msgid="p2"), ok(msgid="p3"))
+    whole = text("x" * 5000)
+
+    result = sender.send(replace(whole, sent_parts=("p1",)))
+
+    sent = [request.json["text"]["content"] for request in wecom_stub.calls(SEND)[1:]]
+    assert sent == split_content("x" * 5000)[1:]
+    assert result.message_id == "p1"
+    assert result.detail == {"parts": 3, "msgids": ["p1", "p2", "p3"]}
+    # Only the parts to send spend the member's and the app's limits.
+    assert {limit.cost for limit in sender.limits(replace(whole, sent_parts=("p1",)))} == {2}
 
 
 def test_oversize__split_parts_never_look_alike(make_wecom: Make, wecom_stub: StubServer) -> None:
