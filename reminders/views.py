@@ -16,7 +16,9 @@ and how, with nothing changed:
   the channels name: ``conf.CALLBACK_AGENT_ID``), a timestamp further than
   ``REMINDERS_CALLBACK_MAX_SKEW_SECONDS`` from our clock, a nonce seen before (a
   replay), an ``echostr`` that decrypts to something else than WeCom's digits, a click
-  by a member who is not the run's recipient: 403;
+  by a member other than the one the card went to (the run's send log's recipient,
+  whatever the task names now; member ids compared whatever their case, as WeCom
+  does: ``intake.clicks``): 403;
 * a card no sent run of ours has: 404;
 * nothing at all while the callback is not set up (neither ``WECOM_CALLBACK_TOKEN`` nor
   ``WECOM_CALLBACK_AES_KEY``): 404;
@@ -61,7 +63,7 @@ logger = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
 REFUSED = {
     clicks.Outcome.REPLAYED: (403, "replayed"),
-    clicks.Outcome.NOT_RECIPIENT: (403, "not the recipient"),
+    clicks.Outcome.NOT_RECIPIENT: (403, "not the member the card went to"),
     clicks.Outcome.UNKNOWN_RUN: (404, "unknown card"),
 }
 # Refusals of a request that is well-formed but not ours to take: 403 (the rest, 400).

@@ -505,9 +505,11 @@ def test_a_replayed_request__403(client, make_task) -> None:
     assert nothing_changed(other)
 
 
-def test_a_click_by_someone_else__403(client, make_task) -> None:
+def test_a_click_by_someone_else__403_saying_the_card_went_to_another(client, make_task) -> None:
     run = sent_run(make_task("follow_up", "alice"))
-    assert post(client, event_xml(run, FromUserName="mallory")).status_code == 403
+    response = post(client, event_xml(run, FromUserName="mallory"))
+    assert response.status_code == 403
+    assert response.content == b"not the member the card went to"
     assert nothing_changed(run)
 
 
