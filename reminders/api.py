@@ -56,7 +56,9 @@ def schedule(
     ``recipient`` is a WeCom member id, or a user of the CRM (``reminders.intake.users``).
     Exactly one of ``cron`` and ``at``; a naive ``at`` is read in ``tz``. ``about``: the
     saved CRM object the task is about, for ``cancel_for``. Raises ``ValidationError``
-    naming the parameter at fault; nothing is saved then. What is refused, and why, is
+    naming the parameter at fault; nothing is saved then, and a transaction of the
+    caller's goes on (a kind's builder whose query failed included: the error is on
+    ``payload``). What is refused, and why, is
     ``reminders.intake.validation``'s to say. A task due now (or within a tick) wakes the
     schedulers once the caller's transaction commits (``reminders.engine.wake``).
     """

@@ -84,6 +84,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         "HIGH_WORKERS",
         "RETENTION_DAYS",
         "CALENDAR_WARN_DAYS",
+        "CALLBACK_MAX_SKEW_SECONDS",
     )
     for name in names:
         try:

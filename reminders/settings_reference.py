@@ -278,7 +278,7 @@ SETTINGS: tuple[Setting, ...] = (
         "REMINDERS_CALLBACK_MAX_SKEW_SECONDS",
         300,
         "How far a callback's timestamp may be from this clock, either way; an older "
-        "request is refused as a replay.",
+        "request is refused as a replay. A positive number of seconds (reminders.E004).",
     ),
     Setting(
         "WECOM_API_BASE",

@@ -16,8 +16,17 @@ and how, with nothing changed:
   the channels name: ``conf.CALLBACK_AGENT_ID``), a timestamp further than
   ``REMINDERS_CALLBACK_MAX_SKEW_SECONDS`` from our clock, a nonce seen before (a
   replay), an ``echostr`` that decrypts to something else than WeCom's digits, a click
-  by a member who is not the run's recipient: 403;
-* a card no sent run of ours has: 404.
+  by a member other than the one the card went to (the run's send log's recipient,
+  whatever the task names now; member ids compared whatever their case, as WeCom
+  does: ``intake.clicks``): 403;
+* a card no sent run of ours has: 404;
+* nothing at all while the callback is not set up (neither ``WECOM_CALLBACK_TOKEN`` nor
+  ``WECOM_CALLBACK_AES_KEY``): 404;
+* anything while a setting the callback reads cannot work (a half set-up, a time window
+  that is not a positive number, a setting a click's action reads, such as the tick a
+  snooze is due within): 503, naming the setting and why, logged as an error; the
+  system checks say so first (``reminders.E015``, ``reminders.E004``). A request met
+  with it keeps nothing, its nonce neither, so WeCom's retry is judged again.
 
 Everything else is answered ``success`` at once: the CRM is told of an action later,
 by a scheduler (``engine.announce``), so what its receivers do never delays the answer
@@ -54,7 +63,7 @@ logger = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
 REFUSED = {
     clicks.Outcome.REPLAYED: (403, "replayed"),
-    clicks.Outcome.NOT_RECIPIENT: (403, "not the recipient"),
+    clicks.Outcome.NOT_RECIPIENT: (403, "not the member the card went to"),
     clicks.Outcome.UNKNOWN_RUN: (404, "unknown card"),
 }
 # Refusals of a request that is well-formed but not ours to take: 403 (the rest, 400).
@@ -71,15 +80,25 @@ def _refuse(status: int, reason: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def wecom_callback(request: HttpRequest) -> HttpResponse:
     try:
-        ours = conf.CALLBACK
-        agent = conf.CALLBACK_AGENT_ID if ours is not None else ""
-    except ImproperlyConfigured as exc:  # system check reminders.E015 says so too
-        return _refuse(404, f"the callback is not configured: {exc}")
+        return _answer(request)
+    except ImproperlyConfigured as exc:  # a system check says so too (E004, E015, ...)
+        logger.error("WeCom callback cannot work (503): %s", exc)
+        return HttpResponse(
+            f"the callback cannot work as configured: {exc}",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+
+
+def _answer(request: HttpRequest) -> HttpResponse:
+    ours = conf.CALLBACK
     if ours is None:
         return _refuse(404, "the callback is not configured")
+    agent = conf.CALLBACK_AGENT_ID
+    window = conf.CALLBACK_MAX_SKEW_SECONDS
     try:
         signed = query.read(request.GET)
-        query.check_fresh(signed, now=time.time(), window=conf.CALLBACK_MAX_SKEW_SECONDS)
+        query.check_fresh(signed, now=time.time(), window=window)
         if request.method == "GET":
             return _verify_url(ours, signed, request.GET.get("echostr", ""))
         return _receive(ours, agent, signed, request)

@@ -19,9 +19,10 @@ with one ``COUNT(*)``; the percentiles (3 on PostgreSQL, 1 elsewhere); two for f
 (by status and code; the latest few); one for the plan and one for django-q2's queue
 (conditional ``COUNT(…) FILTER``, through the engine's partial indexes of waiting and
 leased runs); one for the heartbeats; one for the recalls of the last 24 hours
-(``recalls``); six for the wave ahead (``wave``: the next hour's minutes by kind, three
-for the members nearest WeCom's limits; the waiting runs by kind with last week's
-recurring runs; the ledger's messages sent today): 18 on PostgreSQL, 16 elsewhere. The
+(``recalls``); seven for the wave ahead (``wave``: the next hour's minutes by kind,
+three for the members nearest WeCom's limits; the waiting runs by kind with last week's
+recurring runs; the ledger's messages sent today; the alerts sent today as the WeCom
+app): 19 on PostgreSQL, 17 elsewhere. The
 run queries read the runs due in their days through an index on ``TaskRun.due_at``
 where there is one (without it, each reads the whole table); the figures with and
 without are in the README.

@@ -20,8 +20,11 @@ WeCom's day, Beijing's (``Asia/Shanghai``, whatever ``TIME_ZONE`` says). So only
 channels whose sender spends it count (``quota_channels``: ``spends_app_quota``, the
 WeCom app sender); a group robot, an HTTP or a console channel does not. Used: those
 channels' ``sent`` ledger rows whose ``sent_at`` falls on the Beijing day, however long
-before their rows were reserved (``ops.statistics.sent_messages``), each counting its
-parts (``reply_detail["parts"]``, a split text being several messages). Forecast:
+before their rows were reserved, each counting its parts (``reply_detail["parts"]``, a
+split text being several messages), plus the alerts sent that day through an alert
+channel that sends by one of them (``ReminderChannel``): they have no ledger row, and
+WeCom counts them. Counted as the nightly comparison with WeCom counts its side
+(``ops.statistics.our_count``). Forecast:
 used plus their runs waiting that fall before the Beijing day ends (the backlog
 included). Tomorrow (the next Beijing day): their waiting runs of one-off tasks due
 then, plus, for recurring tasks (a cron), an estimate: the runs of the same tasks
@@ -44,13 +47,14 @@ own: while it waits to be retried it counts once, as any run, and the runs it ca
 as every waiting run does: of those, the figures of the hour, the members and the
 forecast are an upper bound.
 
-**Cost.** Six queries, whatever the data: the minutes by kind; the
+**Cost.** Seven queries, whatever the data: the minutes by kind; the
 members in three (the 10 with the busiest minutes and the 10 busiest in the hour pick
 at most 20 candidates, whose minutes are then read: the 10 closest to either limit are among
 them); the waiting runs by kind (held by quiet hours; of the quota's channels, due by
 the Beijing day's end, due tomorrow) together with last week's runs of their recurring
-tasks; the ledger's messages of those channels sent today. Whatever the channels
-(none: a channel no alias has, so that the queries stay the same) and the calendars
+tasks; the ledger's messages of those channels sent today; the alerts sent through
+them today. Whatever the channels and alert channels (none: an alias nothing has, so
+that the queries stay the same) and the calendars
 (their ops entries are read once in a while per process, ``reminders.calendars.days``).
 """
 
@@ -70,7 +74,7 @@ from reminders.conf import settings as reminders_conf
 from reminders.models import QUIET_CODE, ScheduledTask, TaskRun
 
 from ..conf import settings as conf
-from ..statistics import BEIJING, beijing_day_bounds, sent_messages
+from ..statistics import BEIJING, beijing_day_bounds, our_count
 from .days import iso, label, local_iso
 
 MINUTES = 60
@@ -338,10 +342,10 @@ def beijing_today(now: datetime) -> date:
 def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quota]:
     """Query: the waiting runs by kind (held by quiet hours and when they resume; of the
     quota's channels, due by the Beijing day's end, due tomorrow) and last week's runs of
-    the quota's recurring tasks; query: the quota's messages sent today."""
+    the quota's recurring tasks; two queries: the quota's messages and alerts sent today."""
     day = beijing_today(now)
     channels = quota_channels()
-    start, end = beijing_day_bounds(day)
+    _, end = beijing_day_bounds(day)
     tomorrow_start, tomorrow_end = beijing_day_bounds(day + timedelta(days=1))
     week_start, week_end = beijing_day_bounds(day - timedelta(days=6))
     waiting = _waiting()
@@ -394,7 +398,7 @@ def _by_kind(now: datetime) -> tuple[tuple[list[QuietHeld], dict[str, int]], Quo
             tomorrow[kind] = row["planned"] + kind_estimated
     quota = Quota(
         seats=conf.SEATS,
-        used=sent_messages(channels, start, end),
+        used=our_count(channels, day),
         waiting_today=waiting_today,
         tomorrow_planned=planned,
         tomorrow_estimated=estimated,

@@ -21,6 +21,11 @@ carried it, having none of its own (``reminders.admin.digests``). The list tells
 apart (the "digest" column and filter), and its status filter has ``folded``, the runs
 waiting in a digest not sent yet. A run carried in a digest is recalled with its digest,
 whose message it was: the action leaves it, saying so.
+
+The "acted on" column, on the list and the run's page, says who clicked which button
+and when; a click held (``RunAction.held_by``: its inquiry someone else had taken on
+already) says it was held, who had the inquiry, and that it did nothing, rather than
+reading as an action done.
 """
 
 from __future__ import annotations
@@ -182,16 +187,27 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("acted on"), ordering="action__acted_at")
     def acted(self, run: TaskRun) -> str:
-        """Who clicked a button of the run's card, which, and when (``RunAction``)."""
+        """Who clicked a button of the run's card, which, and when (``RunAction``); a
+        click held (its inquiry taken on by someone else already) says so, who had it,
+        and that it did nothing."""
         action = getattr(run, "action", None)
         if action is None:
             return "-"
-        when = timezone.localtime(action.acted_at)
-        return gettext("%(action)s by %(member)s, %(when)s") % {
+        said = {
             "action": action.said,
             "member": action.member,
-            "when": f"{when:%Y-%m-%d %H:%M}",
+            "when": f"{timezone.localtime(action.acted_at):%Y-%m-%d %H:%M}",
+            "holder": action.held_by,
         }
+        if action.held_by:
+            return (
+                gettext(
+                    "%(member)s clicked %(action)s, %(when)s: held: %(holder)s had taken the "
+                    "inquiry on; nothing was done"
+                )
+                % said
+            )
+        return gettext("%(action)s by %(member)s, %(when)s") % said
 
     @admin.display(description=_("card after the click"))
     def card(self, run: TaskRun) -> str:

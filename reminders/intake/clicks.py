@@ -73,7 +73,7 @@ class Outcome(enum.Enum):
     ALREADY = "already"  # the run was acted on before: nothing changed
     REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
     UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
-    NOT_RECIPIENT = "not_recipient"  # the clicking member is not the run's recipient
+    NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,11 @@ Invariants:
   nothing is saved, and every bad item is reported, by its index, with its errors on the
   parameters at fault (``at``, ``tz`` and ``about`` where the model says ``run_at``,
   ``timezone``, ``content_type`` and ``object_id``).
+* The caller's transaction goes on. A call inside the CRM's own transaction works in a
+  savepoint of it; an item whose kind's builder runs a query that fails (which, on
+  PostgreSQL, aborts the transaction) is refused on ``payload``, that savepoint rolled
+  back and the items after it checked in a fresh one (``_written``): no other item is
+  refused for that error, and the caller's next query works.
 * Upsert by key. An item with a key updates the task that has it, or creates it; the
   item is the whole task (a parameter left out takes its default, as in a first call).
   A key given twice in one call is refused on its second item. Of two callers creating
@@ -28,7 +33,8 @@ Invariants:
   them (``_update``), ``CHUNK`` rows a statement; the pending runs of re-planned tasks
   are cancelled by one UPDATE per ``REPLAN_CHUNK``, after one read of those few that
   need more (runs in doubt, make-ups: ``RunQuerySet.cancel_pending``). All in one
-  transaction, planned from one ``now``.
+  transaction, planned from one ``now``. No savepoint per item: only a builder's failed
+  query costs more (a fresh transaction, and the keys' lock again, for the items after).
 """
 
 from __future__ import annotations
@@ -159,8 +165,7 @@ def schedule_all(
         drafts.append(draft)
     for attempt in (1, 2):
         try:
-            with transaction.atomic():
-                outcome = _write(drafts, dict(causes), progress)
+            outcome = _written(drafts, dict(causes), progress)
             # Once, whatever the number of tasks due now: schedulers scan them all.
             if any(task.due_soon() for task in outcome.tasks):
                 wake.notify()
@@ -301,15 +306,52 @@ def renamed(exc: ValidationError) -> ValidationError:
     return ValidationError(errors)
 
 
-def _write(
+class _QueryFailed(Exception):
+    """A check met a failed query: the transaction is rolled back, and the items from
+    ``resume_at`` on are checked in a fresh one."""
+
+    def __init__(self, resume_at: int) -> None:
+        super().__init__(resume_at)
+        self.resume_at = resume_at
+
+
+def _written(
     drafts: list[Draft | None], causes: dict[int, ValidationError], progress: Progress | None
 ) -> Outcome:
+    """``_write`` in a transaction (a savepoint in the caller's) of its own. A builder
+    whose query failed (on PostgreSQL the transaction is aborted then) rolls it back: its
+    item is refused for it, and the items after it are checked again in a fresh one, so
+    that none is refused for another's error and the caller's transaction goes on. Only
+    then does it cost more queries (the keys' lock again)."""
+    start = 0
+    while True:
+        if start and start >= len(drafts):
+            raise BulkValidationError(causes)
+        try:
+            with transaction.atomic():
+                return _write(drafts, causes, progress, start=start)
+        except _QueryFailed as failed:
+            start = failed.resume_at
+
+
+def _write(
+    drafts: list[Draft | None],
+    causes: dict[int, ValidationError],
+    progress: Progress | None,
+    *,
+    start: int = 0,
+) -> Outcome:
+    """Check the items from ``start`` on and, if none of all is bad, write them;
+    ``_QueryFailed`` once a check met a failed query."""
     now = timezone.now()
-    known = _locked_by_key([draft.key for draft in drafts if draft and draft.key])
+    known = _locked_by_key([draft.key for draft in drafts[start:] if draft and draft.key])
     tasks: list[ScheduledTask] = []
     replanned: list[ScheduledTask] = []
     total = len(drafts)
     for index, draft in enumerate(drafts):
+        if index < start:
+            continue
+        broken = False
         if draft is not None:
             task = known.get(draft.key) if draft.key else None
             if task is None:
@@ -324,6 +366,7 @@ def _write(
                 validation.clean_task(task, exclude=("content_type",), now=now)
             except ValidationError as exc:
                 causes[index] = renamed(exc)
+                broken = validation.query_failed(exc)
             else:
                 tasks.append(task)
                 # Scheduling a cancelled task (or one in error) again revives it; a
@@ -336,6 +379,8 @@ def _write(
         checked = index + 1
         if progress is not None and (checked % PROGRESS_EVERY == 0 or checked == total):
             progress(checked, total)
+        if broken:
+            raise _QueryFailed(checked)
     if causes:
         raise BulkValidationError(causes)
     planning.replan_all(replanned, now)

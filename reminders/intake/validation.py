@@ -26,7 +26,10 @@ because each is the database's copy of a field validator or of the model's ``cle
 which have already said the same on the field at fault; the database still enforces
 them when the row is written. Only the admin, checking one task a request, runs each
 check in a savepoint (``check_sendable(savepoints=True)``): a CRM's builder that runs a
-failing query then costs the form an error, not its transaction.
+failing query then costs the form an error, not its transaction. Without savepoints
+(``api.schedule`` and ``api.schedule_many``, many tasks at once) such an error is code
+``QUERY_FAILED`` (``query_failed``), so that the caller, which checks in a transaction
+of its own, rolls that back before it asks anything else (``intake.scheduling``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -55,6 +58,8 @@ from ..senders import BaseSender, Message, get_sender
 # (a past time is due at once).
 AT_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 AT_LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+# The code of the error on ``payload`` of a kind whose builder ran a query that failed.
+QUERY_FAILED = "render_query"
 
 
 def clean_task(
@@ -210,7 +215,7 @@ def _check_message(task: ScheduledTask, now: datetime) -> None:
     except Exception as exc:  # a CRM's kind may fail on any payload it cannot use
         raise ValidationError(
             _("The kind %(kind)s cannot render a message from this payload: %(error)s"),
-            code="render",
+            code=QUERY_FAILED if _from_the_database(exc) else "render",
             params={"kind": task.kind, "error": f"{type(exc).__name__}: {exc}"},
         ) from None
     message = Message(task.recipient, content.msgtype, content.body, idempotency_key="")
@@ -222,6 +227,24 @@ def _check_message(task: ScheduledTask, now: datetime) -> None:
             code="message",
             params={"channel": task.channel, "error": exc},
         ) from None
+
+
+def _from_the_database(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it was raised from, is a database's error."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, DatabaseError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def query_failed(exc: ValidationError) -> bool:
+    """Whether a check that raised ``exc`` met a failed query (a CRM's builder's): on
+    PostgreSQL the transaction it ran in is aborted then, whatever the error says, and
+    must be rolled back before any other query (``QUERY_FAILED``)."""
+    errors = exc.error_dict.values() if hasattr(exc, "error_dict") else [exc.error_list]
+    return any(error.code == QUERY_FAILED for listed in errors for error in listed)
 
 
 def _first_run(task: ScheduledTask, now: datetime) -> TaskRun:

@@ -29,6 +29,7 @@ import pytest
 from django.test import override_settings
 
 from ops import stats
+from ops.models import Alert, AlertDelivery
 from ops.stats import Quota
 from ops.stats.wave import quota, quota_channels
 from reminders.calendars.days import CalendarDay
@@ -251,6 +252,33 @@ def test_the_quota_counts_the_wecom_app_channels_only(world):
     assert (found.used, found.waiting_today, found.forecast) == (5, 45, 50)
     assert (found.tomorrow_planned, found.tomorrow_estimated) == (1, 4)
     assert wave.tomorrow_by_kind == {"birthday": 1, "follow_up": 4}
+
+
+def test_the_quota_counts_the_alerts_sent_today_as_the_wecom_app(world, settings):
+    """An alert sent through an alert channel that sends as the WeCom app is a message
+    WeCom counts against the quota, with no ledger row; one through a group robot, one
+    sent yesterday (Beijing) and one not sent are not."""
+    settings.OPS_ALERT_CHANNELS = {
+        "on_call": {
+            "BACKEND": "ops.alert_channels.ReminderChannel",
+            "OPTIONS": {"channel": "wecom", "recipient": "oncall"},
+        },
+        "group": {"BACKEND": "ops.alert_channels.ReminderChannel", "OPTIONS": {"channel": "robot"}},
+    }
+    alert = Alert.objects.create(group_key="g", seq=1, type="run_failed", created_at=at(9))
+    for channel, sent_at in [
+        ("on_call", at(13)),
+        ("on_call", at(14, 59)),
+        ("group", at(13)),
+        ("on_call", at(23, days=-1)),
+        ("on_call", None),
+    ]:
+        status = AlertDelivery.Status.SENT if sent_at else AlertDelivery.Status.RETRYING
+        AlertDelivery.objects.create(alert=alert, channel=channel, status=status, sent_at=sent_at)
+
+    found = stats.compute(DAY, NOW).wave.quota
+
+    assert (found.used, found.forecast) == (5 + 2, 50 + 2)
 
 
 @override_settings(TIME_ZONE="Europe/London")  # UTC+0 in March: 8 hours behind Beijing

@@ -2,12 +2,16 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 from django.utils import timezone
 
 from reminders import api
 from reminders.engine import actions, dispatch
+from reminders.exceptions import BulkValidationError
+from reminders.messages import builders
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule.timing import next_occurrence
+from tests.crm.models import Inquiry
 
 pytestmark = pytest.mark.django_db
 
@@ -215,3 +219,50 @@ def test_schedule__a_task_in_error_scheduled_again_is_active_again():
     stored = ScheduledTask.objects.get(key="e")
     assert (again.status, stored.status, stored.error_code) == ("active", "active", "")
     assert stored.next_run > timezone.now()
+
+
+# --- Inside a CRM's own transaction ------------------------------------------------------
+
+
+def bad_sql(task, run):
+    """A CRM's builder whose query fails: on PostgreSQL, the transaction it ran in is
+    aborted unless a savepoint is rolled back."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM reminders_no_such_table")
+
+
+def test_schedule__a_builder_whose_query_fails_is_a_payload_error_and_the_transaction_goes_on(
+    monkeypatch,
+):
+    monkeypatch.setitem(builders._decorated, "follow_up", bad_sql)
+    with transaction.atomic():
+        Inquiry.objects.create(subject="before")  # the CRM's own work
+        with pytest.raises(ValidationError) as excinfo:
+            api.schedule("follow_up", "alice", cron="0 9 * * *", payload={"customer": "ACME"})
+        assert error_fields(excinfo) == {"payload"}
+        assert "reminders_no_such_table" in str(excinfo.value)
+        Inquiry.objects.create(subject="after")  # refused with "transaction aborted" if broken
+    assert sorted(Inquiry.objects.values_list("subject", flat=True)) == ["after", "before"]
+    assert not ScheduledTask.objects.exists()
+
+
+def test_schedule_many__a_builder_whose_query_fails_blames_its_own_item_only(monkeypatch):
+    def reads_the_crm(task, run):  # a builder whose query is fine
+        return f"{Inquiry.objects.count()} inquiries open"
+
+    monkeypatch.setitem(builders._decorated, "follow_up", bad_sql)
+    monkeypatch.setitem(builders._decorated, "birthday", reads_the_crm)
+    at = timezone.now() + timedelta(hours=1)
+    with transaction.atomic():
+        with pytest.raises(BulkValidationError) as excinfo:
+            api.schedule_many(
+                [
+                    {"kind": "birthday", "recipient": "bob", "at": at},
+                    {"kind": "follow_up", "recipient": "alice", "at": at},
+                    {"kind": "birthday", "recipient": "carol", "at": at},
+                ]
+            )
+        assert list(excinfo.value.errors) == [1]
+        assert "reminders_no_such_table" in str(excinfo.value)
+        Inquiry.objects.create(subject="after")
+    assert not ScheduledTask.objects.exists()

@@ -196,6 +196,13 @@ def channel(backend: str, **options) -> dict:
         pytest.param("REMINDERS_RETRY_DELAYS", "60,-1", "reminders.E004", id="negative retry"),
         pytest.param("REMINDERS_RETENTION_DAYS", 0, "reminders.E004", id="retention of 0"),
         pytest.param(
+            "REMINDERS_CALLBACK_MAX_SKEW_SECONDS", "abc", "reminders.E004", id="window not a number"
+        ),
+        pytest.param(
+            "REMINDERS_CALLBACK_MAX_SKEW_SECONDS", -5, "reminders.E004", id="window negative"
+        ),
+        pytest.param("REMINDERS_CALLBACK_MAX_SKEW_SECONDS", 0, "reminders.E004", id="window of 0"),
+        pytest.param(
             "REMINDERS_CHANNELS",
             channel(WECOM, **CREDENTIALS, oversize="truncate"),
             "reminders.E006",

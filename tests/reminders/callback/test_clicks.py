@@ -240,6 +240,26 @@ def test_take__no_other_alert_of_the_inquiry_can_then_be_taken_or_done(
     ]
 
 
+@pytest.mark.parametrize("page", ["list", "run"])
+def test_admin__a_held_click_reads_held_with_who_had_it_and_nothing_done(
+    client: Client, admin_client: Client, page: str
+) -> None:
+    original, escalated = sent_runs(*escalated_inquiry())
+    click_as(client, escalated, "bob", "take")
+    click_as(client, original, "alice", "done")
+    url = (
+        reverse("admin:reminders_taskrun_changelist")
+        if page == "list"
+        else reverse("admin:reminders_taskrun_change", args=[original.pk])
+    )
+    shown = admin_client.get(url).content.decode()
+    assert "alice clicked done" in shown
+    assert "held: bob had taken the inquiry on; nothing was done" in shown
+    assert "done by alice" not in shown
+    if page == "list":  # bob's own take, beside it, reads as what it did
+        assert "taken on by bob" in shown
+
+
 def test_take__a_snoozed_copy_of_the_alert_can_no_longer_be_taken(client: Client) -> None:
     first, escalation = escalated_inquiry(after=90)
     assert tick() == 1

@@ -216,7 +216,7 @@ def answered(client: Client, make_task: Any, method: str) -> None:
 
 
 def test_not_configured__404(client: Client, settings: Any) -> None:
-    settings.WECOM_CALLBACK_TOKEN = ""
+    settings.WECOM_CALLBACK_TOKEN = settings.WECOM_CALLBACK_AES_KEY = ""
     assert (
         client.get(URL, {"msg_signature": "x", "timestamp": "1", "nonce": "1"}).status_code == 404
     )
@@ -505,9 +505,11 @@ def test_a_replayed_request__403(client, make_task) -> None:
     assert nothing_changed(other)
 
 
-def test_a_click_by_someone_else__403(client, make_task) -> None:
+def test_a_click_by_someone_else__403_saying_the_card_went_to_another(client, make_task) -> None:
     run = sent_run(make_task("follow_up", "alice"))
-    assert post(client, event_xml(run, FromUserName="mallory")).status_code == 403
+    response = post(client, event_xml(run, FromUserName="mallory"))
+    assert response.status_code == 403
+    assert response.content == b"not the member the card went to"
     assert nothing_changed(run)
 
 
@@ -670,8 +672,35 @@ def test_a_body_larger_than_a_callback__400(client, make_task) -> None:
     assert nothing_changed(run)
 
 
-def test_a_callback_set_up_wrong__404_saying_why(client: Client, settings: Any) -> None:
+def test_a_callback_set_up_wrong__503_saying_why(client: Client, settings: Any) -> None:
     settings.WECOM_CALLBACK_AES_KEY = KEY[:-1]  # 42 characters: no key WeCom gives
     response = client.get(URL, {"msg_signature": "x", "timestamp": "1", "nonce": "1"})
-    assert response.status_code == 404
+    assert response.status_code == 503
     assert b"43 characters" in response.content
+
+
+@pytest.mark.parametrize("window", ["abc", -5, 0])
+def test_a_callback_time_window_that_cannot_work__503_saying_why_with_nothing_kept(
+    lenient_client: Client, make_task: Any, settings: Any, window: Any
+) -> None:
+    settings.REMINDERS_CALLBACK_MAX_SKEW_SECONDS = window
+    run = sent_run(make_task("follow_up", "alice"))
+    response = post(lenient_client, event_xml(run))
+    assert response.status_code == 503
+    assert b"REMINDERS_CALLBACK_MAX_SKEW_SECONDS" in response.content
+    assert nothing_changed(run)
+    assert not CallbackNonce.objects.exists()
+
+
+def test_a_click_whose_action_reads_a_setting_that_cannot_work__503_with_nothing_kept(
+    lenient_client: Client, make_task: Any, settings: Any
+) -> None:
+    run = sent_run(make_task("follow_up", "alice"))
+    # A snooze reads the scheduler's tick (reminders.E004 says it cannot work).
+    settings.REMINDERS_TICK_SECONDS = 0
+    response = post(lenient_client, event_xml(run, EventKey="snooze_1h"))
+    assert response.status_code == 503
+    assert b"REMINDERS_TICK_SECONDS" in response.content
+    assert nothing_changed(run)
+    assert not CallbackNonce.objects.exists()
+    assert TaskRun.objects.filter(task=run.task).count() == 1
