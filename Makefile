@@ -58,7 +58,7 @@ docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -q -W --keep-going -n -b html docs docs/_build/html
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy reminders ops config bin/check-dist
+	$(VENV)/bin/mypy reminders ops config wecom_sandbox bin/check-dist
 
 migrations-check: $(STAMP)
 	DATABASE_URL=sqlite:///:memory: $(PY) manage.py makemigrations --check --dry-run

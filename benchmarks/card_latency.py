@@ -50,7 +50,7 @@ from benchmarks.throughput import (  # noqa: E402
     log,
     show_log_tails,
 )
-from ops.sandbox import (  # noqa: E402
+from wecom_sandbox import (  # noqa: E402
     DEV_AGENT_ID,
     DEV_CORP_ID,
     DEV_CORP_SECRET,

@@ -92,7 +92,7 @@ from benchmarks.throughput import (  # noqa: E402
     log,
     show_log_tails,
 )
-from ops.sandbox import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET, SandboxClient  # noqa: E402
+from wecom_sandbox import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET, SandboxClient  # noqa: E402
 
 SETTINGS = "benchmarks.settings_morning"
 PER_MINUTE = 10_000  # WeCom's sends a minute for one app

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ops.sandbox import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET  # noqa: E402
+from wecom_sandbox import DEV_AGENT_ID, DEV_CORP_ID, DEV_CORP_SECRET  # noqa: E402
 
 MEMBERS = 1000
 

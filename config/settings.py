@@ -29,8 +29,10 @@ INSTALLED_APPS = [
     "django_q",
     "reminders",
     "ops",
-    # The standalone project's own app (the demo data): never in a CRM.
+    # The standalone project's own apps, never in a CRM: the demo data, and the local
+    # WeCom sandbox (manage.py wecom_sandbox), which the wheel does not hold.
     "config",
+    "wecom_sandbox",
 ]
 
 MIDDLEWARE = [

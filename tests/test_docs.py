@@ -253,11 +253,12 @@ GET_PREFIX = {"reminders/conf.py": "REMINDERS_", "ops/conf.py": "OPS_"}
 
 
 def settings_read_by_the_code() -> dict[str, set[str]]:
-    """Every ``REMINDERS_*``, ``OPS_*`` and ``WECOM_*`` name the code of reminders/ and
-    ops/ reads: a string that is the name alone (``getattr(settings, "WECOM_API_BASE")``),
-    an attribute (``settings.WECOM_CORP_ID``), or a settings module's ``_get("NAME")``."""
+    """Every ``REMINDERS_*``, ``OPS_*`` and ``WECOM_*`` name the code of reminders/, ops/
+    and wecom_sandbox/ reads: a string that is the name alone (``getattr(settings,
+    "WECOM_API_BASE")``), an attribute (``settings.WECOM_CORP_ID``), or a settings
+    module's ``_get("NAME")``."""
     found: dict[str, set[str]] = {}
-    for root in ("reminders", "ops"):
+    for root in ("reminders", "ops", "wecom_sandbox"):
         for path in sorted((ROOT / root).rglob("*.py")):
             name = str(path.relative_to(ROOT))
             tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -464,7 +465,7 @@ def test_api__every_public_function_has_its_signature_on_the_page() -> None:
 def test_commands__every_command_is_on_the_page() -> None:
     commands = {
         path.stem
-        for root in ("reminders", "ops")
+        for root in ("reminders", "ops", "wecom_sandbox")
         for path in (ROOT / root / "management" / "commands").glob("*.py")
         if path.stem != "__init__"
     }

@@ -29,13 +29,13 @@ from django.utils import timezone
 from playwright.sync_api import Page
 
 from ops.roles import OPERATOR
-from ops.sandbox import WeComSandbox
 from reminders import api
 from reminders.engine.worker import ReminderWorker
 from reminders.models import RunAction, ScheduledTask, SendLog, TaskRun
 from tests.crm.models import Inquiry
 from tests.support.jobs import run_queued
 from tests.support.sandbox import running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 pytestmark = [
     pytest.mark.browser,

@@ -8,7 +8,7 @@ Everything on the way is real: the admin's login form, the live server
 dashboard and the admin's changelist and action, the scheduler's tick
 (``ReminderWorker.tick``, as ``run_reminders`` calls it) and the delivery jobs it
 enqueues (run in this process, as a django-q2 worker would run them), the WeCom sender
-over HTTP, and the WeCom sandbox (``ops.sandbox``) standing in for WeCom. The runs fail
+over HTTP, and the WeCom sandbox (``wecom_sandbox``) standing in for WeCom. The runs fail
 for real too: the sandbox answers 60020 (the server's IP is not on the app's allow list)
 for the first sends, as WeCom does until an administrator adds it, and a retry after
 that goes through.
@@ -44,13 +44,13 @@ from django.utils.formats import date_format
 from playwright.sync_api import Page
 
 from ops.roles import OPERATOR, VIEWER
-from ops.sandbox import WeComSandbox
 from reminders.engine import planning
 from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule import timing
 from tests.support.jobs import run_queued
 from tests.support.sandbox import running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 pytestmark = [
     pytest.mark.browser,

@@ -282,13 +282,19 @@ def test_the_package_installs_with_its_migrations_and_only_its_apps(crm_python):
     # The demo data (a superuser, messages to made-up members) is the standalone
     # project's: a CRM that installs the apps has no such command.
     assert not list(package.parent.glob("*/management/commands/reminders_demo.py"))
+    # The WeCom sandbox is a development tool, an app of its own the wheel does not hold.
+    assert "wecom_sandbox" not in installed
+    assert not list(package.parent.glob("*/management/commands/wecom_sandbox.py"))
+    assert not list(package.parent.glob("*/sandbox"))
 
 
 def test_beside_the_crm_s_own_django_q2__each_cluster_runs_its_own_jobs(crm):
     # Django's own deployment warnings are on stderr, and are the CRM's business.
     checked = crm.manage("check", "--deploy")
     assert "reminders." not in checked, checked
-    assert "reminders_demo" not in crm.manage("help", "--commands")
+    commands = crm.manage("help", "--commands")
+    assert "reminders_demo" not in commands
+    assert "wecom_sandbox" not in commands
     # The CRM's own django-q2 keeps its admin, and its settings.
     state = crm.manage("shell", "-c", DJANGO_Q_STATE).split()[-2:]
     assert state == ["True", crm.env["CRM_QUEUE"]], state

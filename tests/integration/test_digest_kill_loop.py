@@ -41,7 +41,6 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from ops.sandbox import LedgerEntry
 from reminders import registry
 from reminders.models import DIGEST_KEY, Priority, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
@@ -61,6 +60,7 @@ from tests.support.sandbox import (
     assert_ledger_matches,
     wecom_settings,
 )
+from wecom_sandbox import LedgerEntry
 
 pytestmark = kill_loop.MARKS
 

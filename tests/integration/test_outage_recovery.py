@@ -22,10 +22,10 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from ops.sandbox import LedgerEntry
 from tests.support.pgcluster import manage_on, rows
 from tests.support.processes import ReminderProcess, wait_exit, wait_until
 from tests.support.sandbox import SandboxProcess, sandbox_process, wecom_settings
+from wecom_sandbox import LedgerEntry
 
 pytestmark = [
     pytest.mark.processes,

@@ -28,7 +28,6 @@ from django.db import connection
 from django.utils import timezone
 
 from benchmarks.rates import backlog_rate, busiest_window
-from ops.sandbox import LedgerEntry
 from reminders.models import RateBucket, ScheduledTask, TaskRun
 from tests.support.ci import skip_cache_store_off_postgresql
 from tests.support.processes import (
@@ -39,6 +38,7 @@ from tests.support.processes import (
     wait_until,
 )
 from tests.support.sandbox import AGENT_ID, CORP_ID, SandboxProcess, sandbox_process, wecom_settings
+from wecom_sandbox import LedgerEntry
 
 pytestmark = pytest.mark.processes
 

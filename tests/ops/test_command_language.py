@@ -29,7 +29,12 @@ def help_of(command: str, app: str = "ops") -> str:
     [
         ("reminders_stats", "ops", "打印某一天的提醒统计", "Print a day's reminders numbers"),
         ("ops_alerts", "ops", "每隔一段时间执行一步。", "Run a step every interval."),
-        ("wecom_sandbox", "ops", "0 表示自动选择空闲端口（默认：8900）", "(default: 8900)"),
+        (
+            "wecom_sandbox",
+            "wecom_sandbox",
+            "0 表示自动选择空闲端口（默认：8900）",
+            "(default: 8900)",
+        ),
         ("run_reminders", "reminders", "启动时不运行系统检查（默认：False）", "(default: False)"),
         ("reminders_import", "reminders", "所有任务的类型。", "The kind of every task."),
     ],

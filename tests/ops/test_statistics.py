@@ -14,7 +14,6 @@ from ops import statistics
 from ops.alerts import run_step
 from ops.conf import settings as conf
 from ops.models import Alert, AlertDelivery, AlertEvent, AlertType, StatisticsCheck
-from ops.sandbox import WeComSandbox
 from reminders.models import SendLog
 from reminders.senders import get_sender
 from reminders.senders.base import Message
@@ -22,6 +21,7 @@ from reminders.senders.parts import CONTENT_LIMIT
 from tests.ops.test_statistics_sandbox import seconds_to_noon
 from tests.support.alert_channels import admins_setting
 from tests.support.sandbox import AGENT_ID, CORP_ID, running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 pytestmark = pytest.mark.django_db
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import requests
 
-from ops.sandbox import WeComSandbox
-from ops.sandbox.state import APP_NAME, WECOM_TIME_ZONE
 from reminders.senders.base import Message
 from reminders.senders.parts import CONTENT_LIMIT
 from reminders.senders.wecom import WeComSender
 from tests.support.sandbox import AGENT_ID, CORP_ID, CORP_SECRET, ROBOT_KEY, running_sandbox
+from wecom_sandbox import WeComSandbox
+from wecom_sandbox.state import APP_NAME, WECOM_TIME_ZONE
 
 pytestmark = pytest.mark.django_db
 

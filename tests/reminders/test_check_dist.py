@@ -114,6 +114,18 @@ def test_the_standalone_project_tests_and_stray_files_are_named(tmp_path, capsys
     ]
 
 
+def test_the_wecom_sandbox_in_the_wheel_is_named_it_never_ships(tmp_path, capsys):
+    def add(files: dict[str, bytes]) -> None:
+        files["wecom_sandbox/__init__.py"] = (REPO / "wecom_sandbox" / "__init__.py").read_bytes()
+
+    status, errors = check(build(tmp_path, add), capsys)
+    wheel = f"{STEM}-py3-none-any.whl"
+    assert status == 1
+    assert errors[:-1] == [
+        f"{wheel}: wecom_sandbox/__init__.py is the wecom_sandbox/ folder's, which never ships"
+    ]
+
+
 def test_metadata_that_is_not_pyproject_s_is_named(tmp_path, capsys):
     other = {**PROJECT, "version": "0.0.9", "dependencies": PROJECT["dependencies"][1:]}
     status, errors = check(build(tmp_path, project=other), capsys)

@@ -14,7 +14,6 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from ops.sandbox import WeComSandbox
 from reminders import signals
 from reminders.engine import recall as recalling
 from reminders.exceptions import ActionRefused, PermanentSendError, SendError, TransientSendError
@@ -24,6 +23,7 @@ from reminders.senders.memory import MemorySender
 from reminders.senders.wecom import WeComSender
 from tests.support.jobs import tick
 from tests.support.sandbox import ROBOT_KEY, running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 pytestmark = pytest.mark.django_db
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
-from ops.sandbox import LedgerEntry, SandboxClient, WeComSandbox
-from ops.sandbox.ledger import DELIVERED
 from reminders.models import SendLog
 from reminders.senders.parts import CONTENT_LIMIT, split_content
+from wecom_sandbox import LedgerEntry, SandboxClient, WeComSandbox
+from wecom_sandbox.ledger import DELIVERED
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,6 @@ from django.db import connection
 from django.test import TestCase
 from django.utils import timezone
 
-from ops.sandbox import WeComSandbox
 from reminders import kinds, signals
 from reminders.engine import dispatch
 from reminders.exceptions import (
@@ -43,6 +42,7 @@ from tests.support.sandbox import (
     sandbox_process,
     wecom_settings,
 )
+from wecom_sandbox import WeComSandbox
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,6 @@ import pytest
 import requests
 from django.test import TestCase
 
-from ops.sandbox import WeComSandbox
 from reminders.engine import dispatch
 from reminders.exceptions import PayloadSendError
 from reminders.models import SendLog, TaskRun
@@ -34,6 +33,7 @@ from tests.support.sandbox import (
     running_sandbox,
     wecom_settings,
 )
+from wecom_sandbox import WeComSandbox
 
 CARD: dict[str, Any] = {
     "card_type": "button_interaction",

@@ -7,12 +7,12 @@ from collections.abc import Callable
 
 import pytest
 
-from ops.sandbox import WeComSandbox
 from reminders.exceptions import ConfigurationSendError, TransientSendError
 from reminders.senders.base import Message
 from reminders.senders.wecom import WeComSender
 from tests.ops.test_statistics_sandbox import seconds_to_noon
 from tests.support.sandbox import AGENT_ID, CORP_ID, CORP_SECRET, running_sandbox
+from wecom_sandbox import WeComSandbox
 
 from .stub_server import StubServer, error, ok
 

@@ -21,7 +21,7 @@ sandbox answers with the closest documented code, and says so here:
   that was recalled: 40058 (invalid parameter), WeCom's errcode for an invalid field.
 * A ``replace_name`` longer than a button's text may be (10 字, ``cards``): 45002, as
   a button's text of ``message/send``.
-* A ``template_card`` is checked by ``ops.sandbox.cards`` as ``message/send`` checks
+* A ``template_card`` is checked by ``wecom_sandbox.cards`` as ``message/send`` checks
   one, with its errcodes.
 * ``userids`` of members the card was not delivered to are answered in ``invaliduser``
   (a list, as WeCom's reply writes it) and not updated; when nobody named is a

@@ -1,7 +1,7 @@
 """WeCom's behaviour, without HTTP: tokens, limits, duplicate checks, faults and the
-ledger, over request bodies checked as WeCom checks them (``ops.sandbox.validation``),
-with the fault switches (``ops.sandbox.faults``) and the replies
-(``ops.sandbox.replies``) in modules of their own.
+ledger, over request bodies checked as WeCom checks them (``wecom_sandbox.validation``),
+with the fault switches (``wecom_sandbox.faults``) and the replies
+(``wecom_sandbox.replies``) in modules of their own.
 
 Every public method takes the lock, so the HTTP handler threads may call them at once.
 Each endpoint method returns a ``Reply`` that the handler writes, delays or loses.
@@ -17,8 +17,8 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
   delivered before is refused with 42014, checked right after the body, before limits
   and the duplicate check. A delivered button card's reply carries a
   ``response_code``, as WeCom's does, and so does every click's event; each updates
-  the card once, within 72 hours (``ops.sandbox.response_codes``, and
-  ``ops.sandbox.updates`` for ``message/update_template_card``'s errcodes).
+  the card once, within 72 hours (``wecom_sandbox.response_codes``, and
+  ``wecom_sandbox.updates`` for ``message/update_template_card``'s errcodes).
 * ``message/recall`` takes back an app message delivered less than 24 hours before
   (exactly 24 hours is still in time), once: a msgid never issued (a robot message
   has none), older, already recalled or no longer in the ledger is refused with 40058
@@ -35,7 +35,7 @@ Behaviour where WeCom's documentation leaves a choice (see also ``SandboxConfig`
   clicking member can still click, and the key is one of its buttons that call back;
   the member defaults to the card's first member recipient and must be one of its
   recipients (any member, for a card sent to a department or tag). The HTTP call to
-  the callback is made without the lock (``ops.sandbox.clicks``).
+  the callback is made without the lock (``wecom_sandbox.clicks``).
 * ``message/get_statistics`` counts, per day, what the app delivered: each member a
   message reached is one (WeCom's count is 发消息成功人次, successful person-times), a
   department or tag one each (the sandbox knows no members behind them); each part of

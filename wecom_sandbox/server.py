@@ -39,7 +39,7 @@ from .limits import Window
 from .replies import Reply, encode, error_body
 from .state import SandboxState
 
-logger = logging.getLogger("ops.sandbox")
+logger = logging.getLogger("wecom_sandbox")
 
 MAX_BODY = 1 << 20
 MAX_LINE = 65536

@@ -11,7 +11,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from ops.sandbox import (
+from reminders.management.base import TranslatedCommand
+from wecom_sandbox import (
     DEV_AGENT_ID,
     DEV_CORP_ID,
     DEV_CORP_SECRET,
@@ -20,8 +21,7 @@ from ops.sandbox import (
     WeComSandbox,
     Window,
 )
-from ops.sandbox.config import OVERFLOW_CHOICES, ROBOT_LIMIT, USER_LIMITS
-from reminders.management.base import TranslatedCommand
+from wecom_sandbox.config import OVERFLOW_CHOICES, ROBOT_LIMIT, USER_LIMITS
 
 
 def port(value: str) -> int:
@@ -242,7 +242,7 @@ class Command(TranslatedCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         verbose = options["verbosity"] >= 2
         if verbose:
-            logging.getLogger("ops.sandbox").setLevel(logging.INFO)
+            logging.getLogger("wecom_sandbox").setLevel(logging.INFO)
         user_limits = options["user_limits"]
         try:
             sandbox = WeComSandbox(

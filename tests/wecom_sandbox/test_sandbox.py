@@ -16,16 +16,6 @@ from typing import Any
 import pytest
 import requests
 
-from ops.sandbox import (
-    DEV_AGENT_ID,
-    DEV_CORP_ID,
-    DEV_CORP_SECRET,
-    DEV_ROBOT_KEY,
-    FaultRates,
-    LedgerEntry,
-    SandboxClient,
-    WeComSandbox,
-)
 from tests.support.sandbox import (
     AGENT_ID,
     CORP_ID,
@@ -34,6 +24,16 @@ from tests.support.sandbox import (
     ROBOT_KEY,
     running_sandbox,
     sandbox_process,
+)
+from wecom_sandbox import (
+    DEV_AGENT_ID,
+    DEV_CORP_ID,
+    DEV_CORP_SECRET,
+    DEV_ROBOT_KEY,
+    FaultRates,
+    LedgerEntry,
+    SandboxClient,
+    WeComSandbox,
 )
 
 
@@ -939,7 +939,7 @@ def test_page__shows_what_arrived_escaped(api: Api, sandbox: WeComSandbox) -> No
 def test_secret_and_tokens_never_appear_in_ledger_page_control_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="ops.sandbox")
+    caplog.set_level(logging.DEBUG, logger="wecom_sandbox")
     with running_sandbox(verbose=True) as sandbox:
         api = Api(sandbox.base_url)
         try:

@@ -15,8 +15,8 @@ Endpoints: ``GET /cgi-bin/gettoken``, ``POST /cgi-bin/message/send``,
 ``GET /sandbox/messages?since_id=&status=&limit=``, ``GET /sandbox/stats``,
 ``GET|POST /sandbox/control``, ``POST /sandbox/reset`` and ``POST /sandbox/click``
 (a member clicks a card's button: the sandbox posts WeCom's encrypted
-``template_card_event`` to the configured callback URL, ``ops.sandbox.clicks``).
-``ops/sandbox/state.py`` says where WeCom's documentation left a choice and which
+``template_card_event`` to the configured callback URL, ``wecom_sandbox.clicks``).
+``wecom_sandbox/state.py`` says where WeCom's documentation left a choice and which
 reading the sandbox takes; ``cards`` and ``updates`` which errcodes it chose where
 WeCom documents none.
 """

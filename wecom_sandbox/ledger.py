@@ -29,7 +29,7 @@ class LedgerEntry:
     ``userids``, ``partyids``, ``tagids``, ``atall`` and ``invaliduser`` as asked and
     answered. ``updated_for`` is everyone whose card has been updated so far (members,
     ``party:<id>``, ``tag:<id>``). ``clicks`` are the clicks the sandbox posted to the
-    callback (``ops.sandbox.clicks.Click.as_dict``), oldest first.
+    callback (``wecom_sandbox.clicks.Click.as_dict``), oldest first.
     """
 
     id: int

@@ -7,6 +7,9 @@ recalled). An update shows what the card became (``class="card-update"``), a rec
 message is struck through (``class="recalled"`` on its row), and the clicks made are
 listed under the card with what the callback answered.
 
+Above the messages, the limits that hold and the faults pending, in words
+(``wecom_sandbox.words``): never a Python dict or ``COUNT/SECONDS``.
+
 Everything that comes from a request or a callback's answer is escaped, and nothing of
 a card becomes a link: a card's URL is shown as text.
 
@@ -16,7 +19,8 @@ once recalled); a card ``div.card`` with ``data-task-id``; its buttons in one
 ``key``), each submit button with ``data-key="<key>"``; ``div.no-callback`` for the
 hint when clicks are off; ``div.card-update`` for an update (``button.replaced`` for a
 ``replace_name``, or the new ``div.card``); ``ul.clicks > li.click`` with ``ok`` or
-``failed``, ``data-key`` and ``data-status``.
+``failed``, ``data-key`` and ``data-status``; ``ul.limits`` and ``ul.faults`` (absent
+when none is pending), one ``li`` each.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 from html import escape
 from typing import Any
 
+from . import words
 from .ledger import LedgerEntry
 
 STYLE = """
@@ -54,10 +59,6 @@ def render(
     entries: list[LedgerEntry],
     refresh: int,
 ) -> bytes:
-    faults = {k: v for k, v in settings["faults"].items() if v not in (0, 0.0, [], None, 500)}
-    rates = {k: v for k, v in faults.pop("rates", {}).items() if v and k != "seed"}
-    if rates:
-        faults["random"] = {**rates, "seed": settings["faults"]["rates"]["seed"]}
     head = f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else ""
     summary = ", ".join(f"{escape(k)}: {v}" for k, v in counters.items()) or "nothing yet"
     clickable = bool(settings.get("callback"))
@@ -70,11 +71,10 @@ def render(
 <h1>WeCom sandbox</h1>
 <p>Point the sender at it with <code>WECOM_API_BASE={escape(base_url)}</code>.
 Corp id <code>{escape(settings["corp_id"])}</code>, agent id <code>{settings["agent_id"]}</code>,
-robots {escape(", ".join(settings["robots"]) or "none")}; rate limit
-{escape(str(settings["rate_limit"] or "none"))}/s; member limits
-{escape(", ".join(settings["user_limits"]) or "none")}; token TTL {settings["token_ttl"]:g} s.</p>
-<p>Faults pending: {escape(repr(faults)) if faults else "none"}.
-Invalid users: {escape(", ".join(settings["invalid_users"]) or "none")}.
+robots {escape(", ".join(settings["robots"]) or "none")}.</p>
+<p>Limits:</p>{_listed("limits", words.limits(settings))}
+<p>Faults pending:{_pending(words.faults(settings))}
+<p>Invalid users: {escape(", ".join(settings["invalid_users"]) or "none")}.
 Callback: {_callback(settings.get("callback"))}.</p>
 <p class="muted">{summary}. JSON: <a href="/sandbox/messages">messages</a>,
 <a href="/sandbox/stats">stats</a>, <a href="/sandbox/control">control</a>.</p>
@@ -91,6 +91,18 @@ def refused(status: int, error: str) -> bytes:
         f'</head><body><h1>Click refused ({status})</h1><p class="error">{escape(error)}</p>'
         '<p><a href="/sandbox/">Back to the sandbox</a></p></body></html>'
     ).encode()
+
+
+def _listed(css: str, phrases: list[str]) -> str:
+    items = "".join(f"<li>{escape(phrase)}.</li>" for phrase in phrases)
+    return f'<ul class="{css}">{items}</ul>'
+
+
+def _pending(faults: list[str]) -> str:
+    """The rest of the "Faults pending:" paragraph: none, or the list of them."""
+    if not faults:
+        return " none; every send is answered as WeCom answers it.</p>"
+    return f"</p>{_listed('faults', faults)}"
 
 
 def _callback(callback: dict[str, Any] | None) -> str:

@@ -5,7 +5,7 @@ Invariants: lengths are counted in UTF-8 bytes, as WeCom counts them; a text or 
 textcard over WeCom's limit is cut as WeCom documents (never inside a character) when
 the sandbox's ``overflow`` is ``truncate``, else refused with 45002 (a markdown is
 always refused); a message to no valid recipient at all is 81013, naming the invalid
-ones. A ``template_card`` is checked by ``ops.sandbox.cards`` (the card types the
+ones. A ``template_card`` is checked by ``wecom_sandbox.cards`` (the card types the
 sandbox takes and WeCom's rules for them). Nothing here changes the sandbox's state.
 """
 

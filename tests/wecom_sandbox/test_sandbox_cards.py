@@ -16,14 +16,14 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 from django.utils import timezone
 
-from ops.management.commands.wecom_sandbox import Command
-from ops.sandbox import CallbackTarget, ClickRefused, LedgerEntry, SandboxClient, WeComSandbox
 from reminders.callback import crypto, events
 from reminders.engine import planning
 from reminders.models import RunAction, ScheduledTask, TaskRun
 from reminders.models.acting import card_id
-from tests.ops.test_sandbox import Api, text
 from tests.support.sandbox import AGENT_ID, CORP_ID, ROBOT_KEY, running_sandbox, sandbox_process
+from tests.wecom_sandbox.test_sandbox import Api, text
+from wecom_sandbox import CallbackTarget, ClickRefused, LedgerEntry, SandboxClient, WeComSandbox
+from wecom_sandbox.management.commands.wecom_sandbox import Command
 
 TOKEN = "sandbox-callback-token"
 KEY = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"  # 43 characters of base64
