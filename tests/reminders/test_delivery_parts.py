@@ -11,7 +11,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from ops.sandbox import WeComSandbox
 from reminders import api
 from reminders.engine import actions
 from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
@@ -19,6 +18,7 @@ from reminders.models import SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 from tests.support.sandbox import running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 pytestmark = pytest.mark.django_db
 
