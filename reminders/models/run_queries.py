@@ -23,6 +23,7 @@ from ..conf import settings as conf
 from ..schedule import timing
 from .choices import (
     CANCELLED_IN_DOUBT,
+    CANCELLED_WITH_TASK_IN_DOUBT,
     EXPIRED_CODE,
     LEASED,
     MADE_UP_WITH,
@@ -184,7 +185,9 @@ class RunQuerySet(models.QuerySet[Any]):
         transaction commits. Cancelled, it would say nothing went out, and the run that
         replaces it, a duplicate of its key or its day, would be skipped pointing to a
         run no one can retry; ``unknown``, it is the open question ops settle by
-        retrying it or marking it handled. A make-up cancelled no longer covers its
+        retrying it or marking it handled (its task cancelled, which refuses a retry:
+        by asking the recipient, or the provider's statistics, and marking it handled,
+        as its message says). A make-up cancelled no longer covers its
         occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``). The
         take (``JobTake``) of a job that took runs cancelled here and holds no other
         goes with them."""
@@ -231,21 +234,26 @@ class RunQuerySet(models.QuerySet[Any]):
         return ended
 
     def _end_in_doubt(self, doubtful: list[int], now: datetime) -> int:
-        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told."""
-        ended = (
-            self.model.objects.filter(pk__in=doubtful)
-            .pending()
-            .update(
+        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told what they
+        may do: retry it, or, its task cancelled (which refuses a retry), ask whether it
+        arrived and mark it handled."""
+        pending = self.model.objects.filter(pk__in=doubtful).pending()
+        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
+        ended = 0
+        for which, reason in (
+            (cancelled, CANCELLED_WITH_TASK_IN_DOUBT),
+            (~cancelled, CANCELLED_IN_DOUBT),
+        ):
+            ended += pending.filter(which).update(
                 status=RunStatus.UNKNOWN,
-                error_code=CANCELLED_IN_DOUBT.code,
-                error_message=CANCELLED_IN_DOUBT.message,
+                error_code=reason.code,
+                error_message=reason.message,
                 next_attempt_at=None,
                 lease_owner="",
                 lease_token="",
                 lease_expires_at=None,
                 finished_at=now,
             )
-        )
         SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
             status=SendLog.Status.UNKNOWN, updated_at=now
         )
