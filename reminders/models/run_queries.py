@@ -173,6 +173,10 @@ class RunQuerySet(models.QuerySet[Any]):
             finished_at=now,
         )
 
+    def queued(self) -> RunQuerySet:
+        """Claimed, not started yet."""
+        return self.filter(status=RunStatus.QUEUED)
+
     def pending(self) -> RunQuerySet:
         return self.filter(status__in=(*WAITING, RunStatus.QUEUED))
 
@@ -345,10 +349,12 @@ class RunQuerySet(models.QuerySet[Any]):
         each one's ``job_failures``, and its take deleted, as the claim after their
         lease would (``JobTakeQuerySet.lost_runs``): a builder that kills its worker
         before each graceful stop is given up all the same."""
-        queued = self.filter(status=RunStatus.QUEUED)
+        queued = self.queued()
         with transaction.atomic(using=self.db):
-            tokens = set(queued.values_list("lease_token", flat=True))
-            lost = JobTake.objects.lost_runs(tokens) if tokens else set()
+            # Locked first, as a claim locks its runs before the takes.
+            held = dict(queued.select_for_update().values_list("pk", "lease_token"))
+            everyone = self.model.objects.queued()
+            lost = JobTake.objects.lost_runs(set(held.values()), held, everyone) if held else set()
             return queued.update(
                 job_failures=models.Case(
                     models.When(pk__in=lost, then=models.F("job_failures") + 1),

@@ -207,6 +207,27 @@ def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_j
     assert not JobTake.objects.exists()  # each job deleted its own as it started
 
 
+def test_claim__counts_every_run_of_a_dead_job_whatever_its_limit(make_task, crm_kind, settings):
+    now = timezone.now()
+    make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    for _ in range(3):
+        make_task("crm_lookup", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0  # one job took the four runs and died on the first
+    took = set(JobTake.objects.get().run_ids)
+    assert len(took) == 4
+    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    # Claims smaller than the dead job: each counts its own share, and the take keeps
+    # what is not counted yet.
+    first = dispatch.claim("test", 2, now=now + lease)
+    assert len(first.run_ids) == 2
+    assert set(JobTake.objects.get().run_ids) == took - set(first.run_ids)
+    second = dispatch.claim("test", 2, now=now + lease)
+    assert len(second.run_ids) == 2
+    assert dict(TaskRun.objects.values_list("pk", "job_failures")) == dict.fromkeys(took, 1)
+    assert not JobTake.objects.exists()
+
+
 # Handing runs back after their job died ---------------------------------------------------
 
 
