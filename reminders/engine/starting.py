@@ -19,9 +19,11 @@ Invariants:
   under such a row when their lease runs out were taken by a job that ended before
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
   claim that takes them over, or the scheduler that hands them back
-  (``RunQuerySet.give_back``), counts each (``job_failures``), and the claim sends it in
-  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES``
-  such jobs in a row it is failed without being prepared again, and ops told. A
+  (``RunQuerySet.give_back``), or the job that takes them in (``digests.pull``, once
+  their lease ran out), counts each (``job_failures``) once, whatever share of that
+  job's runs it takes, and the claim sends it in a job of its own; a start clears the
+  count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed
+  without being prepared again, and ops told. A
   builder that outlives its connection (slower than PostgreSQL's
   ``idle_in_transaction_session_timeout``, or killed) takes the start's transaction
   with it too, and is such a job (``BuilderBrokeConnection``), not an outage: its
