@@ -15,7 +15,8 @@ Invariants:
   in a savepoint of its own, so a builder's database error fails that run alone
   (PostgreSQL would abort the job's whole transaction). A job records that it took
   its runs (``JobTake``, one row) in a commit of its own before it prepares any
-  (``reminders.engine.delivery``), and the start deletes it: runs still ``queued``
+  (``reminders.engine.delivery``), and the start deletes it (after it took its runs:
+  every transaction locks the runs before the takes): runs still ``queued``
   under such a row when their lease runs out were taken by a job that ended before
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
   claim that takes them over, or the scheduler that hands them back
@@ -137,14 +138,16 @@ def start(
     now = now or timezone.now()
     execution = execution or uuid.uuid4().hex
     with transaction.atomic():
-        if taken:
-            JobTake.objects.filter(job=execution).delete()
         digests.lock(folding)
         _take(
             TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
             execution,
             now,
         )
+        if taken:
+            # After its runs: the runs, then the takes, in every transaction that locks
+            # both (a claim taking them over, a hand-back, a pull), or two wait forever.
+            JobTake.objects.filter(job=execution).delete()
         # In the order they were claimed: by priority, then by how long they waited.
         runs = _taken(run_ids, execution)
         moved = digests.moved_to_digest(runs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
@@ -20,7 +21,9 @@ from django_q.signing import SignedPackage
 from reminders import kinds
 from reminders.engine import actions, dispatch
 from reminders.engine.delivery import deliver
+from reminders.engine.starting import start
 from reminders.models import JobTake, ScheduledTask, TaskRun
+from tests.support.locks import Paused, Worker, require_row_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -288,6 +291,41 @@ def test_cancel__a_dead_job_s_job_take_goes_with_the_runs_it_took(make_task, crm
     assert tick_at(now) == 0
     assert actions.cancel(task) == 1
     assert task.runs.get().status == "cancelled"
+    assert not JobTake.objects.exists()
+
+
+def _locking_runs(sql: str) -> bool:
+    text = sql.lower()
+    return (
+        text.lstrip().startswith("select") and "reminders_taskrun" in text and "for update" in text
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_starting_as_a_claim_takes_its_runs_over__neither_waits_for_the_other_forever(
+    make_task, settings
+):
+    """A job late to start (it waited past its lease) and the claim that takes its runs
+    over lock the runs, then the job's take, in that order: the claim counts the runs
+    and deletes the take, and the job finds its runs gone."""
+    require_row_locks()
+    now = timezone.now()
+    task = make_task(at=now)
+    dispatch.materialize(now=now)
+    claim = dispatch.claim("test", 10, now=now)
+    execution = uuid.uuid4().hex
+    JobTake.objects.take(execution, claim.token, claim.run_ids)
+    later = now + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    taking_over = Paused(lambda: dispatch.claim("test", 10, now=later), after=_locking_runs)
+    taking_over.hold()
+    late = Worker(lambda: start(claim.token, claim.run_ids, later, execution=execution, taken=True))
+    late.start()
+    assert late.blocked_or_done() == "blocked"
+    taking_over.resume()
+    assert taking_over.outcome().run_ids == claim.run_ids
+    assert late.outcome() == []
+    run = task.runs.get()
+    assert (run.status, run.job_failures) == ("queued", 1)
     assert not JobTake.objects.exists()
 
 
