@@ -20,6 +20,12 @@ Both need ``reminders.recall_sendlog`` and the permission to see the ledger, che
 the server: without them there is no button and no action, and a POST (the button's
 page, or the action forced on a list) is 403 and recalls nothing.
 
+A message sent in parts (``SendLog.parts_sent``, the ids of the parts in the provider's
+reply) says which parts went: how many and their message ids on its page
+(``parts_state``), how many in the list's column; the filter "sent in parts" picks the
+messages partly delivered: some parts went, not the rest (``partly_sent``, or in doubt
+or being sent after some went). A message in one part says nothing of parts.
+
 A digest's row (``engine.digests``) is the message of every run the digest carried,
 which have no row of their own: its page lists them (``reminders.admin.digests``), and
 recalling it takes back that one message, every run's line in it.
@@ -129,6 +135,34 @@ def recall_cell(log: SendLog) -> str:
     if not state:
         return "-"
     return format_html('<span title="{}">{}</span>', state, Truncator(state).chars(ERROR_CHARS))
+
+
+def parts_state(log: SendLog) -> str:
+    """Which parts of a message sent in parts went: how many, and their message ids;
+    "" for a message in one part."""
+    if log.status != SendLog.Status.SENT and log.parts_sent:
+        count, ids = len(log.parts_sent), log.parts_sent
+        said = ngettext(
+            "%(count)d part delivered so far: %(ids)s",
+            "%(count)d parts delivered so far: %(ids)s",
+            count,
+        )
+    else:
+        ids = recalling.message_ids(log) if log.status == SendLog.Status.SENT else []
+        count = len(ids)
+        if count < 2:
+            return ""
+        said = gettext("All %(count)d parts delivered: %(ids)s")
+    return said % {"count": count, "ids": ", ".join(str(part) for part in ids)}
+
+
+def parts_cell(log: SendLog) -> str:
+    """How many parts of a message sent in parts went, for the list: "2 so far" for one
+    partly delivered, "3" for one delivered whole, "-" for a message in one part."""
+    if log.status != SendLog.Status.SENT and log.parts_sent:
+        return gettext("%(count)d so far") % {"count": len(log.parts_sent)}
+    count = len(recalling.message_ids(log)) if log.status == SendLog.Status.SENT else 0
+    return str(count) if count > 1 else "-"
 
 
 def ledger_line(log: SendLog) -> SafeString:
@@ -387,6 +421,29 @@ class RecalledFilter(SimpleListFilter):
         return queryset
 
 
+def _insert_after(fields: list[Any], after: str, name: str) -> None:
+    """``name`` in ``fields`` right after ``after``, or last without it."""
+    fields.insert(fields.index(after) + 1 if after in fields else len(fields), name)
+
+
+class PartsFilter(SimpleListFilter):
+    """Messages sent in parts of which some went and the rest did not (yet): the row
+    ``partly_sent``, or in doubt (or being sent) after some parts went."""
+
+    title = _("sent in parts")
+    parameter_name = "parts"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: ModelAdmin[Any]
+    ) -> list[tuple[str, str | _StrPromise]]:
+        return [("partly", _("partly delivered"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "partly":
+            return queryset.filter(parts_sent__isnull=False).exclude(status=SendLog.Status.SENT)
+        return queryset
+
+
 @admin.register(SendLog)
 class SendLogAdmin(RecallMixin, ReadOnlyAdmin):
     list_display = (
@@ -399,10 +456,11 @@ class SendLogAdmin(RecallMixin, ReadOnlyAdmin):
         "reply_code",
         "created_at",
         "sent_at",
+        "parts",
         "recall",
     )
-    readonly_fields = ("recall", "digest_items")
-    list_filter = ("status", "channel", RecalledFilter)
+    readonly_fields = ("recall", "digest_items", "parts_delivered")
+    list_filter = ("status", "channel", PartsFilter, RecalledFilter)
     list_select_related = ("task",)
     search_fields = ("key", "recipient", "provider_message_id")
     ordering = ("-created_at", "-pk")
@@ -412,12 +470,24 @@ class SendLogAdmin(RecallMixin, ReadOnlyAdmin):
     def recall(self, log: SendLog) -> str:
         return recall_cell(log)
 
+    @admin.display(description=_("parts delivered"))
+    def parts(self, log: SendLog) -> str:
+        return parts_cell(log)
+
+    @admin.display(description=_("parts delivered"))
+    def parts_delivered(self, log: SendLog) -> str:
+        return parts_state(log) or "-"
+
     def get_fields(self, request: HttpRequest, obj: SendLog | None = None) -> list[Any]:
-        """A digest's row lists the runs it carried, after its run; other rows do not."""
-        fields = [f for f in super().get_fields(request, obj) if f != "digest_items"]
+        """A digest's row lists the runs it carried, after its run; other rows do not. A
+        message sent in parts says which went (``parts_state``) where its raw
+        ``parts_sent`` would be; a message in one part says nothing of parts."""
+        hidden = ("digest_items", "parts_sent", "parts_delivered")
+        fields = [f for f in super().get_fields(request, obj) if f not in hidden]
+        if obj is not None and parts_state(obj):
+            _insert_after(fields, "provider_message_id", "parts_delivered")
         if obj is not None and obj.task is not None and is_digest(obj.task):
-            at = fields.index("run") + 1 if "run" in fields else len(fields)
-            fields.insert(at, "digest_items")
+            _insert_after(fields, "run", "digest_items")
         return fields
 
     @admin.display(description=_("runs in this digest"))

@@ -25,7 +25,9 @@ handled. The admin's actions, the commands and the CRM call these, and only thes
   it plans make-ups, so a retry and a make-up of one occurrence never both go.
 * ``RunQuerySet.cancel_pending`` (a schedule change, a cancel) ends a run in doubt
   ``unknown``, not ``cancelled``, and ops are told: it may have been delivered, and
-  only a run that says so can be retried. A make-up it cancels no longer covers its
+  only a run that says so can be retried. Its message names only what ops may do: retry
+  it or mark it handled, or, its task cancelled (``retry_refusal`` refuses it), check
+  whether it arrived and mark it handled. A make-up it cancels no longer covers its
   occurrence, which is made up again with the next occurrence planned.
 * ``mark_handled`` records who (a username, not a user: deleting users never
   touches history) looked after a run that ended unsent, and when. A retry clears it:

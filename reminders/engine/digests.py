@@ -18,6 +18,8 @@ How a digest goes (``engine.starting`` asks this module at each step):
    them: each job is told the recipients and kinds it folds, locks their due runs before
    it starts its own (``lock``), and takes in those waiting or queued under another
    claim and not started yet (``pull``); the job that locks second finds its runs gone.
+   The take (``JobTake``) of a job that took them names them no more, and a job that
+   died with them (its lease ran out) is counted against them, as a claim counts it.
    Each run taken in is decided as any run: paused, opted out, quiet or expired alone.
 3. Those free to go, of one recipient, kind and channel, are folded (``fold``): in the
    start's own transaction a digest task and its run (started, under the job's lease)
@@ -67,6 +69,7 @@ from django.db.models import (
     Case,
     Count,
     Exists,
+    F,
     Min,
     Model,
     OuterRef,
@@ -85,6 +88,7 @@ from ..models import (
     DIGEST_CODE,
     DIGEST_KEY,
     THROTTLED_CODE,
+    JobTake,
     Preference,
     QuietHours,
     ScheduledTask,
@@ -324,8 +328,8 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     """The due runs of the recipients and kinds of ``runs`` that fold or are throttled,
     not among ``runs``: waiting, or queued under another claim and not started yet (two
     claims side by side took a recipient's runs in two parts); locked (skipping those
-    another transaction holds), to be started with them. Empty, without a query, when
-    none of ``runs`` folds."""
+    another transaction holds), to be started with them (``_take_over``). Empty,
+    without a query, when none of ``runs`` folds."""
     pairs = {
         (run.task.recipient, run.task.kind)
         for run in runs
@@ -333,16 +337,32 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     }
     if not pairs:
         return []
-    found = open_runs(pairs, "pk", "status", "next_attempt_at", active=True).exclude(
-        pk__in=[run.pk for run in runs]
-    )
+    fields = ("pk", "status", "next_attempt_at", "lease_token", "lease_expires_at")
+    found = open_runs(pairs, *fields, active=True).exclude(pk__in=[run.pk for run in runs])
     if connection.features.has_select_for_update_skip_locked:
         # A claim taking one now is skipped, not waited for. Elsewhere (SQLite: one
         # writer at a time) the start's UPDATE checks each is still waiting.
         found = found.select_for_update(skip_locked=True)
-    return [pk for pk, status, next_attempt_at in found if due(status, next_attempt_at, now)][
-        :PULL_LIMIT
-    ]
+    pulled = [row for row in found if due(row[1], row[2], now)][:PULL_LIMIT]
+    _take_over([row for row in pulled if row[1] == TaskRun.Status.QUEUED], now)
+    return [pk for pk, *_ in pulled]
+
+
+def _take_over(queued: list[tuple[Any, ...]], now: datetime) -> None:
+    """Runs queued under other claims (rows of ``pull``), taken in by this job: the
+    takes of the jobs that took them (``JobTake``) name them no more, and those taken
+    by a job whose lease ran out (it died before starting them) are counted
+    (``job_failures``), as the claim that takes over a dead job's runs counts them. A
+    job whose lease still holds may be alive, to start after this one: not counted."""
+    if not queued:
+        return
+    held = {pk: token for pk, _, _, token, _ in queued}
+    lost = JobTake.objects.lost_runs(set(held.values()), held, TaskRun.objects.queued())
+    ran_out = [pk for pk, *_, until in queued if pk in lost and until is not None and until <= now]
+    if ran_out:
+        TaskRun.objects.filter(pk__in=ran_out, status=TaskRun.Status.QUEUED).update(
+            job_failures=F("job_failures") + 1
+        )
 
 
 def moved_to_digest(runs: Sequence[TaskRun]) -> set[tuple[str, str]]:

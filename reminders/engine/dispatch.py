@@ -148,8 +148,10 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         # Runs still ``queued`` under an expired lease whose job took them (``JobTake``)
         # and ended before starting them: it failed, timed out, or went with its worker.
         # Those that only waited in the queue past their lease were never taken.
+        # Each is counted once, whatever share of the dead job's runs this claim takes:
+        # its take keeps the others, for the claims that take them over.
         stale = {held for _, status, held, *_ in rows if status == TaskRun.Status.QUEUED}
-        lost = JobTake.objects.lost_runs(stale) if stale else set()
+        lost = JobTake.objects.lost_runs(stale, ids, TaskRun.objects.queued()) if stale else set()
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
         TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now).update(

@@ -15,13 +15,16 @@ Invariants:
   in a savepoint of its own, so a builder's database error fails that run alone
   (PostgreSQL would abort the job's whole transaction). A job records that it took
   its runs (``JobTake``, one row) in a commit of its own before it prepares any
-  (``reminders.engine.delivery``), and the start deletes it: runs still ``queued``
+  (``reminders.engine.delivery``), and the start deletes it (after it took its runs:
+  every transaction locks the runs before the takes): runs still ``queued``
   under such a row when their lease runs out were taken by a job that ended before
   starting them (a builder that hangs until django-q2's timeout kills the worker). The
   claim that takes them over, or the scheduler that hands them back
-  (``RunQuerySet.give_back``), counts each (``job_failures``), and the claim sends it in
-  a job of its own; a start clears the count, and after ``REMINDERS_MAX_JOB_FAILURES``
-  such jobs in a row it is failed without being prepared again, and ops told. A
+  (``RunQuerySet.give_back``), or the job that takes them in (``digests.pull``, once
+  their lease ran out), counts each (``job_failures``) once, whatever share of that
+  job's runs it takes, and the claim sends it in a job of its own; a start clears the
+  count, and after ``REMINDERS_MAX_JOB_FAILURES`` such jobs in a row it is failed
+  without being prepared again, and ops told. A
   builder that outlives its connection (slower than PostgreSQL's
   ``idle_in_transaction_session_timeout``, or killed) takes the start's transaction
   with it too, and is such a job (``BuilderBrokeConnection``), not an outage: its
@@ -32,7 +35,9 @@ Invariants:
   the run of a re-planned occurrence; one that did makes that run a ``skipped``
   duplicate. A task that fires at most once a day never sends twice on one local day,
   whatever its keys (a schedule changed from twice a day to daily); a run made on
-  request (run now) is an extra message, outside that rule.
+  request (run now) is an extra message, outside that rule. A run whose own key is
+  ``partly_sent`` holds its day as a sent one does, however it ended: parts of the
+  day's message went.
 * A key ``partly_sent`` (a text sent in parts, a later part failed) sends only the
   parts missing, of the very body the others went in, never rendered again; not after
   the run's deadline, nor inside quiet hours. A re-planned occurrence does not take it.
@@ -70,7 +75,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, OperationalError, connection, transaction
-from django.db.models import Case, F, PositiveSmallIntegerField, Q, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    Exists,
+    F,
+    OuterRef,
+    PositiveSmallIntegerField,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from .. import kinds, signals
@@ -95,6 +110,14 @@ from .records import give_up_in_doubt
 from .retries import resend_is_safe
 
 LIVE = (*TaskRun.WAITING, *TaskRun.LEASED, TaskRun.Status.FOLDED)
+# The runs that hold their task's day (a task that fires at most once a day), besides
+# those whose own key is partly sent.
+HOLD_THE_DAY = (
+    TaskRun.Status.SENT,
+    TaskRun.Status.UNKNOWN,
+    TaskRun.Status.RUNNING,
+    TaskRun.Status.FOLDED,
+)
 
 
 def start(
@@ -115,14 +138,16 @@ def start(
     now = now or timezone.now()
     execution = execution or uuid.uuid4().hex
     with transaction.atomic():
-        if taken:
-            JobTake.objects.filter(job=execution).delete()
         digests.lock(folding)
         _take(
             TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
             execution,
             now,
         )
+        if taken:
+            # After its runs: the runs, then the takes, in every transaction that locks
+            # both (a claim taking them over, a hand-back, a pull), or two wait forever.
+            JobTake.objects.filter(job=execution).delete()
         # In the order they were claimed: by priority, then by how long they waited.
         runs = _taken(run_ids, execution)
         moved = digests.moved_to_digest(runs)
@@ -215,16 +240,15 @@ class Others:
                 if run.pk in days:
                     begin, end = days[run.pk]
                     around |= Q(task_id=run.task_id, occurrence__gte=begin, occurrence__lt=end)
+            # A key partly sent holds the day as a sent one does, however its run ended:
+            # parts of the day's message reached the recipient.
+            partly = SendLog.objects.filter(
+                run=OuterRef("pk"), key=OuterRef("ledger_key"), status=SendLog.Status.PARTLY_SENT
+            )
             same_day = list(
                 TaskRun.objects.filter(around)
-                .filter(
-                    status__in=(
-                        TaskRun.Status.SENT,
-                        TaskRun.Status.UNKNOWN,
-                        TaskRun.Status.RUNNING,
-                        TaskRun.Status.FOLDED,
-                    )
-                )
+                .annotate(partly_sent=Exists(partly))
+                .filter(Q(status__in=HOLD_THE_DAY) | Q(partly_sent=True))
                 .exclude(pk__in=ours)
                 .exclude(is_manual=True)
             )
@@ -373,10 +397,11 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
     done = [o for o in day if o.status not in (TaskRun.Status.RUNNING, TaskRun.Status.FOLDED)]
     if done:
         first = done[0]
+        what = "partly sent" if getattr(first, "partly_sent", False) else first.status
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
-            message=f"Run {first.pk} of this task was {first.status} on the same local day.",
+            message=f"Run {first.pk} of this task was {what} on the same local day.",
         )
         return False
     # Two runs of one day starting at once: the older one goes first; one in a digest

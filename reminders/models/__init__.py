@@ -21,6 +21,7 @@ from .acting import CallbackNonce, RunAction
 from .choices import (
     CANCELLED_IN_DOUBT,
     CANCELLED_MID_SEND,
+    CANCELLED_WITH_TASK_IN_DOUBT,
     DIGEST_CODE,
     DIGEST_KEY,
     EXPIRED_CODE,
@@ -68,6 +69,7 @@ from .validators import (
 __all__ = [
     "CANCELLED_IN_DOUBT",
     "CANCELLED_MID_SEND",
+    "CANCELLED_WITH_TASK_IN_DOUBT",
     "DIGEST_CODE",
     "DIGEST_KEY",
     "EXPIRED_CODE",

@@ -68,11 +68,23 @@ THROTTLED_CODE = "throttled"
 DIGEST_KEY = "reminders_digest"
 
 
-# Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``).
+# Why a run in doubt that was to be cancelled ended ``unknown`` (``cancel_pending``) while
+# its task goes on (a schedule changed, a snooze's reminder no longer wanted): a retry
+# of it is allowed (``engine.actions.retry_refusal``).
 CANCELLED_IN_DOUBT = SkipReason(
     "cancelled_in_doubt",
     "Cancelled while waiting to send again: an earlier attempt may have delivered it. "
-    "Retry it if it did not arrive.",
+    "Retry it if it did not arrive, or mark it handled.",
+)
+
+
+# The same, its task cancelled: a cancelled task's run is never retried
+# (``engine.actions.retry_refusal``), so it says only what ops can do.
+CANCELLED_WITH_TASK_IN_DOUBT = SkipReason(
+    CANCELLED_IN_DOUBT.code,
+    "Its task was cancelled while it waited to send again what an earlier attempt may "
+    "have delivered, and it is not sent again: check with the recipient, or the "
+    "provider's statistics, whether it arrived, then mark it handled.",
 )
 
 

@@ -134,14 +134,31 @@ class JobTakeQuerySet(models.QuerySet["JobTake"]):
         with transaction.atomic(using=self.db):
             self.create(job=job, token=token, run_ids=list(run_ids))
 
-    def lost_runs(self, tokens: Iterable[str]) -> set[int]:
-        """The runs that jobs of the claims ``tokens`` took and never started; those
-        jobs' rows deleted (the caller's claim counts each run once)."""
-        takes = self.filter(token__in=list(tokens))
-        lost = {pk for run_ids in takes.values_list("run_ids", flat=True) for pk in run_ids}
-        if lost:
-            takes.delete()
-        return lost
+    def lost_runs(
+        self, tokens: Iterable[str], run_ids: Iterable[int], queued: models.QuerySet
+    ) -> set[int]:
+        """The runs among ``run_ids`` that jobs of the claims ``tokens`` took and never
+        started, which the caller takes over and counts, once each (``job_failures``).
+        Each such take keeps the runs it lists that the caller leaves, still waiting
+        under its claim in ``queued`` (the runs still ``queued``): another claim's
+        share, counted as that one takes them over. It is deleted once it lists none.
+        The takes are locked while read and rewritten (in the caller's transaction), so
+        that two claims sharing a dead job's runs count each of them once."""
+        taking = set(run_ids)
+        takes = list(self.select_for_update().filter(token__in=list(tokens)).order_by("job"))
+        listed = {pk for take in takes for pk in take.run_ids}
+        left = set(
+            queued.filter(pk__in=listed - taking).values_list("pk", "lease_token")
+            if listed - taking
+            else ()
+        )
+        for take in takes:
+            take.run_ids = [pk for pk in take.run_ids if (pk, take.token) in left]
+            if take.run_ids:
+                take.save(update_fields=["run_ids"])
+            else:
+                take.delete()
+        return listed & taking
 
     def ended(self, tokens: Iterable[str], queued: models.QuerySet) -> int:
         """Delete the takes of the claims ``tokens`` under which no run of ``queued``
@@ -158,9 +175,11 @@ class JobTake(models.Model):
     transaction that starts them: one still here when the runs' lease ran out says the
     job ended before starting them (a builder that hangs until django-q2 kills the
     worker takes the start's transaction with it). The claim that takes the runs over,
-    or the scheduler that hands them back (``RunQuerySet.give_back``), counts it in each
-    one's ``job_failures`` and deletes it; a cancel of its runs deletes it with them. No
-    row outlives its job. Runs that only waited in the queue past their lease have none,
+    or the scheduler that hands them back (``RunQuerySet.give_back``), or the job that
+    takes them in (``engine.digests.pull``), counts it in each one's ``job_failures``,
+    whatever share of them it takes: the row keeps the runs not counted yet, and is
+    deleted once it names none; a cancel of its runs deletes it with them. No row
+    outlives its job. Runs that only waited in the queue past their lease have none,
     and are not counted. One row per job, not a write per run: a message costs the rows
     it did before.
     """

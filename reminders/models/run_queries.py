@@ -23,6 +23,7 @@ from ..conf import settings as conf
 from ..schedule import timing
 from .choices import (
     CANCELLED_IN_DOUBT,
+    CANCELLED_WITH_TASK_IN_DOUBT,
     EXPIRED_CODE,
     LEASED,
     MADE_UP_WITH,
@@ -172,6 +173,10 @@ class RunQuerySet(models.QuerySet[Any]):
             finished_at=now,
         )
 
+    def queued(self) -> RunQuerySet:
+        """Claimed, not started yet."""
+        return self.filter(status=RunStatus.QUEUED)
+
     def pending(self) -> RunQuerySet:
         return self.filter(status__in=(*WAITING, RunStatus.QUEUED))
 
@@ -184,7 +189,9 @@ class RunQuerySet(models.QuerySet[Any]):
         transaction commits. Cancelled, it would say nothing went out, and the run that
         replaces it, a duplicate of its key or its day, would be skipped pointing to a
         run no one can retry; ``unknown``, it is the open question ops settle by
-        retrying it or marking it handled. A make-up cancelled no longer covers its
+        retrying it or marking it handled (its task cancelled, which refuses a retry:
+        by asking the recipient, or the provider's statistics, and marking it handled,
+        as its message says). A make-up cancelled no longer covers its
         occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``). The
         take (``JobTake``) of a job that took runs cancelled here and holds no other
         goes with them."""
@@ -231,21 +238,26 @@ class RunQuerySet(models.QuerySet[Any]):
         return ended
 
     def _end_in_doubt(self, doubtful: list[int], now: datetime) -> int:
-        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told."""
-        ended = (
-            self.model.objects.filter(pk__in=doubtful)
-            .pending()
-            .update(
+        """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told what they
+        may do: retry it, or, its task cancelled (which refuses a retry), ask whether it
+        arrived and mark it handled."""
+        pending = self.model.objects.filter(pk__in=doubtful).pending()
+        cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
+        ended = 0
+        for which, reason in (
+            (cancelled, CANCELLED_WITH_TASK_IN_DOUBT),
+            (~cancelled, CANCELLED_IN_DOUBT),
+        ):
+            ended += pending.filter(which).update(
                 status=RunStatus.UNKNOWN,
-                error_code=CANCELLED_IN_DOUBT.code,
-                error_message=CANCELLED_IN_DOUBT.message,
+                error_code=reason.code,
+                error_message=reason.message,
                 next_attempt_at=None,
                 lease_owner="",
                 lease_token="",
                 lease_expires_at=None,
                 finished_at=now,
             )
-        )
         SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
             status=SendLog.Status.UNKNOWN, updated_at=now
         )
@@ -337,10 +349,12 @@ class RunQuerySet(models.QuerySet[Any]):
         each one's ``job_failures``, and its take deleted, as the claim after their
         lease would (``JobTakeQuerySet.lost_runs``): a builder that kills its worker
         before each graceful stop is given up all the same."""
-        queued = self.filter(status=RunStatus.QUEUED)
+        queued = self.queued()
         with transaction.atomic(using=self.db):
-            tokens = set(queued.values_list("lease_token", flat=True))
-            lost = JobTake.objects.lost_runs(tokens) if tokens else set()
+            # Locked first, as a claim locks its runs before the takes.
+            held = dict(queued.select_for_update().values_list("pk", "lease_token"))
+            everyone = self.model.objects.queued()
+            lost = JobTake.objects.lost_runs(set(held.values()), held, everyone) if held else set()
             return queued.update(
                 job_failures=models.Case(
                     models.When(pk__in=lost, then=models.F("job_failures") + 1),

@@ -586,3 +586,31 @@ def test_add_task__calendar_is_the_kinds_every_day_or_a_named_one(
     assert (task.calendar, planning.calendar_in_force(task)) == (stored, in_force)
     page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[task.pk]))
     assert f'<option value="{choice}" selected>' in page.content.decode()
+
+
+def test_retry_action__a_run_in_doubt_of_a_cancelled_task_says_what_the_admin_allows(
+    admin_client, make_task
+):
+    from reminders.exceptions import InDoubtSendError
+
+    task = make_task(channel="memory_dedup")
+    MemorySender.script[:] = [InDoubtSendError("no answer (read timeout)", code="timeout")]
+    assert tick() == 0
+    assert (task.runs.get().status, SendLog.objects.get().status) == ("retrying", "unknown")
+    actions.cancel(task)
+    run = task.runs.get()
+    assert (run.status, run.error_code) == ("unknown", "cancelled_in_doubt")
+    # What it says to do, the admin allows; what the admin refuses, it does not say.
+    said = run.error_message.lower()
+    assert "retry" not in said
+    assert "recipient" in said and "statistics" in said and "mark it handled" in said
+    assert act(admin_client, "run", "retry_runs", [run]) == [
+        "0 runs put back in line for an immediate attempt.",
+        "1 selected run left as it was: its task is cancelled.",
+    ]
+    admin_client.post(
+        reverse(ACTION_URL["run"]),
+        {"action": "mark_handled", "_selected_action": [run.pk], "post": "yes"},
+    )
+    run.refresh_from_db()
+    assert (run.status, run.handled_by) == ("unknown", "admin")

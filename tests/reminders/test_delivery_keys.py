@@ -136,3 +136,30 @@ def test_a_key_held_by_a_live_run__the_other_run_waits_instead_of_skipping(outbo
     second.refresh_from_db()
     assert (second.status, second.error_code, second.attempts) == ("scheduled", "key_busy", 0)
     assert SendLog.objects.get().run_id == first.pk
+
+
+def test_a_key_partly_sent_then_daily_mid_day__no_second_message_that_day(outbox, settings):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "split": {
+            "BACKEND": "reminders.senders.memory.MemorySender",
+            "OPTIONS": {"oversize": "split"},
+        },
+    }
+    # About 5,000 bytes: three parts of a WeCom text.
+    text = "".join(f"{n:03d} follow up with the customer about the quote\n" for n in range(100))
+    task = daily(cron="0 9,21 * * *", channel="split", payload={"content": text})
+    plan_from(task, MORNING - timedelta(hours=1))
+    # The first part went, the second was refused for good: the key is partly sent.
+    MemorySender.script[:] = [None, RecipientSendError("no such member", code="81013")]
+    assert run_at(MORNING) == 0
+    first = task.runs.get(occurrence=MORNING)
+    assert (first.status, SendLog.objects.get().status) == ("failed", "partly_sent")
+
+    moved = daily(cron="0 15 * * *", channel="split", payload={"content": text})
+    plan_from(moved, MORNING + timedelta(hours=1))
+    assert run_at(MORNING + timedelta(hours=6)) == 0
+    later = moved.runs.order_by("occurrence").last()
+    assert (later.status, later.error_code) == ("skipped", "duplicate")
+    assert f"Run {first.pk}" in later.error_message
+    assert len(outbox) == 1  # the one part that went, not the whole message again

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
@@ -20,7 +21,9 @@ from django_q.signing import SignedPackage
 from reminders import kinds
 from reminders.engine import actions, dispatch
 from reminders.engine.delivery import deliver
+from reminders.engine.starting import start
 from reminders.models import JobTake, ScheduledTask, TaskRun
+from tests.support.locks import Paused, Worker, require_row_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -207,6 +210,27 @@ def test_a_run_that_waits_in_the_queue_past_its_lease_is_not_counted_as_a_lost_j
     assert not JobTake.objects.exists()  # each job deleted its own as it started
 
 
+def test_claim__counts_every_run_of_a_dead_job_whatever_its_limit(make_task, crm_kind, settings):
+    now = timezone.now()
+    make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    for _ in range(3):
+        make_task("crm_lookup", at=now)
+    crm_kind("bad", hang)
+    assert tick_at(now) == 0  # one job took the four runs and died on the first
+    took = set(JobTake.objects.get().run_ids)
+    assert len(took) == 4
+    lease = timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    # Claims smaller than the dead job: each counts its own share, and the take keeps
+    # what is not counted yet.
+    first = dispatch.claim("test", 2, now=now + lease)
+    assert len(first.run_ids) == 2
+    assert set(JobTake.objects.get().run_ids) == took - set(first.run_ids)
+    second = dispatch.claim("test", 2, now=now + lease)
+    assert len(second.run_ids) == 2
+    assert dict(TaskRun.objects.values_list("pk", "job_failures")) == dict.fromkeys(took, 1)
+    assert not JobTake.objects.exists()
+
+
 # Handing runs back after their job died ---------------------------------------------------
 
 
@@ -267,6 +291,41 @@ def test_cancel__a_dead_job_s_job_take_goes_with_the_runs_it_took(make_task, crm
     assert tick_at(now) == 0
     assert actions.cancel(task) == 1
     assert task.runs.get().status == "cancelled"
+    assert not JobTake.objects.exists()
+
+
+def _locking_runs(sql: str) -> bool:
+    text = sql.lower()
+    return (
+        text.lstrip().startswith("select") and "reminders_taskrun" in text and "for update" in text
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_starting_as_a_claim_takes_its_runs_over__neither_waits_for_the_other_forever(
+    make_task, settings
+):
+    """A job late to start (it waited past its lease) and the claim that takes its runs
+    over lock the runs, then the job's take, in that order: the claim counts the runs
+    and deletes the take, and the job finds its runs gone."""
+    require_row_locks()
+    now = timezone.now()
+    task = make_task(at=now)
+    dispatch.materialize(now=now)
+    claim = dispatch.claim("test", 10, now=now)
+    execution = uuid.uuid4().hex
+    JobTake.objects.take(execution, claim.token, claim.run_ids)
+    later = now + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    taking_over = Paused(lambda: dispatch.claim("test", 10, now=later), after=_locking_runs)
+    taking_over.hold()
+    late = Worker(lambda: start(claim.token, claim.run_ids, later, execution=execution, taken=True))
+    late.start()
+    assert late.blocked_or_done() == "blocked"
+    taking_over.resume()
+    assert taking_over.outcome().run_ids == claim.run_ids
+    assert late.outcome() == []
+    run = task.runs.get()
+    assert (run.status, run.job_failures) == ("queued", 1)
     assert not JobTake.objects.exists()
 
 

@@ -21,7 +21,7 @@ from reminders import api, kinds, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
 from reminders.exceptions import InDoubtSendError, PermanentSendError, TransientSendError
-from reminders.models import DIGEST_KEY, ScheduledTask, SendLog, TaskRun
+from reminders.models import DIGEST_KEY, JobTake, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
@@ -221,6 +221,47 @@ def test_claims_side_by_side__the_first_job_takes_the_others_runs_not_started(
     assert len(outbox) == 1
     assert outbox[0].body["content"].startswith("3 follow-ups due:")
     assert {TaskRun.objects.get(task=t).status for t in tasks} == {TaskRun.Status.SENT}
+
+
+def _taken_by_a_dead_job(run: TaskRun, lease_until: datetime) -> None:
+    """``run`` claimed by another process, whose job took it (``JobTake``) and died."""
+    TaskRun.objects.filter(pk=run.pk).update(
+        status=TaskRun.Status.QUEUED,
+        lease_token="other",
+        lease_owner="elsewhere",
+        lease_expires_at=lease_until,
+    )
+    JobTake.objects.take("dead", "other", [run.pk])
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+@pytest.mark.parametrize("lease_ran_out", [False, True], ids=["leased", "lease_ran_out"])
+def test_claims_side_by_side__a_dead_job_s_runs_taken_in_leave_no_job_take(
+    outbox: list, settings: Any, lease_ran_out: bool
+) -> None:
+    settings.REMINDERS_MAX_JOB_FAILURES = 1
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 1, 2)]
+    dispatch.materialize(now=at(THURSDAY, 9))
+    goes = release("alice", at(THURSDAY, 9, 15))
+    dead = TaskRun.objects.get(task=tasks[2])
+    _taken_by_a_dead_job(dead, goes + timedelta(minutes=5))
+    # This job starts while the dead job's lease holds, or after it ran out.
+    starts = goes + timedelta(minutes=10 if lease_ran_out else 1)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.claim("test", 100, now=goes)
+        run_queued(now=starts)
+    assert not JobTake.objects.exists()
+    dead.refresh_from_db()
+    if lease_ran_out:
+        # Counted as the claim that took it over would: one lost job is the limit here.
+        assert (dead.status, dead.error_code) == (TaskRun.Status.FAILED, "job_failures")
+        assert outbox[0].body["content"].startswith("2 follow-ups due:")
+    else:
+        # Its job may be alive, waiting to start: not counted.
+        assert (dead.status, dead.job_failures) == (TaskRun.Status.SENT, 0)
+        assert outbox[0].body["content"].startswith("3 follow-ups due:")
+    assert len(outbox) == 1
 
 
 @pytest.mark.django_db

@@ -257,6 +257,8 @@ def test_cancel_pending__a_run_in_doubt_becomes_unknown_ops_are_told_and_it_can_
         api.schedule("daily_report", "zhangsan", cron=f"30 {hour} * * *", **schedule)
     doubtful.refresh_from_db()
     assert (doubtful.status, doubtful.next_attempt_at) == ("unknown", None)
+    # Its task goes on: what it says to do (retry it), the admin allows.
+    assert "retry it if it did not arrive" in doubtful.error_message.lower()
     assert ("run_unknown", doubtful.pk, "unknown") in received
     assert SendLog.objects.get().status == "unknown"
 
