@@ -37,7 +37,9 @@ Invariants:
   whatever its keys (a schedule changed from twice a day to daily); a run made on
   request (run now) is an extra message, outside that rule. A run whose own key is
   ``partly_sent`` holds its day as a sent one does, however it ended: parts of the
-  day's message went.
+  day's message went. A duplicate skipped for a run that may have delivered its
+  message, in doubt or in part, says to retry that run (``HELD_AS``): a cancel ends such
+  a run ``unknown``, never ``cancelled`` (``RunQuerySet.cancel_pending``).
 * A key ``partly_sent`` (a text sent in parts, a later part failed) sends only the
   parts missing, of the very body the others went in, never rendered again; not after
   the run's deadline, nor inside quiet hours. A re-planned occurrence does not take it.
@@ -112,6 +114,16 @@ from .retries import resend_is_safe
 LIVE = (*TaskRun.WAITING, *TaskRun.LEASED, TaskRun.Status.FOLDED)
 # The runs that hold their task's day (a task that fires at most once a day), besides
 # those whose own key is partly sent.
+# What a re-planned run skipped as a duplicate says of the run that holds its key or its
+# day: one that may have delivered it, in doubt or in part, ended so that ops may retry
+# it (a cancel ends it ``unknown``: ``RunQuerySet.cancel_pending``).
+HELD_AS: dict[str, str] = {
+    SendLog.Status.SENT: "sent",
+    SendLog.Status.UNKNOWN: "in doubt (retry that run)",
+    SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
+}
+
+
 HOLD_THE_DAY = (
     TaskRun.Status.SENT,
     TaskRun.Status.UNKNOWN,
@@ -397,7 +409,10 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
     done = [o for o in day if o.status not in (TaskRun.Status.RUNNING, TaskRun.Status.FOLDED)]
     if done:
         first = done[0]
-        what = "partly sent" if getattr(first, "partly_sent", False) else first.status
+        status = (
+            SendLog.Status.PARTLY_SENT if getattr(first, "partly_sent", False) else first.status
+        )
+        what = HELD_AS.get(status, status)
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
@@ -442,11 +457,7 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
         wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
         return False
     if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN, SendLog.Status.PARTLY_SENT):
-        what = {
-            SendLog.Status.SENT: "sent",
-            SendLog.Status.UNKNOWN: "in doubt (retry that run)",
-            SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
-        }[SendLog.Status(row.status)]
+        what = HELD_AS[row.status]
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
