@@ -50,7 +50,9 @@ Invariants:
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A cancelled task's runs end ``cancelled``, but never one whose own key may
   have gone: ``sent`` if it was, ``unknown`` (code ``cancelled_in_doubt``, ops told) if
-  it is in doubt, as a run whose task was cancelled while it was being sent.
+  it is in doubt, as a run whose task was cancelled while it was being sent, and
+  ``unknown`` (code ``cancelled_partly_sent``, ops told, its row left as it is) if
+  parts of it went.
 * A message due inside its quiet hours (its recipient's own, else its kind's:
   ``Policy.quiet_hours``, its ``quiet_calendar``'s rest days) waits for their end,
   staggered by recipient, without spending an attempt, and says so (code
@@ -96,6 +98,7 @@ from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, Unkn
 from ..messages import digests as digest_wording
 from ..models import (
     CANCELLED_MID_SEND,
+    CANCELLED_WITH_TASK_PARTLY_SENT,
     EXPIRED_CODE,
     QUIET_CODE,
     JobTake,
@@ -295,8 +298,7 @@ def _prepare(
         wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
         return None
     if task.status == ScheduledTask.Status.CANCELLED:
-        if not _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
-            run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        _end_cancelled(run, row, now)
         return None
     if run.job_failures >= conf.MAX_JOB_FAILURES:
         _give_up_lost_jobs(run, row, now)
@@ -383,6 +385,21 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
             message=message,
         )
         signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
+
+
+def _end_cancelled(run: TaskRun, row: SendLog | None, now: datetime) -> None:
+    """End a run of a cancelled task: as its own key says when it may have gone
+    (``_own_key_settles``); ``unknown`` naming the parts delivered, ops told, when parts
+    of it went (``partly_sent``: the rest is never sent); else ``cancelled``."""
+    if _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
+        return
+    if row is None or row.run_id != run.pk or row.status != SendLog.Status.PARTLY_SENT:
+        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        return
+    reason = CANCELLED_WITH_TASK_PARTLY_SENT
+    message = reason.message.format(parts=", ".join(row.parts_sent or ()))
+    if run.close_attempt(TaskRun.Status.UNKNOWN, code=reason.code, message=message, now=now):
+        signals.after_commit(signals.run_unknown, TaskRun, run=run)
 
 
 def _own_key_settles(

@@ -15,7 +15,7 @@ from django.utils import timezone
 from reminders import api
 from reminders.engine import actions
 from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
-from reminders.models import SendLog, TaskRun
+from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 from tests.support.sandbox import running_sandbox, wecom_settings
@@ -281,3 +281,36 @@ def test_partly_sent__a_run_a_moved_schedule_cancels__retried_it_sends_the_rest(
     assert tick(now=first + timedelta(minutes=50)) == 1
     assert parts_arrived(outbox) == ["(1/3)", "(2/3)", "(3/3)"]
     assert SendLog.objects.get().status == "sent"
+
+
+class CancelledWhileSending(MemorySender):
+    """Its task is cancelled while its message is on its way."""
+
+    def send(self, message):
+        actions.cancel(ScheduledTask.objects.get())
+        return super().send(message)
+
+
+def test_partly_sent__a_task_cancelled_while_its_parts_went__its_run_ends_unknown_ops_told(
+    make_task, outbox, settings, received
+):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "cancelling": {
+            "BACKEND": f"{__name__}.CancelledWhileSending",
+            "OPTIONS": {"oversize": "split"},
+        },
+    }
+    task = make_task(channel="cancelling", payload={"content": LONG})
+    MemorySender.script[:] = [None, BUSY]
+    tick()
+    run = task.runs.get()
+    assert (run.status, SendLog.objects.get().status) == ("retrying", "partly_sent")
+    # Its retry finds its task cancelled: the rest is not sent, and ops are told.
+    tick(now=timezone.now() + timedelta(hours=1))
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("unknown", "cancelled_partly_sent")
+    assert "memory-1" in run.error_message
+    assert SendLog.objects.get().status == "partly_sent"
+    assert ("run_unknown", run.pk, "unknown") in received
+    assert parts_arrived(outbox) == ["(1/3)"]
