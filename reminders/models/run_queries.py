@@ -62,17 +62,15 @@ REPLANNED_FIELDS = [
 ]
 
 
-# What a run in doubt ends with when cancelled (``RunQuerySet.cancel_pending``).
-IN_DOUBT_ENDED_FIELDS = [
-    "status",
-    "error_code",
-    "error_message",
-    "next_attempt_at",
-    "lease_owner",
-    "lease_token",
-    "lease_expires_at",
-    "finished_at",
-]
+# What a run in doubt ends with when cancelled (``RunQuerySet.cancel_pending``), besides
+# its error and when it finished.
+ENDED_IN_DOUBT: dict[str, Any] = {
+    "status": RunStatus.UNKNOWN,
+    "next_attempt_at": None,
+    "lease_owner": "",
+    "lease_token": "",
+    "lease_expires_at": None,
+}
 
 
 def _say_of_makeups(runs: RunQuerySet, says: dict[tuple[int, str], str]) -> None:
@@ -275,13 +273,9 @@ class RunQuerySet(models.QuerySet[Any]):
             (~cancelled, CANCELLED_IN_DOUBT),
         ):
             ended += pending.filter(which).update(
-                status=RunStatus.UNKNOWN,
+                **ENDED_IN_DOUBT,
                 error_code=reason.code,
                 error_message=reason.message,
-                next_attempt_at=None,
-                lease_owner="",
-                lease_token="",
-                lease_expires_at=None,
                 finished_at=now,
             )
         SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
@@ -313,14 +307,13 @@ class RunQuerySet(models.QuerySet[Any]):
                     if run.task_id in stopped
                     else CANCELLED_PARTLY_SENT
                 )
-                parts = ", ".join(partly[run.pk] or ())
-                run.status = RunStatus.UNKNOWN
+                for field, value in ENDED_IN_DOUBT.items():
+                    setattr(run, field, value)
                 run.error_code = reason.code
-                run.error_message = reason.message.format(parts=parts)
-                run.next_attempt_at = run.lease_expires_at = None
-                run.lease_owner = run.lease_token = ""
+                run.error_message = reason.message.format(parts=", ".join(partly[run.pk] or ()))
                 run.finished_at = now
-            return self.model.objects.bulk_update(runs, IN_DOUBT_ENDED_FIELDS)
+            fields = [*ENDED_IN_DOUBT, "error_code", "error_message", "finished_at"]
+            return self.model.objects.bulk_update(runs, fields)
 
     def failed(self) -> RunQuerySet:
         return self.filter(status=RunStatus.FAILED)
