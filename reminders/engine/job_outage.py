@@ -46,9 +46,9 @@ def given_back_when_back(
     answer was lost, for the next claim to take at once rather than after their lease;
     its ``JobTake`` goes before they are given back (after they are locked: the runs,
     then the take, in every transaction), if its write committed though its answer was
-    lost too: the database failed the job, not its runs, which are not counted. Unless a builder
-    broke the connection (``BuilderBrokeConnection``): that job is lost as one killed
-    at its timeout, and its runs are counted as they are given back
+    lost too: the database failed the job, not its runs, which are not counted. Unless
+    a builder broke the connection (``BuilderBrokeConnection``): that job is lost as one
+    killed at its timeout, and its runs are counted as they are given back
     (``RunQuerySet.give_back``). False when ``exc`` is not the database going away, or
     it did not answer in the job's time."""
     lost = isinstance(exc, BuilderBrokeConnection)
