@@ -8,7 +8,9 @@ Invariants: a send that left always has its ``outcome`` (``Job.outcome``), so a 
 without one was never sent, and its key may be sent again without doubt. Only runs the
 job still holds are written (``held``): one recorded already, or taken over, is left
 alone. The wait is bounded by the job's time and its lease; only if the database stays
-away longer than that do its runs wait for their lease, as after a crash.
+away longer than that do its runs wait for their lease, as after a crash. A hand-back
+locks the runs before it deletes the job's take (``JobTake``), as a claim taking them
+over does: the other way round, the two would wait for each other forever.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def given_back_when_back(
     database answers again it gives back those still ``queued`` under the claim's
     token, and those its start took (``execution``) if that start committed though its
     answer was lost, for the next claim to take at once rather than after their lease;
-    its ``JobTake`` goes first, if its write committed though its answer was lost too:
-    the database failed the job, not its runs, which are not counted. Unless a builder
-    broke the connection (``BuilderBrokeConnection``): that job is lost as one killed
-    at its timeout, and its runs are counted as they are given back
+    its ``JobTake`` goes before they are given back (after they are locked: the runs,
+    then the take, in every transaction), if its write committed though its answer was
+    lost too: the database failed the job, not its runs, which are not counted. Unless
+    a builder broke the connection (``BuilderBrokeConnection``): that job is lost as one
+    killed at its timeout, and its runs are counted as they are given back
     (``RunQuerySet.give_back``). False when ``exc`` is not the database going away, or
     it did not answer in the job's time."""
     lost = isinstance(exc, BuilderBrokeConnection)
@@ -53,6 +56,9 @@ def given_back_when_back(
     def give_back() -> None:
         runs = TaskRun.objects.filter(pk__in=run_ids)
         with transaction.atomic():
+            # The runs, then the take, as every transaction that locks both (a claim
+            # taking them over, a start, a pull), or two wait for each other forever.
+            list(runs.filter(lease_token__in=(token, execution)).select_for_update().values("pk"))
             if not lost:
                 JobTake.objects.filter(job=execution).delete()
             given = runs.filter(lease_token=token).give_back()

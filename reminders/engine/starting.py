@@ -37,7 +37,9 @@ Invariants:
   whatever its keys (a schedule changed from twice a day to daily); a run made on
   request (run now) is an extra message, outside that rule. A run whose own key is
   ``partly_sent`` holds its day as a sent one does, however it ended: parts of the
-  day's message went.
+  day's message went. A duplicate skipped for a run that may have delivered its
+  message, in doubt or in part, says to retry that run (``HELD_AS``): a cancel ends such
+  a run ``unknown``, never ``cancelled`` (``RunQuerySet.cancel_pending``).
 * A key ``partly_sent`` (a text sent in parts, a later part failed) sends only the
   parts missing, of the very body the others went in, never rendered again; not after
   the run's deadline, nor inside quiet hours. A re-planned occurrence does not take it.
@@ -48,7 +50,9 @@ Invariants:
 * A paused task sends nothing, even runs already claimed; they wait without spending an
   attempt. A cancelled task's runs end ``cancelled``, but never one whose own key may
   have gone: ``sent`` if it was, ``unknown`` (code ``cancelled_in_doubt``, ops told) if
-  it is in doubt, as a run whose task was cancelled while it was being sent.
+  it is in doubt, as a run whose task was cancelled while it was being sent, and
+  ``unknown`` (code ``cancelled_partly_sent``, ops told, its row left as it is) if
+  parts of it went.
 * A message due inside its quiet hours (its recipient's own, else its kind's:
   ``Policy.quiet_hours``, its ``quiet_calendar``'s rest days) waits for their end,
   staggered by recipient, without spending an attempt, and says so (code
@@ -94,6 +98,7 @@ from ..exceptions import BuilderFailed, PermanentSendError, RemindersError, Unkn
 from ..messages import digests as digest_wording
 from ..models import (
     CANCELLED_MID_SEND,
+    CANCELLED_WITH_TASK_PARTLY_SENT,
     EXPIRED_CODE,
     QUIET_CODE,
     JobTake,
@@ -112,6 +117,16 @@ from .retries import resend_is_safe
 LIVE = (*TaskRun.WAITING, *TaskRun.LEASED, TaskRun.Status.FOLDED)
 # The runs that hold their task's day (a task that fires at most once a day), besides
 # those whose own key is partly sent.
+# What a re-planned run skipped as a duplicate says of the run that holds its key or its
+# day: one that may have delivered it, in doubt or in part, ended so that ops may retry
+# it (a cancel ends it ``unknown``: ``RunQuerySet.cancel_pending``).
+HELD_AS: dict[str, str] = {
+    SendLog.Status.SENT: "sent",
+    SendLog.Status.UNKNOWN: "in doubt (retry that run)",
+    SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
+}
+
+
 HOLD_THE_DAY = (
     TaskRun.Status.SENT,
     TaskRun.Status.UNKNOWN,
@@ -283,8 +298,7 @@ def _prepare(
         wait([run], now, "paused", "The task is paused: the run waits until it is resumed.")
         return None
     if task.status == ScheduledTask.Status.CANCELLED:
-        if not _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
-            run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        _end_cancelled(run, row, now)
         return None
     if run.job_failures >= conf.MAX_JOB_FAILURES:
         _give_up_lost_jobs(run, row, now)
@@ -373,6 +387,21 @@ def _give_up_lost_jobs(run: TaskRun, row: SendLog | None, now: datetime) -> None
         signals.after_commit(signals.run_failed, TaskRun, run=run, error=error)
 
 
+def _end_cancelled(run: TaskRun, row: SendLog | None, now: datetime) -> None:
+    """End a run of a cancelled task: as its own key says when it may have gone
+    (``_own_key_settles``); ``unknown`` naming the parts delivered, ops told, when parts
+    of it went (``partly_sent``: the rest is never sent); else ``cancelled``."""
+    if _own_key_settles(run, row, now, CANCELLED_MID_SEND.code, CANCELLED_MID_SEND.message):
+        return
+    if row is None or row.run_id != run.pk or row.status != SendLog.Status.PARTLY_SENT:
+        run.close_attempt(TaskRun.Status.CANCELLED, code="cancelled", message="Task cancelled.")
+        return
+    reason = CANCELLED_WITH_TASK_PARTLY_SENT
+    message = reason.message.format(parts=", ".join(row.parts_sent or ()))
+    if run.close_attempt(TaskRun.Status.UNKNOWN, code=reason.code, message=message, now=now):
+        signals.after_commit(signals.run_unknown, TaskRun, run=run)
+
+
 def _own_key_settles(
     run: TaskRun, row: SendLog | None, now: datetime, code: str, message: str
 ) -> bool:
@@ -397,7 +426,10 @@ def _day_is_free(run: TaskRun, others: Others, now: datetime) -> bool:
     done = [o for o in day if o.status not in (TaskRun.Status.RUNNING, TaskRun.Status.FOLDED)]
     if done:
         first = done[0]
-        what = "partly sent" if getattr(first, "partly_sent", False) else first.status
+        status = (
+            SendLog.Status.PARTLY_SENT if getattr(first, "partly_sent", False) else first.status
+        )
+        what = HELD_AS.get(status, status)
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",
@@ -442,11 +474,7 @@ def _key_passes(run: TaskRun, row: SendLog, others: Others, now: datetime) -> bo
         wait([run], until, "key_busy", f"Key {row.key} is in use by run {holder.pk}.")
         return False
     if row.status in (SendLog.Status.SENT, SendLog.Status.UNKNOWN, SendLog.Status.PARTLY_SENT):
-        what = {
-            SendLog.Status.SENT: "sent",
-            SendLog.Status.UNKNOWN: "in doubt (retry that run)",
-            SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
-        }[SendLog.Status(row.status)]
+        what = HELD_AS[row.status]
         run.close_attempt(
             TaskRun.Status.SKIPPED,
             code="duplicate",

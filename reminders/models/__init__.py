@@ -21,7 +21,9 @@ from .acting import CallbackNonce, RunAction
 from .choices import (
     CANCELLED_IN_DOUBT,
     CANCELLED_MID_SEND,
+    CANCELLED_PARTLY_SENT,
     CANCELLED_WITH_TASK_IN_DOUBT,
+    CANCELLED_WITH_TASK_PARTLY_SENT,
     DIGEST_CODE,
     DIGEST_KEY,
     EXPIRED_CODE,
@@ -69,7 +71,9 @@ from .validators import (
 __all__ = [
     "CANCELLED_IN_DOUBT",
     "CANCELLED_MID_SEND",
+    "CANCELLED_PARTLY_SENT",
     "CANCELLED_WITH_TASK_IN_DOUBT",
+    "CANCELLED_WITH_TASK_PARTLY_SENT",
     "DIGEST_CODE",
     "DIGEST_KEY",
     "EXPIRED_CODE",

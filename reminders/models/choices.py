@@ -88,6 +88,26 @@ CANCELLED_WITH_TASK_IN_DOUBT = SkipReason(
 )
 
 
+# Why a run waiting to send the rest of a text sent in parts (its own key
+# ``partly_sent``) ended ``unknown`` rather than ``cancelled`` when cancelled
+# (``RunQuerySet.cancel_pending``): parts reached the recipient, and ``{parts}`` names
+# them. Its task goes on: a retry sends the rest.
+CANCELLED_PARTLY_SENT = SkipReason(
+    "cancelled_partly_sent",
+    "Cancelled while waiting to send the rest of a message sent in parts; the parts "
+    "delivered: {parts}. Retry it to send the rest, or mark it handled.",
+)
+
+
+# The same, its task cancelled (a retry is refused): the rest is never sent.
+CANCELLED_WITH_TASK_PARTLY_SENT = SkipReason(
+    CANCELLED_PARTLY_SENT.code,
+    "Its task was cancelled while it waited to send the rest of a message sent in parts, "
+    "and the rest is not sent; the parts delivered: {parts}. Tell the recipient if need "
+    "be, then mark it handled.",
+)
+
+
 # Why a run whose task was cancelled while its message was on its way (a worker that
 # died sending it, an answer lost) ended ``unknown`` rather than ``cancelled``
 # (``engine.starting``, ``engine.retries``): the same code, said of a send.

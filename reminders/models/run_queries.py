@@ -1,7 +1,7 @@
 """``TaskRun``'s QuerySet verbs, reused by the scheduler, delivery, the admin and the
 commands: due and claimable runs, planned runs added (a cancelled one revived), the
-pending cancelled (a run in doubt ended ``unknown``), the overdue expired, the stuck
-reported, the abandoned given back.
+pending cancelled (a run in doubt, or partly sent, ended ``unknown``), the overdue
+expired, the stuck reported, the abandoned given back.
 
 Each verb is one or a few statements over the selected rows, never a query per run; a
 verb that tells ops (``signals``) does so once its transaction commits.
@@ -23,7 +23,9 @@ from ..conf import settings as conf
 from ..schedule import timing
 from .choices import (
     CANCELLED_IN_DOUBT,
+    CANCELLED_PARTLY_SENT,
     CANCELLED_WITH_TASK_IN_DOUBT,
+    CANCELLED_WITH_TASK_PARTLY_SENT,
     EXPIRED_CODE,
     LEASED,
     MADE_UP_WITH,
@@ -58,6 +60,17 @@ REPLANNED_FIELDS = [
     "day_source",
     "day_note",
 ]
+
+
+# What a run in doubt ends with when cancelled (``RunQuerySet.cancel_pending``), besides
+# its error and when it finished.
+ENDED_IN_DOUBT: dict[str, Any] = {
+    "status": RunStatus.UNKNOWN,
+    "next_attempt_at": None,
+    "lease_owner": "",
+    "lease_token": "",
+    "lease_expires_at": None,
+}
 
 
 def _say_of_makeups(runs: RunQuerySet, says: dict[tuple[int, str], str]) -> None:
@@ -191,21 +204,25 @@ class RunQuerySet(models.QuerySet[Any]):
         run no one can retry; ``unknown``, it is the open question ops settle by
         retrying it or marking it handled (its task cancelled, which refuses a retry:
         by asking the recipient, or the provider's statistics, and marking it handled,
-        as its message says). A make-up cancelled no longer covers its
+        as its message says). A run waiting to send the rest of a text sent in parts
+        (its own row ``partly_sent``) ends ``unknown`` too, its row left as it is, its
+        message naming the parts delivered (``CANCELLED_PARTLY_SENT``), and ops told:
+        parts reached the recipient, and the re-planned run skipped as a duplicate of
+        its key says to retry it. A make-up cancelled no longer covers its
         occurrence, and the skipped run it was for says so (``MAKEUP_CANCELLED``). The
         take (``JobTake``) of a job that took runs cancelled here and holds no other
         goes with them."""
         now = timezone.now()
         pending = self.pending()
-        own_row_in_doubt = SendLog.objects.filter(
-            run=models.OuterRef("pk"),
-            key=models.OuterRef("ledger_key"),
-            status__in=(SendLog.Status.SENDING, SendLog.Status.UNKNOWN),
+        own_row = SendLog.objects.filter(
+            run=models.OuterRef("pk"), key=models.OuterRef("ledger_key")
         )
+        # Parts delivered (``partly_sent``) are as far from "nothing went" as a doubt.
+        may_have_gone = (SendLog.Status.SENDING, SendLog.Status.UNKNOWN, SendLog.Status.PARTLY_SENT)
         # One read of the few that need more than a status: runs in doubt, make-ups, and
         # the claimed (a job that took them and died leaves its take to delete).
         special = list(
-            pending.annotate(in_doubt=models.Exists(own_row_in_doubt))
+            pending.annotate(in_doubt=models.Exists(own_row.filter(status__in=may_have_gone)))
             .filter(Q(in_doubt=True) | Q(is_compensation=True) | Q(status=RunStatus.QUEUED))
             .values_list("pk", "in_doubt", "is_compensation", "status", "lease_token")
         )
@@ -241,21 +258,24 @@ class RunQuerySet(models.QuerySet[Any]):
         """``cancel_pending``'s end of runs in doubt: ``unknown``, and ops told what they
         may do: retry it, or, its task cancelled (which refuses a retry), ask whether it
         arrived and mark it handled."""
-        pending = self.model.objects.filter(pk__in=doubtful).pending()
+        partly: dict[int, list[str] | None] = dict(
+            SendLog.objects.filter(
+                run_id__in=doubtful,
+                key=models.F("run__ledger_key"),
+                status=SendLog.Status.PARTLY_SENT,
+            ).values_list("run_id", "parts_sent")
+        )
+        ended = self._end_partly_sent(partly, now) if partly else 0
+        pending = self.model.objects.filter(pk__in=doubtful).exclude(pk__in=partly).pending()
         cancelled = Q(task__status=ScheduledTask.Status.CANCELLED)
-        ended = 0
         for which, reason in (
             (cancelled, CANCELLED_WITH_TASK_IN_DOUBT),
             (~cancelled, CANCELLED_IN_DOUBT),
         ):
             ended += pending.filter(which).update(
-                status=RunStatus.UNKNOWN,
+                **ENDED_IN_DOUBT,
                 error_code=reason.code,
                 error_message=reason.message,
-                next_attempt_at=None,
-                lease_owner="",
-                lease_token="",
-                lease_expires_at=None,
                 finished_at=now,
             )
         SendLog.objects.filter(run_id__in=doubtful, status=SendLog.Status.SENDING).update(
@@ -267,6 +287,33 @@ class RunQuerySet(models.QuerySet[Any]):
         for run in told:
             signals.after_commit(signals.run_unknown, self.model, run=run)
         return ended
+
+    def _end_partly_sent(self, partly: dict[int, list[str] | None], now: datetime) -> int:
+        """``_end_in_doubt``'s end of runs whose own row is ``partly_sent`` (``partly``:
+        the parts delivered, by run): ``unknown``, their message naming those parts, and
+        what ops may do with the rest: retry it, or, its task cancelled, mark it
+        handled. The rows are locked first, so that a job starting one waits, then
+        finds it ended."""
+        with transaction.atomic(using=self.db):
+            runs = list(self.model.objects.filter(pk__in=partly).pending().select_for_update())
+            stopped = set(
+                ScheduledTask.objects.filter(
+                    pk__in={run.task_id for run in runs}, status=ScheduledTask.Status.CANCELLED
+                ).values_list("pk", flat=True)
+            )
+            for run in runs:
+                reason = (
+                    CANCELLED_WITH_TASK_PARTLY_SENT
+                    if run.task_id in stopped
+                    else CANCELLED_PARTLY_SENT
+                )
+                for field, value in ENDED_IN_DOUBT.items():
+                    setattr(run, field, value)
+                run.error_code = reason.code
+                run.error_message = reason.message.format(parts=", ".join(partly[run.pk] or ()))
+                run.finished_at = now
+            fields = [*ENDED_IN_DOUBT, "error_code", "error_message", "finished_at"]
+            return self.model.objects.bulk_update(runs, fields)
 
     def failed(self) -> RunQuerySet:
         return self.filter(status=RunStatus.FAILED)

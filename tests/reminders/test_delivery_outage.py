@@ -6,19 +6,25 @@ a database away for longer than the job may wait leaves its runs to their lease.
 from __future__ import annotations
 
 import time
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
+from django.utils import timezone
 
 from reminders.engine import delivery, dispatch, outage
 from reminders.engine.delivery import deliver
+from reminders.engine.job_outage import given_back_when_back
+from reminders.engine.jobs import Budget
 from reminders.exceptions import TransientSendError
 from reminders.models import JobTake, JobTakeQuerySet, SendLog, TaskRun
 from reminders.senders import Message, SendResult
 from reminders.senders.memory import MemorySender
 from tests.support.away import database_away
 from tests.support.jobs import tick
+from tests.support.locks import Paused, Worker, locking, require_row_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -161,3 +167,42 @@ def test_a_database_away_longer_than_the_job_may_wait_leaves_the_runs_to_their_l
     assert time.monotonic() - began < 2
     assert runs() == [("queued", claimed.token, 0)]
     assert outbox == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_giving_its_runs_back_as_a_claim_takes_them_over__neither_waits_for_the_other_forever(
+    make_task, settings
+):
+    """A job that lost the database before starting its runs hands them back once it
+    answers, late (their lease ran out meanwhile), as a claim takes them over: both
+    lock the runs, then the job's take, so the claim never waits for the hand-back. The
+    claim counts the runs and deletes the take; the hand-back finds them gone."""
+    require_row_locks()
+    now = timezone.now()
+    task = make_task(at=now)
+    dispatch.materialize(now=now)
+    claimed = dispatch.claim("test", 10, now=now)
+    execution = uuid.uuid4().hex
+    JobTake.objects.take(execution, claimed.token, claimed.run_ids)
+    later = now + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    taking_over = Paused(
+        lambda: dispatch.claim("test", 10, now=later), after=locking("reminders_taskrun")
+    )
+    taking_over.hold()
+    began = time.monotonic()
+    budget = Budget(began + 60, began + 60, margin=1)
+    away = OperationalError("server closed the connection unexpectedly")
+    back = Worker(
+        lambda: given_back_when_back(away, budget, claimed.token, execution, claimed.run_ids)
+    )
+    back.start()
+    assert back.blocked_or_done() == "blocked"
+    taking_over.resume()
+    # Never waiting for the hand-back's lock on the take: no deadlock to lose.
+    assert taking_over.blocked_or_done() == "done"
+    assert taking_over.outcome().run_ids == claimed.run_ids
+    assert back.outcome() is True
+    run = task.runs.get()
+    assert (run.status, run.job_failures) == ("queued", 1)
+    assert run.lease_token != claimed.token
+    assert not JobTake.objects.exists()

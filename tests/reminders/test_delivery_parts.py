@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.test import TestCase
 from django.utils import timezone
 
 from reminders import api
 from reminders.engine import actions
 from reminders.exceptions import InDoubtSendError, RecipientSendError, TransientSendError
-from reminders.models import SendLog, TaskRun
+from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
 from tests.support.jobs import tick
 from tests.support.sandbox import running_sandbox, wecom_settings
@@ -220,3 +221,96 @@ def test_partly_sent__on_wecom_a_member_s_limit_met_mid_message_the_rest_arrives
     log = SendLog.objects.get()
     assert (log.status, log.reply_detail["msgids"]) == ("sent", went)
     assert task.runs.get().status == "sent"
+
+
+# Cancelled with parts delivered ----------------------------------------------------------
+
+
+def partly_sent_and_waiting(task) -> TaskRun:
+    """``task``'s run, its first part delivered and the second refused for now: it
+    waits to send the rest."""
+    MemorySender.script[:] = [None, BUSY]
+    assert tick(now=task.next_run + timedelta(minutes=15)) == 0
+    run = task.runs.get()
+    assert (run.status, SendLog.objects.get().status) == ("retrying", "partly_sent")
+    return run
+
+
+def test_partly_sent__a_cancelled_task_s_run_waiting_for_the_rest_ends_unknown_ops_told(
+    make_task, outbox, split_channels, received
+):
+    task = make_task(channel="split", payload={"content": LONG})
+    run = partly_sent_and_waiting(task)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert actions.cancel(task) == 1
+    run.refresh_from_db()
+    # Not "cancelled": a part reached the recipient, and ops are told which.
+    assert (run.status, run.error_code) == ("unknown", "cancelled_partly_sent")
+    assert "memory-1" in run.error_message
+    assert "mark it handled" in run.error_message
+    assert received[-1] == ("run_unknown", run.pk, "unknown")
+    log = SendLog.objects.get()
+    assert (log.status, log.parts_sent) == ("partly_sent", ["memory-1"])
+    assert actions.retry_now(run) is False  # its task is cancelled: nothing more goes
+    assert tick(now=timezone.now() + timedelta(hours=1)) == 0
+    assert parts_arrived(outbox) == ["(1/3)"]
+
+
+def test_partly_sent__a_run_a_moved_schedule_cancels__retried_it_sends_the_rest(
+    make_task, outbox, split_channels, received, reports_every_day
+):
+    hour = (timezone.now() + timedelta(hours=2)).hour
+    schedule = {"tz": "UTC", "key": "report:1", "channel": "split", "payload": {"content": LONG}}
+    task = api.schedule("daily_report", "zhangsan", cron=f"0 {hour} * * *", **schedule)
+    first = task.next_run
+    partly = partly_sent_and_waiting(task)
+    # The schedule moves within the day: the waiting run is no longer wanted...
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        api.schedule("daily_report", "zhangsan", cron=f"30 {hour} * * *", **schedule)
+    partly.refresh_from_db()
+    assert (partly.status, partly.error_code) == ("unknown", "cancelled_partly_sent")
+    assert ("run_unknown", partly.pk, "unknown") in received
+    # ...and the re-planned run does not send the message again: it names the run to
+    # retry, which ops can retry.
+    assert tick(now=first + timedelta(minutes=45)) == 0
+    moved = task.runs.get(occurrence=first + timedelta(minutes=30))
+    assert (moved.status, moved.error_code) == ("skipped", "duplicate")
+    assert f"Run {partly.pk} " in moved.error_message
+    assert "partly sent (retry that run)" in moved.error_message
+    assert actions.retry_now(partly) is True
+    assert tick(now=first + timedelta(minutes=50)) == 1
+    assert parts_arrived(outbox) == ["(1/3)", "(2/3)", "(3/3)"]
+    assert SendLog.objects.get().status == "sent"
+
+
+class CancelledWhileSending(MemorySender):
+    """Its task is cancelled while its message is on its way."""
+
+    def send(self, message):
+        actions.cancel(ScheduledTask.objects.get())
+        return super().send(message)
+
+
+def test_partly_sent__a_task_cancelled_while_its_parts_went__its_run_ends_unknown_ops_told(
+    make_task, outbox, settings, received
+):
+    settings.REMINDERS_CHANNELS = {
+        **settings.REMINDERS_CHANNELS,
+        "cancelling": {
+            "BACKEND": f"{__name__}.CancelledWhileSending",
+            "OPTIONS": {"oversize": "split"},
+        },
+    }
+    task = make_task(channel="cancelling", payload={"content": LONG})
+    MemorySender.script[:] = [None, BUSY]
+    tick()
+    run = task.runs.get()
+    assert (run.status, SendLog.objects.get().status) == ("retrying", "partly_sent")
+    # Its retry finds its task cancelled: the rest is not sent, and ops are told.
+    tick(now=timezone.now() + timedelta(hours=1))
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("unknown", "cancelled_partly_sent")
+    assert "memory-1" in run.error_message
+    assert SendLog.objects.get().status == "partly_sent"
+    assert ("run_unknown", run.pk, "unknown") in received
+    assert parts_arrived(outbox) == ["(1/3)"]

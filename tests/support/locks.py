@@ -146,3 +146,13 @@ def statement(verb: str, table: str) -> Callable[[str], bool]:
         return text.startswith(verb.lower()) and table.lower() in text
 
     return matches
+
+
+def locking(table: str) -> Callable[[str], bool]:
+    """A test for ``Paused``: a ``SELECT ... FOR UPDATE`` of ``table``'s rows."""
+
+    def matches(sql: str) -> bool:
+        text = sql.lower()
+        return statement("select", table)(sql) and "for update" in text
+
+    return matches
