@@ -13,6 +13,12 @@ Invariants:
   is refused with nothing changed, the request's nonce included: WeCom's retry of a
   refused request (a click on a card whose run is recorded sent only later) is judged
   again, never a replay.
+* A click on a card recalled (``engine.recall``) is refused with nothing changed: made
+  before the recall, it may reach us after it (WeCom's retry), and a snooze it made
+  would bring the recalled message back. The click reads the recall under the run's
+  row lock and then its send log's, the order in which a recall takes them, so that of
+  a click and a recall at once, the second sees the first: the recall cancels the
+  click's snooze, or the click is refused.
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
@@ -56,7 +62,7 @@ from django.utils import timezone
 
 from ..callback.events import TemplateCardEvent
 from ..engine import actions, cards, wake
-from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
+from ..models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
 from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
@@ -74,6 +80,11 @@ class Outcome(enum.Enum):
     REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
     UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
     NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
+    RECALLED = "recalled"  # the card was recalled before the click reached us
+
+
+# What is refused with nothing kept, the request's nonce included.
+REFUSED = (Outcome.UNKNOWN_RUN, Outcome.NOT_RECIPIENT, Outcome.RECALLED)
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,15 @@ def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
         if not CallbackNonce.objects.spend(nonce, timestamp):
             return Applied(Outcome.REPLAYED)
         run = _sent_run(event.task_id)
-        if run is not None and _sent_to(run, event.from_user_name):
-            return _act(run, event)
-        # Nothing is kept, the nonce neither: WeCom's retry of this request is no replay.
-        transaction.set_rollback(True)
-        return Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+        applied = (
+            _act(run, event)
+            if run is not None and _sent_to(run, event.from_user_name)
+            else Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+        )
+        if applied.outcome in REFUSED:
+            # Nothing is kept, the nonce neither: WeCom's retry of it is no replay.
+            transaction.set_rollback(True)
+        return applied
 
 
 def _sent_run(task_id: str) -> TaskRun | None:
@@ -126,6 +141,8 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     done = RunAction.objects.filter(run=run).first()
     if done is not None:
         return Applied(Outcome.ALREADY, done)
+    if _recalled(run):
+        return Applied(Outcome.RECALLED)
     action = RunAction(
         run=run,
         action=event.event_key,
@@ -162,6 +179,14 @@ def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
         _tell_owner(run, member, now)
     elif key == SNOOZE and actions.snooze_refusal(run.task) is None:
         action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=member)
+
+
+def _recalled(run: TaskRun) -> bool:
+    """Whether ``run``'s card was recalled: read under its send log's row lock, after
+    the run's, as a recall marks it (``engine.recall``), so that a recall and a click
+    at once act one after the other, whatever the isolation level."""
+    rows = SendLog.objects.select_for_update().filter(run_id=run.pk)
+    return rows.filter(recalled_at__isnull=False).exists()
 
 
 def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
