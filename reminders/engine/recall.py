@@ -35,9 +35,9 @@ Invariants:
   row says what was cancelled (``recall_cancelled``), and ``still_to_come`` says so
   beforehand (the admin's confirmation page). Without that, a card snoozed and then
   recalled came back an hour later. A snooze already sent is a message of its own.
-  The run's row is locked before the send log's, the order a click takes them in
-  (``intake.clicks``): a click at the same moment acts first (and its snooze is
-  cancelled here) or is refused after, never a snooze that outlives the recall.
+  A click at the same moment (``intake.clicks``) reads the recall under the row's lock,
+  which the marking UPDATE takes: it acts first (and its snooze is cancelled here) or
+  is refused after, never a snooze that outlives the recall.
 * A refusal of the provider is kept in ``recall_error`` (which part, what it said) and
   raised. Progress clears it, and so does the recall's end.
 
@@ -244,10 +244,6 @@ def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog
     the commit by the one that marked it."""
     moment = now or timezone.now()
     with transaction.atomic():
-        # The run's row first, as a click locks it before it reads the recall
-        # (``intake.clicks``): of the two at once, the second sees the first.
-        if log.run_id is not None:
-            TaskRun.objects.select_for_update().filter(pk=log.run_id).exists()
         marked = SendLog.objects.filter(
             pk=log.pk, status=SendLog.Status.SENT, recalled_at__isnull=True
         ).update(

@@ -15,10 +15,10 @@ Invariants:
   again, never a replay.
 * A click on a card recalled (``engine.recall``) is refused with nothing changed: made
   before the recall, it may reach us after it (WeCom's retry), and a snooze it made
-  would bring the recalled message back. The click reads the recall under the run's
-  row lock and then its send log's, the order in which a recall takes them, so that of
-  a click and a recall at once, the second sees the first: the recall cancels the
-  click's snooze, or the click is refused.
+  would bring the recalled message back. The click reads the recall under its send
+  log's row lock (after the run's), which a recall's mark holds: of a click and a
+  recall at once, the second sees the first, and the recall cancels the click's snooze
+  or the click is refused.
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
@@ -182,11 +182,12 @@ def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
 
 
 def _recalled(run: TaskRun) -> bool:
-    """Whether ``run``'s card was recalled: read under its send log's row lock, after
-    the run's, as a recall marks it (``engine.recall``), so that a recall and a click
-    at once act one after the other, whatever the isolation level."""
+    """Whether ``run``'s card was recalled, read under its send log's row lock, which a
+    recall's mark holds until it commits (``engine.recall``): of a recall and a click at
+    once, the second sees the first. The rows are locked by run, not by ``recalled_at``:
+    PostgreSQL waits only for a row its snapshot finds by the query's filter."""
     rows = SendLog.objects.select_for_update().filter(run_id=run.pk)
-    return rows.filter(recalled_at__isnull=False).exists()
+    return any(at is not None for at in rows.values_list("recalled_at", flat=True))
 
 
 def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:
