@@ -188,6 +188,20 @@ def test_window__the_repeated_hour_of_a_fall_back_night_never_ends_in_the_past(
     assert ends.timestamp() == second.timestamp() + 15 * 60
 
 
+def test_release__a_window_ending_in_the_repeated_hour_of_a_fall_back_night_ends_after_it() -> None:
+    # Berlin, 25 October 2026: 02:00-03:00 is lived twice. Quiet 22:00-02:30: its end the
+    # first time (02:30 CEST) is followed by 02:00-02:30 CET, quiet by the clock again;
+    # the message goes after 02:30 CET, however it is staggered, never into that half hour.
+    zone, window = "Europe/Berlin", QuietWindow.parse("22:00-02:30")
+    evening = datetime(2026, 10, 24, 23, 0, tzinfo=ZoneInfo(zone))
+    second_end = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=ZoneInfo(zone))
+    for minutes in (0, 10, 40, 59):
+        goes = release(evening, zone, window, stagger=timedelta(minutes=minutes))
+        assert goes is not None
+        assert quiet_until(goes, zone, window) is None
+        assert goes.timestamp() == second_end.timestamp() + minutes * 60
+
+
 # --- Rest days of the working-day calendar ----------------------------------------------
 
 
