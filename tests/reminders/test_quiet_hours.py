@@ -434,6 +434,8 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
         ({"tz": ""}, "tz"),
         ({"tz": 8}, "tz"),
         ({"calendar": None}, "calendar"),
+        ({"reason": None}, "reason"),
+        ({"reason": 42}, "reason"),
     ],
 )
 def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
@@ -442,6 +444,17 @@ def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], 
         preferences.set_quiet_hours(values.pop("user"), values.pop("hours"), **values)
     assert field in raised.value.message_dict
     assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reason", [None, 42])
+def test_clearing_own__a_reason_not_text_names_the_field_and_clears_nothing(reason: Any) -> None:
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice")
+    with pytest.raises(ValidationError) as raised:
+        preferences.clear_quiet_hours("alice", by="ops.li", reason=reason)
+    assert "reason" in raised.value.message_dict
+    assert QuietHours.objects.get().hours == "22:00-07:00"
+    assert QuietHoursChange.objects.count() == 1
 
 
 @pytest.mark.django_db
