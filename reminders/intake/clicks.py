@@ -35,7 +35,7 @@ Invariants:
   ``inquiry_taken`` keyed by the run, so that it is made once.
   ``snooze_1h`` makes a run of the same message an hour after the click, at the end of
   its recipient's quiet hours if that is inside them (``actions.snooze``); none for a
-  task paused, cancelled or in error (``actions.snooze_refusal``), whose card says so.
+  task paused, cancelled or in error (``actions.stopped_refusal``), whose card says so.
 * "I'll take it" holds the whole inquiry: once someone took it on, a built-in click on
   any other of its alerts does nothing; it is kept (one per run still) with ``held_by``
   naming who has it, not told to the CRM, and its card reads "Taken by bob". Two takes
@@ -177,7 +177,7 @@ def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
         _end_inquiry(keys)
     if key == TAKE:
         _tell_owner(run, member, now)
-    elif key == SNOOZE and actions.snooze_refusal(run.task) is None:
+    elif key == SNOOZE and actions.stopped_refusal(run.task) is None:
         action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=member)
 
 
