@@ -96,8 +96,8 @@ class Applied:
 def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     """Record the request's nonce and act on ``event``, in one transaction. The nonce is
     kept with the click it came with, acted on or not (the same request again is a
-    replay); a click refused (an unknown card, another member) and an error roll both
-    back, so that WeCom may send the request again."""
+    replay); a click refused (an unknown card, another member, a card recalled) and an
+    error roll both back, so that WeCom may send the request again."""
     with transaction.atomic():
         if not CallbackNonce.objects.spend(nonce, timestamp):
             return Applied(Outcome.REPLAYED)
