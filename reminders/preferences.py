@@ -128,8 +128,7 @@ def set(  # the API's name, as the CRM calls it (the builtin is not used here)
         errors["user"] = exc
     errors.update(_choice_errors(kind, opted_out, digest))
     by = _who(by, errors)
-    if not isinstance(reason, str):
-        errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
+    _why(reason, errors)
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
@@ -232,6 +231,7 @@ def set_quiet_hours(
     zone = project_timezone() if tz is None else tz
     errors.update(_quiet_errors(hours=hours, calendar=calendar, tz=zone))
     by = _who(by, errors)
+    _why(reason, errors)
     if errors:
         raise ValidationError(errors)
     now = timezone.now()
@@ -270,7 +270,8 @@ def _quiet_errors(**values: object) -> dict[str, ValidationError]:
 
 
 def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:
-    """Forget ``user``'s own quiet hours: the kinds' own apply again; kept as a change."""
+    """Forget ``user``'s own quiet hours: the kinds' own apply again; kept as a change.
+    ``ValidationError`` naming each field at fault; nothing changed then."""
     errors: dict[str, ValidationError] = {}
     member = ""
     try:
@@ -278,6 +279,7 @@ def clear_quiet_hours(user: str | Model, *, by: str, reason: str = "") -> None:
     except ValidationError as exc:
         errors["user"] = exc
     by = _who(by, errors)
+    _why(reason, errors)
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -292,6 +294,12 @@ def _who(by: object, errors: dict[str, ValidationError]) -> str:
     if not who:
         errors["by"] = ValidationError(_("Say who makes the change."), code="required")
     return who
+
+
+def _why(reason: object, errors: dict[str, ValidationError]) -> None:
+    """A change's ``reason`` must be text (it may be empty)."""
+    if not isinstance(reason, str):
+        errors["reason"] = ValidationError(_("reason must be text."), code="invalid")
 
 
 def _member(user: object) -> str:

@@ -65,6 +65,7 @@ REFUSED = {
     clicks.Outcome.REPLAYED: (403, "replayed"),
     clicks.Outcome.NOT_RECIPIENT: (403, "not the member the card went to"),
     clicks.Outcome.UNKNOWN_RUN: (404, "unknown card"),
+    clicks.Outcome.RECALLED: (410, "the card was recalled"),
 }
 # Refusals of a request that is well-formed but not ours to take: 403 (the rest, 400).
 FORBIDDEN = (BadSignature, WrongReceiveId, StaleRequest, NotAnEchostr)

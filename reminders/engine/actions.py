@@ -172,6 +172,18 @@ def cancel(task: ScheduledTask) -> int:
         return TaskRun.objects.filter(task=task).cancel_pending()
 
 
+def stopped_refusal(task: ScheduledTask) -> Refusal | None:
+    """Why a run asked of ``task`` now (run now, a snooze) would never come, or None:
+    its task is paused, cancelled or in error (its runs wait, end or stay unplanned)."""
+    if task.status == task.Status.PAUSED:
+        return TASK_PAUSED
+    if task.status == task.Status.CANCELLED:
+        return TASK_CANCELLED
+    if task.status == task.Status.ERROR:
+        return TASK_IN_ERROR
+    return None
+
+
 def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:
     """Why ``run_now`` at ``now`` would make no run, or None: a digest's task (as its
     retry is refused: run again, it would send the lines of its runs, each retried or
@@ -179,12 +191,9 @@ def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:
     whose deadline for a run made now has passed."""
     if is_digest(task):
         return DIGEST_ENDED
-    if task.status == task.Status.PAUSED:
-        return TASK_PAUSED
-    if task.status == task.Status.CANCELLED:
-        return TASK_CANCELLED
-    if task.status == task.Status.ERROR:
-        return TASK_IN_ERROR
+    stopped = stopped_refusal(task)
+    if stopped is not None:
+        return stopped
     try:
         deadline = new_manual_run(task, now).deadline
     except (UnknownKind, timing.InvalidSchedule):
@@ -377,18 +386,6 @@ def mark_handled(run: TaskRun, by: str, now: datetime | None = None) -> bool:
 SNOOZE_KEY = "{task}:snooze:{run}"
 
 
-def snooze_refusal(task: ScheduledTask) -> Refusal | None:
-    """Why a snooze of ``task``'s message would never come, or None: its task is paused,
-    cancelled or in error (its runs wait, end or stay unplanned)."""
-    if task.status == task.Status.PAUSED:
-        return TASK_PAUSED
-    if task.status == task.Status.CANCELLED:
-        return TASK_CANCELLED
-    if task.status == task.Status.ERROR:
-        return TASK_IN_ERROR
-    return None
-
-
 def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     """A run of ``run``'s task due at ``until``, made on ``by``'s request from a card:
     the same message again, later, as a message of its own (its own occurrence, stamp and
@@ -396,7 +393,7 @@ def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     recipient's quiet hours is their end (staggered, as ``holds.quiet`` says), so that
     its due time is the time it goes, and its deadline counts from there. Saved; the
     schedulers are woken once it commits if it is due within a tick. The caller asks
-    ``snooze_refusal`` first."""
+    ``stopped_refusal`` first."""
     task, key = run.task, SNOOZE_KEY.format(task=run.task_id, run=run.pk)
     later = _requested_run(task, until, key, by)
     own = QuietHours.objects.filter(recipient=task.recipient).first()

@@ -218,7 +218,7 @@ def _snoozed(action: RunAction, task: ScheduledTask) -> str:
     """What a snooze's card says: when its reminder comes (its due time, quiet hours
     included), or that it will not (its task paused, cancelled or in error, or the
     reminder cancelled since): never a time that will not come."""
-    refusal = actions.snooze_refusal(task)
+    refusal = actions.stopped_refusal(task)
     later = action.follow_up
     if refusal is not None:
         return _not_possible(refusal.code)

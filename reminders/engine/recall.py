@@ -35,6 +35,9 @@ Invariants:
   row says what was cancelled (``recall_cancelled``), and ``still_to_come`` says so
   beforehand (the admin's confirmation page). Without that, a card snoozed and then
   recalled came back an hour later. A snooze already sent is a message of its own.
+  A click at the same moment (``intake.clicks``) reads the recall under the row's lock,
+  which the marking UPDATE takes: it acts first (and its snooze is cancelled here) or
+  is refused after, never a snooze that outlives the recall.
 * A refusal of the provider is kept in ``recall_error`` (which part, what it said) and
   raised. Progress clears it, and so does the recall's end.
 

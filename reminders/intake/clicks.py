@@ -13,6 +13,12 @@ Invariants:
   is refused with nothing changed, the request's nonce included: WeCom's retry of a
   refused request (a click on a card whose run is recorded sent only later) is judged
   again, never a replay.
+* A click on a card recalled (``engine.recall``) is refused with nothing changed: made
+  before the recall, it may reach us after it (WeCom's retry), and a snooze it made
+  would bring the recalled message back. The click reads the recall under its send
+  log's row lock (after the run's), which a recall's mark holds: of a click and a
+  recall at once, the second sees the first, and the recall cancels the click's snooze
+  or the click is refused.
 * One action per run (``RunAction``, unique in the database): the first click acts, and
   every later one (WeCom's retries, a double click, another button afterwards) changes
   nothing and is answered as done, so WeCom stops retrying.
@@ -29,7 +35,7 @@ Invariants:
   ``inquiry_taken`` keyed by the run, so that it is made once.
   ``snooze_1h`` makes a run of the same message an hour after the click, at the end of
   its recipient's quiet hours if that is inside them (``actions.snooze``); none for a
-  task paused, cancelled or in error (``actions.snooze_refusal``), whose card says so.
+  task paused, cancelled or in error (``actions.stopped_refusal``), whose card says so.
 * "I'll take it" holds the whole inquiry: once someone took it on, a built-in click on
   any other of its alerts does nothing; it is kept (one per run still) with ``held_by``
   naming who has it, not told to the CRM, and its card reads "Taken by bob". Two takes
@@ -56,7 +62,7 @@ from django.utils import timezone
 
 from ..callback.events import TemplateCardEvent
 from ..engine import actions, cards, wake
-from ..models import CallbackNonce, RunAction, ScheduledTask, TaskRun
+from ..models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import scheduling
 from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
@@ -74,6 +80,11 @@ class Outcome(enum.Enum):
     REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
     UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
     NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
+    RECALLED = "recalled"  # the card was recalled before the click reached us
+
+
+# What is refused with nothing kept, the request's nonce included.
+REFUSED = (Outcome.UNKNOWN_RUN, Outcome.NOT_RECIPIENT, Outcome.RECALLED)
 
 
 @dataclass(frozen=True)
@@ -85,17 +96,21 @@ class Applied:
 def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     """Record the request's nonce and act on ``event``, in one transaction. The nonce is
     kept with the click it came with, acted on or not (the same request again is a
-    replay); a click refused (an unknown card, another member) and an error roll both
-    back, so that WeCom may send the request again."""
+    replay); a click refused (an unknown card, another member, a card recalled) and an
+    error roll both back, so that WeCom may send the request again."""
     with transaction.atomic():
         if not CallbackNonce.objects.spend(nonce, timestamp):
             return Applied(Outcome.REPLAYED)
         run = _sent_run(event.task_id)
-        if run is not None and _sent_to(run, event.from_user_name):
-            return _act(run, event)
-        # Nothing is kept, the nonce neither: WeCom's retry of this request is no replay.
-        transaction.set_rollback(True)
-        return Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+        applied = (
+            _act(run, event)
+            if run is not None and _sent_to(run, event.from_user_name)
+            else Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+        )
+        if applied.outcome in REFUSED:
+            # Nothing is kept, the nonce neither: WeCom's retry of it is no replay.
+            transaction.set_rollback(True)
+        return applied
 
 
 def _sent_run(task_id: str) -> TaskRun | None:
@@ -126,6 +141,8 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
     done = RunAction.objects.filter(run=run).first()
     if done is not None:
         return Applied(Outcome.ALREADY, done)
+    if _recalled(run):
+        return Applied(Outcome.RECALLED)
     action = RunAction(
         run=run,
         action=event.event_key,
@@ -160,8 +177,17 @@ def _do(action: RunAction, keys: tuple[str, str] | None, now: datetime) -> None:
         _end_inquiry(keys)
     if key == TAKE:
         _tell_owner(run, member, now)
-    elif key == SNOOZE and actions.snooze_refusal(run.task) is None:
+    elif key == SNOOZE and actions.stopped_refusal(run.task) is None:
         action.follow_up = actions.snooze(run, now + SNOOZE_FOR, by=member)
+
+
+def _recalled(run: TaskRun) -> bool:
+    """Whether ``run``'s card was recalled, read under its send log's row lock, which a
+    recall's mark holds until it commits (``engine.recall``): of a recall and a click at
+    once, the second sees the first. The rows are locked by run, not by ``recalled_at``:
+    PostgreSQL waits only for a row its snapshot finds by the query's filter."""
+    rows = SendLog.objects.select_for_update().filter(run_id=run.pk)
+    return any(at is not None for at in rows.values_list("recalled_at", flat=True))
 
 
 def _clicked_at(event: TemplateCardEvent, now: datetime) -> datetime:

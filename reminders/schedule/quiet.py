@@ -10,7 +10,8 @@ window's end that falls on a rest day runs on to the next working day, and a res
 ends on the next day at the window's end (08:00 without a window), never at its
 midnight, so the answer is a moment that is not quiet (bounded, however the calendar
 reads), and after the moment asked about, the repeated hour of a fall-back night
-included.
+included: an end the clocks read twice is the second, since between the two they read
+quiet times again.
 
 ``release`` says when a held message goes: that end plus its stagger, wrapped within
 the first half of the open time that follows, so it never lands inside quiet hours again
@@ -121,10 +122,10 @@ def quiet_until(
         local = at.astimezone(tz)
         if rest_day is not None and rest_day(local.date()):
             morning = window.end if window is not None else MORNING
-            at = _next_wall_clock(local.date() + timedelta(days=1), morning, tz, at)
+            at = _next_wall_clock(local.date() + timedelta(days=1), morning, tz, at, last=True)
             continue
         if window is not None and window.covers(local.time()):
-            at = _next_wall_clock(window.end_after(local), window.end, tz, at)
+            at = _next_wall_clock(window.end_after(local), window.end, tz, at, last=True)
             continue
         return None if at == moment else at
     return at
@@ -169,15 +170,21 @@ def _open_after(
     return max(min(starts) - end, timedelta(seconds=2))
 
 
-def _next_wall_clock(day: date, clock: time, tz: ZoneInfo, after: datetime) -> datetime:
-    """The moment ``tz``'s clocks read ``clock`` on ``day``, after ``after`` when they
-    read it twice (the repeated hour of a fall-back night: the second time), in UTC so
-    that moments compare as instants; a time inside a DST gap moves past it."""
+def _next_wall_clock(
+    day: date, clock: time, tz: ZoneInfo, after: datetime, *, last: bool = False
+) -> datetime:
+    """The moment ``tz``'s clocks read ``clock`` on ``day``, after ``after``, in UTC so
+    that moments compare as instants; a time inside a DST gap moves past it. When they
+    read it twice (the repeated hour of a fall-back night), the first time after
+    ``after``, or with ``last`` the second: the end of quiet hours, since between the
+    two passes the clocks read times before it, quiet again."""
     naive = datetime.combine(day, clock)
     first = timing.localize(naive, tz).astimezone(UTC)
-    if first > after:
+    second = naive.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    repeated = second > first and second.astimezone(tz).replace(tzinfo=None) == naive
+    if first > after and not (last and repeated):
         return first
-    return naive.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    return second
 
 
 def _minutes(clock: time) -> int:

@@ -188,6 +188,20 @@ def test_window__the_repeated_hour_of_a_fall_back_night_never_ends_in_the_past(
     assert ends.timestamp() == second.timestamp() + 15 * 60
 
 
+def test_release__a_window_ending_in_the_repeated_hour_of_a_fall_back_night_ends_after_it() -> None:
+    # Berlin, 25 October 2026: 02:00-03:00 is lived twice. Quiet 22:00-02:30: its end the
+    # first time (02:30 CEST) is followed by 02:00-02:30 CET, quiet by the clock again;
+    # the message goes after 02:30 CET, however it is staggered, never into that half hour.
+    zone, window = "Europe/Berlin", QuietWindow.parse("22:00-02:30")
+    evening = datetime(2026, 10, 24, 23, 0, tzinfo=ZoneInfo(zone))
+    second_end = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=ZoneInfo(zone))
+    for minutes in (0, 10, 40, 59):
+        goes = release(evening, zone, window, stagger=timedelta(minutes=minutes))
+        assert goes is not None
+        assert quiet_until(goes, zone, window) is None
+        assert goes.timestamp() == second_end.timestamp() + minutes * 60
+
+
 # --- Rest days of the working-day calendar ----------------------------------------------
 
 
@@ -420,6 +434,8 @@ def test_own__set_read_cleared_and_every_change_kept() -> None:
         ({"tz": ""}, "tz"),
         ({"tz": 8}, "tz"),
         ({"calendar": None}, "calendar"),
+        ({"reason": None}, "reason"),
+        ({"reason": 42}, "reason"),
     ],
 )
 def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], field: str) -> None:
@@ -428,6 +444,17 @@ def test_own__bad_input_names_the_field_and_saves_nothing(call: dict[str, Any], 
         preferences.set_quiet_hours(values.pop("user"), values.pop("hours"), **values)
     assert field in raised.value.message_dict
     assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("reason", [None, 42])
+def test_clearing_own__a_reason_not_text_names_the_field_and_clears_nothing(reason: Any) -> None:
+    preferences.set_quiet_hours("alice", "22:00-07:00", by="alice")
+    with pytest.raises(ValidationError) as raised:
+        preferences.clear_quiet_hours("alice", by="ops.li", reason=reason)
+    assert "reason" in raised.value.message_dict
+    assert QuietHours.objects.get().hours == "22:00-07:00"
+    assert QuietHoursChange.objects.count() == 1
 
 
 @pytest.mark.django_db

@@ -171,6 +171,28 @@ def test_recall__a_snooze_already_sent_is_a_message_of_its_own_and_stays(client:
     assert "snooze" not in log.recall_cancelled
 
 
+def test_click__on_a_card_recalled_already_does_nothing_and_is_refused(client: Client) -> None:
+    run = delivered(recipient="alice")
+    # A click made before the recall, with the response code WeCom gave it then...
+    code = MemorySender.click_code(card_id(run))
+    xml = event_xml(
+        run, FromUserName="alice", EventKey="snooze_1h", ResponseCode=code, CreateTime="1"
+    )
+    log = recalling.recall(SendLog.objects.get(run=run), by="ops", reason="wrong customer")
+    assert log.recalled_at is not None
+
+    # ... that reaches us after it: WeCom's retry, its first answer lost.
+    response = post(client, xml)
+
+    assert response.status_code == 410
+    assert not RunAction.objects.exists()
+    assert not CallbackNonce.objects.exists()
+    # Nothing comes back an hour later.
+    MemorySender.outbox.clear()
+    assert tick(now=timezone.now() + timedelta(minutes=61)) == 0
+    assert MemorySender.outbox == []
+
+
 def test_recall_page__says_what_the_recall_will_cancel_and_the_send_log_what_it_did(
     client: Client, admin_client: Client
 ) -> None:
