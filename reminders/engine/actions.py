@@ -141,9 +141,12 @@ def _catch_up(task: ScheduledTask, now: datetime, skip: SkipReason) -> None:
         task.plan_first_run(now)
     _skip_planned_due(task, now, skip)
     TaskRun.objects.add_planned(planning.runs_owed(task, now, skip))
-    task.status = task.Status.ACTIVE if task.next_run else task.Status.COMPLETED
+    task.status = task.Status.ACTIVE
     task._clear_error()
     task.save(update_fields=["status", "next_run", *task.ERROR_FIELDS, "updated_at"])
+    # Active while a run waits; completed at once if all its runs have ended.
+    if ScheduledTask.objects.filter(pk=task.pk).complete_ended(now):
+        task.status = task.Status.COMPLETED
 
 
 def _skip_planned_due(task: ScheduledTask, now: datetime, skip: SkipReason) -> None:

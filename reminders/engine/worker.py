@@ -168,7 +168,8 @@ class ReminderWorker:
 
     def tick(self, now: datetime | None = None) -> bool:
         """Materialize, expire, report, end the runs of digests that ended
-        (``digest_ends.settle_ended``), tell the CRM of actions on cards (``announce``),
+        (``digest_ends.settle_ended``), complete the tasks whose runs have all ended
+        (``dispatch.complete_ended``), tell the CRM of actions on cards (``announce``),
         queue the cards to update (``cards``) and claim once; True when there was more
         work than one tick takes: more tasks due than one plan takes (planning goes on
         under back-pressure: a wave of 100,000 is planned at once, not a batch a tick),
@@ -179,6 +180,7 @@ class ReminderWorker:
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         digest_ends.settle_ended(now)
+        dispatch.complete_ended(now)
         announce.announce(now)
         cards.claim(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)

@@ -1,6 +1,16 @@
 """``ScheduledTask``: what to send, to whom, on which schedule; its fields, constraints,
 QuerySet verbs and small state changes. Planning its runs is ``engine.planning``'s, acting
 on it ``engine.actions``'.
+
+A task's status never contradicts its runs: ``completed`` means its schedule has no
+occurrence left (``next_run`` is NULL) *and* every run it planned has ended. A one-shot
+whose run waits (planned ahead, retrying, in a worker's hands, folded in a digest) is
+``active`` until that run ends, so it can still be paused or cancelled, and the admin's
+filters count it among the live ones. Planning leaves an exhausted schedule ``active``;
+``TaskQuerySet.complete_ended`` completes it once its runs have ended, called where a run
+ends (``TaskRun.close_attempt``, expiry, planning a run skipped at once) and by every
+scheduler tick for the rest (digest items, bulk updates, a process that died between its
+commit and the completion).
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import recipients, registry, signals
 from ..conf import settings as conf
 from ..exceptions import UnknownKind
-from ..schedule import timing
+from ..schedule import cron_text, readable, timing
 from .choices import Priority, longest
 from .validators import (
     validate_calendar,
@@ -47,14 +57,25 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
 
+    def complete_ended(self, now: datetime | None = None) -> int:
+        """Complete the active tasks whose schedule has no occurrence left and whose
+        runs have all ended (none unfinished); returns how many. One UPDATE: safe to
+        call from any number of processes at once, and again."""
+        runs: Any = apps.get_model("reminders", "TaskRun")
+        unfinished = runs.objects.filter(task=models.OuterRef("pk"), status__in=runs.UNFINISHED)
+        ended = self.filter(status=ScheduledTask.Status.ACTIVE, next_run__isnull=True).exclude(
+            models.Exists(unfinished)
+        )
+        return ended.update(status=ScheduledTask.Status.COMPLETED, updated_at=now or timezone.now())
+
     def with_next_send(self) -> TaskQuerySet:
         """Annotated ``next_send_at``: when the task's next message goes, its earliest
         waiting run's next attempt (a run planned ahead, a retry, the last run of a
-        one-shot already ``completed``), else its ``next_run``. ``next_run`` alone is
-        where planning resumes: the first occurrence *beyond* the planned runs (an hour
-        on for an every-minute task), which is not what ops ask a "next run" for. A
-        paused task keeps ``next_run``: its waiting runs are not claimed (``claimable``)
-        and are skipped when it resumes."""
+        one-shot whose schedule has no occurrence left), else its ``next_run``.
+        ``next_run`` alone is where planning resumes: the first occurrence *beyond* the
+        planned runs (an hour on for an every-minute task), which is not what ops ask a
+        "next run" for. A paused task keeps ``next_run``: its waiting runs are not
+        claimed (``claimable``) and are skipped when it resumes."""
         # TaskRun by name: it refers to this module's ScheduledTask, not the reverse.
         runs: Any = apps.get_model("reminders", "TaskRun")
         waiting = (
@@ -203,11 +224,16 @@ class ScheduledTask(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{registry.label(self.kind)} → {self.recipient} ({self.schedule_display})"
+        """Its title, human: "Follow-up reminder → demo-lisi · 12-05 21:19"."""
+        return f"{registry.label(self.kind)} → {self.recipient} · {self.schedule_display}"
 
     @property
     def schedule_display(self) -> str:
-        return self.cron or (self.run_at.isoformat() if self.run_at else "-")
+        """The schedule as people read it: a cron in words, a one-shot's time on the
+        clock of the task's zone (``reminders.schedule.readable``), never ISO UTC."""
+        if self.cron:
+            return cron_text.describe(self.cron)
+        return readable.short(self.run_at, self.timezone) if self.run_at else "-"
 
     def clean(self) -> None:
         """What the check constraints hold, said on the fields at fault; so a task that
