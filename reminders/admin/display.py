@@ -102,7 +102,9 @@ def recent_runs(task: ScheduledTask, now: datetime) -> str:
         ),
     )
     return format_html(
-        '<table class="reminders-recent-runs"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+        '{}<table class="reminders-recent-runs"><thead><tr>{}</tr></thead><tbody>{}</tbody>'
+        "</table>",
+        gettext("In %(zone)s:") % {"zone": task.timezone},
         head,
         rows,
     )

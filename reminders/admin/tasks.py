@@ -28,6 +28,7 @@ its status is the model's, which follows its runs (a one-shot whose run waits is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -57,6 +58,17 @@ from .run_now import RunNowMixin
 from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm
 
 
+def in_task_zone(name: str, description: Any) -> Callable[[Any, ScheduledTask], str]:
+    """A column or read-only field showing the task's datetime field ``name`` on the
+    clock of the task's zone (``reminders.schedule.readable``), sorted by that field."""
+
+    @admin.display(description=description, ordering=name)
+    def shown(model_admin: Any, task: ScheduledTask) -> str:
+        return readable.moment(getattr(task, name), task.timezone)
+
+    return shown
+
+
 class TaskChangeList(ChangeList):
     """The changelist, with the objects its page of tasks is about fetched together."""
 
@@ -71,13 +83,13 @@ STATE_FIELDS = (
     "status",
     "error_code",
     "error_message",
-    "error_at",
+    "error_at_local",
     "next_send",
     "last_run",
     "retry_count",
     "runs_link",
-    "created_at",
-    "updated_at",
+    "created_at_local",
+    "updated_at_local",
 )
 # Shown on a saved task's change form: its schedule in words and what comes next.
 PREVIEW_FIELDS = ("schedule_in_words", "upcoming", "next_message")
@@ -111,7 +123,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         "timezone",
         "status",
         "next_send",
-        "last_run_at_display",
+        "last_run_at_local",
         "priority",
         "channel",
         "about_link",
@@ -173,9 +185,10 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         ``TaskQuerySet.with_next_send``)."""
         return readable.moment(getattr(task, "next_send_at", task.next_run), task.timezone)
 
-    @admin.display(description=_("last run"), ordering="last_run_at")
-    def last_run_at_display(self, task: ScheduledTask) -> str:
-        return readable.moment(task.last_run_at, task.timezone)
+    last_run_at_local = in_task_zone("last_run_at", _("last run"))
+    error_at_local = in_task_zone("error_at", _("error since"))
+    created_at_local = in_task_zone("created_at", _("created"))
+    updated_at_local = in_task_zone("updated_at", _("updated"))
 
     @admin.display(description=_("last run"))
     def last_run(self, task: ScheduledTask) -> str:
@@ -241,7 +254,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     def next_message(self, task: ScheduledTask) -> str:
         return preview.next_message(task, timezone.now()) if task.pk else "-"
 
-    @admin.display(description=_("last runs"))
+    @admin.display(description=_("runs, newest first"))
     def recent_runs(self, task: ScheduledTask) -> str:
         return display.recent_runs(task, timezone.now()) if task.pk else "-"
 

@@ -93,9 +93,7 @@ def test_lists__name_kinds_by_their_translated_label(admin_client, make_task):
     assert cells(html, "kind_label") == ["跟进提醒"]
 
 
-def test_task_list__next_run_of_a_one_shot_whose_run_waits_is_that_run(
-    admin_client, make_task
-):
+def test_task_list__next_run_of_a_one_shot_whose_run_waits_is_that_run(admin_client, make_task):
     task = make_task(at=timezone.now() + timedelta(minutes=10))
     dispatch.materialize(now=task.run_at)
     task.refresh_from_db()

@@ -4,6 +4,7 @@ its title human ("Follow-up reminder → demo-lisi · 12-05 21:19")."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -90,3 +91,26 @@ def test_task_change_form__lists_its_waiting_run_and_says_none_went_yet(admin_cl
     assert reverse("admin:reminders_taskrun_change", args=[run.pk]) in html
     assert "None yet." not in html
     assert "Not yet: 1 run waits." in html
+
+
+def readonly(html: str, name: str) -> str:
+    """A read-only field's text on a change form."""
+    found = re.search(rf'field-{name}">.*?<div class="readonly">(.*?)</div>', html, re.S)
+    assert found, name
+    return found.group(1).strip()
+
+
+def test_task_change_form__created_updated_and_error_since_in_the_task_s_zone(
+    admin_client, follow_up
+):
+    follow_up.mark_error("unknown_kind", "Gone.")
+    html = page(admin_client, follow_up)
+    for name in ("created_at", "updated_at", "error_at"):
+        local = readable.moment(getattr(follow_up, name), "Asia/Shanghai")
+        assert readonly(html, f"{name}_local") == local
+
+
+def test_run_title__its_task_s_kind_and_recipient_and_its_occurrence_in_the_task_s_zone(
+    follow_up,
+):
+    assert str(follow_up.runs.get()) == "Follow-up reminder → demo-lisi · 12-05 21:19"
