@@ -171,6 +171,12 @@ def cancel(task: ScheduledTask) -> int:
         return TaskRun.objects.filter(task=task).cancel_pending()
 
 
+def _reopen(task: ScheduledTask, now: datetime | None = None) -> None:
+    """A run of ``task`` waits again: a completed task is active until it ends."""
+    if ScheduledTask.objects.filter(pk=task.pk).reopen(now):
+        task.status = task.Status.ACTIVE
+
+
 def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:
     """Why ``run_now`` at ``now`` would make no run, or None: a paused, cancelled
     or errored task, or a kind whose deadline for a run made now has passed."""
@@ -257,6 +263,7 @@ def run_now(
                 run.save()
         except IntegrityError:  # the same second, asked for beside this request
             return task.runs.get(occurrence=run.occurrence), False
+        _reopen(task, now)
     wake.notify()
     return run, True
 
@@ -333,6 +340,8 @@ def retry_now(run: TaskRun, now: datetime | None = None) -> bool:
                 digest=None,
             )
         )
+        if updated:
+            _reopen(task, now)
         if updated and run.status == run.Status.UNKNOWN:
             SendLog.objects.filter(key=run.ledger_key, status=SendLog.Status.UNKNOWN).update(
                 status=SendLog.Status.FAILED,
@@ -394,7 +403,9 @@ def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     if held is not None:
         later = _requested_run(task, held.until, key, by)
         later.error_code, later.error_message = QUIET_CODE, held.message
-    later.save()
+    with transaction.atomic():
+        later.save()
+        _reopen(task)
     if later.due_at <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
         wake.notify()
     return later

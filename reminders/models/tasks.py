@@ -10,7 +10,8 @@ filters count it among the live ones. Planning leaves an exhausted schedule ``ac
 ``TaskQuerySet.complete_ended`` completes it once its runs have ended, called where a run
 ends (``TaskRun.close_attempt``, expiry, planning a run skipped at once) and by every
 scheduler tick for the rest (digest items, bulk updates, a process that died between its
-commit and the completion).
+commit and the completion). What makes a completed task's run wait again (run now, a
+retry, a snooze) makes the task active again (``TaskQuerySet.reopen``) in its transaction.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
             models.Exists(unfinished)
         )
         return ended.update(status=ScheduledTask.Status.COMPLETED, updated_at=now or timezone.now())
+
+    def reopen(self, now: datetime | None = None) -> int:
+        """Make the completed tasks active again: one has a run waiting again (run now,
+        a retry, a snooze), and is completed again once it ends. Returns how many."""
+        completed = self.filter(status=ScheduledTask.Status.COMPLETED)
+        active = ScheduledTask.Status.ACTIVE
+        return completed.update(status=active, updated_at=now or timezone.now())
 
     def with_next_send(self) -> TaskQuerySet:
         """Annotated ``next_send_at``: when the task's next message goes, its earliest

@@ -103,3 +103,35 @@ def test_task_changelist__status_filter_follows_a_one_shot_s_waiting_run(
     url = reverse("admin:reminders_scheduledtask_changelist")
     shown = admin_client.get(url, {"status__exact": status}).context["cl"].result_list
     assert (task in shown) is listed
+
+
+def sent_one_shot(make_task) -> ScheduledTask:
+    task = make_task(payload={"content": "Call ACME"})
+    assert tick() == 1
+    assert status_of(task) == "completed"
+    return task
+
+
+def test_run_now__a_completed_one_shot_is_active_until_that_run_ends(make_task, outbox):
+    task = sent_one_shot(make_task)
+    run, created = actions.run_now(task, timezone.now() + timedelta(seconds=5))
+    assert created and run.status == "scheduled"
+    assert status_of(task) == "active"
+    assert tick(timezone.now() + timedelta(seconds=6)) == 1
+    assert status_of(task) == "completed"
+
+
+def test_retry_now__a_completed_one_shot_is_active_until_the_run_ends(make_task):
+    task = make_task()
+    MemorySender.script[:] = [PermanentSendError("invalid user", code="81013")]
+    tick()
+    assert status_of(task) == "completed"
+    assert actions.retry_now(task.runs.get()) is True
+    assert status_of(task) == "active"
+
+
+def test_snooze__a_completed_one_shot_is_active_until_the_snoozed_run_ends(make_task, outbox):
+    task = sent_one_shot(make_task)
+    later = actions.snooze(task.runs.get(), timezone.now() + timedelta(hours=1))
+    assert later.status == "scheduled"
+    assert status_of(task) == "active"
