@@ -1,10 +1,6 @@
 """``TaskRun``: one occurrence of a task, from planned to ended: its fields and
 constraints, and small state changes (closing an attempt, marking it stuck). Its
 QuerySet verbs are ``run_queries``'.
-
-A run that ends (``close_attempt``) completes its task once the closing commits, when
-the task's schedule is exhausted and no other run of it is unfinished: a task's status
-follows its runs (``reminders.models.tasks``).
 """
 
 from __future__ import annotations
@@ -263,8 +259,6 @@ class TaskRun(models.Model):
         closing = self.closing_values
         closed = bool(sql.update(TaskRun, [self.pk], closing, lease_token=held))
         self._forget_lease_on_commit(held)
-        if closed:
-            self._complete_tasks_on_commit([self])
         return closed
 
     @classmethod
@@ -282,8 +276,6 @@ class TaskRun(models.Model):
             closed += sql.update(cls, [run.pk for run in group], closing, lease_token=token)
             for run in group:
                 run._forget_lease_on_commit(token)
-        if closed:
-            cls._complete_tasks_on_commit(runs)
         return closed
 
     def _set_closed(
@@ -305,18 +297,6 @@ class TaskRun(models.Model):
             name: "" if name == "lease_token" else getattr(self, name)
             for name in self.CLOSING_FIELDS
         }
-
-    @staticmethod
-    def _complete_tasks_on_commit(runs: Sequence[TaskRun]) -> None:
-        """Once the closing commits, complete the tasks of the runs that ended if they
-        have nothing left to run (``TaskQuerySet.complete_ended``): after the commit,
-        so that the send's transaction locks no task row. Should that fail, or the
-        process die first, the next tick's sweep completes them."""
-        ended = {run.task_id for run in runs if run.status in FINISHED}
-        if ended:
-            transaction.on_commit(
-                lambda: ScheduledTask.objects.filter(pk__in=ended).complete_ended(), robust=True
-            )
 
     def _forget_lease_on_commit(self, held: str) -> None:
         """Drop the lease token from memory once the closing UPDATE commits (at once

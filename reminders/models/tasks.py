@@ -7,11 +7,13 @@ occurrence left (``next_run`` is NULL) *and* every run it planned has ended. A o
 whose run waits (planned ahead, retrying, in a worker's hands, folded in a digest) is
 ``active`` until that run ends, so it can still be paused or cancelled, and the admin's
 filters count it among the live ones. Planning leaves an exhausted schedule ``active``;
-``TaskQuerySet.complete_ended`` completes it once its runs have ended, called where a run
-ends (``TaskRun.close_attempt``, expiry, planning a run skipped at once) and by every
-scheduler tick for the rest (digest items, bulk updates, a process that died between its
-commit and the completion). What makes a completed task's run wait again (run now, a
-retry, a snooze) makes the task active again (``TaskQuerySet.reopen``) in its transaction.
+``TaskQuerySet.complete_ended`` completes it once its runs have ended: a delivery job does
+in the UPDATE that stamps its tasks' last run (``TaskQuerySet.ran``), as do a digest's
+items as they end with it, expiry and planning a run skipped at once; each scheduler
+sweeps for the rest (runs ended before starting, bulk updates, a job that died before
+its end) at most every ``worker.COMPLETE_SECONDS``. What makes a completed task's run
+wait again (run now, a retry, a snooze) makes the task active again
+(``TaskQuerySet.reopen``) in its transaction.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ logger = logging.getLogger(__name__)
 OBJECT_ID_MAX_LENGTH = 64
 
 
+def _ended() -> Q:
+    """An active task whose schedule has no occurrence left and none of whose runs is
+    unfinished: one to complete."""
+    # TaskRun by name: it refers to this module's ScheduledTask, not the reverse.
+    runs: Any = apps.get_model("reminders", "TaskRun")
+    unfinished = runs.objects.filter(task=models.OuterRef("pk"), status__in=runs.UNFINISHED)
+    return Q(status=ScheduledTask.Status.ACTIVE, next_run__isnull=True) & Q(
+        ~models.Exists(unfinished)
+    )
+
+
 class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
@@ -62,12 +75,20 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
         """Complete the active tasks whose schedule has no occurrence left and whose
         runs have all ended (none unfinished); returns how many. One UPDATE: safe to
         call from any number of processes at once, and again."""
-        runs: Any = apps.get_model("reminders", "TaskRun")
-        unfinished = runs.objects.filter(task=models.OuterRef("pk"), status__in=runs.UNFINISHED)
-        ended = self.filter(status=ScheduledTask.Status.ACTIVE, next_run__isnull=True).exclude(
-            models.Exists(unfinished)
-        )
+        ended = self.filter(_ended())
         return ended.update(status=ScheduledTask.Status.COMPLETED, updated_at=now or timezone.now())
+
+    def ran(self, now: datetime) -> int:
+        """Stamp ``last_run_at`` (a job tried their runs) and, in the same UPDATE,
+        complete those whose runs have all ended (``complete_ended``): the job's own
+        statement, in its own transaction, so ending its runs' tasks costs it none."""
+        done = models.When(_ended(), then=models.Value(ScheduledTask.Status.COMPLETED))
+        changed = models.When(_ended(), then=models.Value(now))
+        return self.update(
+            last_run_at=now,
+            status=models.Case(done, default=models.F("status")),
+            updated_at=models.Case(changed, default=models.F("updated_at")),
+        )
 
     def reopen(self, now: datetime | None = None) -> int:
         """Make the completed tasks active again: one has a run waiting again (run now,

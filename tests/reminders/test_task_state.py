@@ -12,11 +12,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from reminders.engine import actions, dispatch
-from reminders.engine.worker import ReminderWorker
+from reminders.engine.worker import COMPLETE_SECONDS, ReminderWorker
 from reminders.exceptions import PermanentSendError
-from reminders.models import ScheduledTask, TaskRun
+from reminders.models import DIGEST_KEY, ScheduledTask, TaskRun
 from reminders.senders.memory import MemorySender
-from tests.support.jobs import tick
+from tests.support.digests import THURSDAY, at, follow_up, release
+from tests.support.jobs import run_queued, tick
 
 
 def status_of(task: ScheduledTask) -> str:
@@ -135,3 +136,36 @@ def test_snooze__a_completed_one_shot_is_active_until_the_snoozed_run_ends(make_
     later = actions.snooze(task.runs.get(), timezone.now() + timedelta(hours=1))
     assert later.status == "scheduled"
     assert status_of(task) == "active"
+
+
+@pytest.mark.django_db
+def test_digest__its_items_one_shots_and_its_own_task_complete_once_it_is_sent(settings, outbox):
+    settings.REMINDERS_KINDS = {
+        "follow_up": {"digest_seconds": 900, "max_lateness_seconds": 400 * 24 * 3600}
+    }
+    tasks = [follow_up("alice", at(THURSDAY, 9, m), f"C{m}") for m in (0, 5)]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.materialize(now=at(THURSDAY, 9))
+    assert [status_of(task) for task in tasks] == ["active", "active"]
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        dispatch.claim("test", 100, now=goes)
+        assert run_queued(now=goes) == 1
+    digest = ScheduledTask.objects.get(payload__has_key=DIGEST_KEY)
+    assert [status_of(task) for task in [*tasks, digest]] == ["completed"] * 3
+
+
+def test_tick__sweeps_for_tasks_whose_runs_ended_elsewhere_at_most_every_complete_seconds(
+    make_task,
+):
+    worker, now = ReminderWorker(with_cluster=False), timezone.now()
+    first, second = make_task(), make_task()
+    dispatch.materialize(now)
+    TaskRun.objects.filter(task=first).update(status=TaskRun.Status.CANCELLED)
+    worker.tick(now)
+    assert (status_of(first), status_of(second)) == ("completed", "active")
+    TaskRun.objects.filter(task=second).update(status=TaskRun.Status.CANCELLED)
+    worker.tick(now + timedelta(seconds=COMPLETE_SECONDS - 1))
+    assert status_of(second) == "active"
+    worker.tick(now + timedelta(seconds=COMPLETE_SECONDS))
+    assert status_of(second) == "completed"
