@@ -172,9 +172,13 @@ def cancel(task: ScheduledTask) -> int:
 
 
 def _reopen(task: ScheduledTask, now: datetime | None = None) -> None:
-    """A run of ``task`` waits again: a completed task is active until it ends."""
-    if ScheduledTask.objects.filter(pk=task.pk).reopen(now):
+    """A run of ``task`` waits again: a completed task is active until it ends. Again
+    once this commits: a job that ended the task's other run meanwhile, not seeing this
+    one yet, may have completed it (a sweep completes it if this run has ended too)."""
+    tasks = ScheduledTask.objects.filter(pk=task.pk)
+    if tasks.reopen(now):
         task.status = task.Status.ACTIVE
+    transaction.on_commit(tasks.reopen)
 
 
 def run_now_refusal(task: ScheduledTask, now: datetime) -> Refusal | None:

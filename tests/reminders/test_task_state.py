@@ -169,3 +169,18 @@ def test_tick__sweeps_for_tasks_whose_runs_ended_elsewhere_at_most_every_complet
     assert status_of(second) == "active"
     worker.tick(now + timedelta(seconds=COMPLETE_SECONDS))
     assert status_of(second) == "completed"
+
+
+def test_run_now__a_task_a_job_completed_beside_it_unseeing_is_active_once_it_commits(make_task):
+    """A job ending the one-shot's other run as the run now is made does not see the new
+    run before it commits, and completes the task: once the run now commits, the task
+    is active again."""
+    task = make_task(at=timezone.now() + timedelta(minutes=10))
+    dispatch.materialize()
+    task.refresh_from_db()
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        run, created = actions.run_now(task)
+        # What that job's UPDATE did, from before the run now committed.
+        ScheduledTask.objects.filter(pk=task.pk).update(status=ScheduledTask.Status.COMPLETED)
+    assert created and run.status == "scheduled"
+    assert status_of(task) == "active"
