@@ -1,10 +1,12 @@
-"""What a task's change form shows about it, read-only: its next occurrences and its
-last runs, as HTML for the admin's read-only fields.
+"""What a task's change form shows about it, read-only: its next occurrences, its
+last run and its runs, as HTML for the admin's read-only fields.
 
 The occurrences are ``ScheduledTask.upcoming``'s, the scheduler's own computation (the
 task's zone, the stagger, the calendar's days off), so what the page says is what will
-happen. The runs are the last ``RECENT_RUNS`` due by now, newest first, each linking
-to its page; those planned ahead are the occurrences' business.
+happen. The runs are the task's own rows, so that the page never says "none" of runs
+it has: the next ``UPCOMING`` planned ahead and the last ``RECENT_RUNS`` due by now,
+newest first, each linking to its page. Its last run is when a message last went (an
+attempt), or, before any, how many of its runs wait.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from .. import calendars
 from ..engine import planning
 from ..engine.planning import Upcoming
 from ..exceptions import UnplannableTask
 from ..models import ScheduledTask, TaskRun
-from ..schedule import timing
+from ..schedule import readable, timing
 
 # How many of a task's runs its change form lists, and how many occurrences ahead.
 RECENT_RUNS = 20
@@ -59,12 +61,27 @@ def upcoming(task: ScheduledTask, now: datetime) -> str:
     )
 
 
+def last_run(task: ScheduledTask) -> str:
+    """When the task's last message went, in its zone; before any, how many of its runs
+    wait, so that "-" never sits above runs it has."""
+    if task.last_run_at is not None:
+        return readable.moment(task.last_run_at, task.timezone)
+    waiting = task.runs.filter(status__in=TaskRun.UNFINISHED).count()
+    if not waiting:
+        return "-"
+    return ngettext("Not yet: %(count)d run waits.", "Not yet: %(count)d runs wait.", waiting) % {
+        "count": waiting
+    }
+
+
 def recent_runs(task: ScheduledTask, now: datetime) -> str:
-    """The task's last ``RECENT_RUNS`` runs due by now, newest first, each linking to
-    its page (runs planned ahead are under "next occurrences")."""
+    """The task's runs, newest first, each linking to its page: the next ``UPCOMING``
+    planned ahead of ``now``, then the last ``RECENT_RUNS`` due by now."""
     if task.pk is None:
         return "-"
-    runs = task.runs.filter(due_at__lte=now).order_by("-due_at", "-pk")[:RECENT_RUNS]
+    ahead = task.runs.filter(due_at__gt=now).order_by("due_at", "pk")[:UPCOMING]
+    past = task.runs.filter(due_at__lte=now).order_by("-due_at", "-pk")[:RECENT_RUNS]
+    runs = [*reversed(list(ahead)), *past]
     rows = format_html_join("", "<tr>{}</tr>", ((_run_row(task, run),) for run in runs))
     if not rows:
         return gettext("None yet.")
@@ -85,7 +102,9 @@ def recent_runs(task: ScheduledTask, now: datetime) -> str:
         ),
     )
     return format_html(
-        '<table class="reminders-recent-runs"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
+        '{}<table class="reminders-recent-runs"><thead><tr>{}</tr></thead><tbody>{}</tbody>'
+        "</table>",
+        gettext("In %(zone)s:") % {"zone": task.timezone},
         head,
         rows,
     )

@@ -19,14 +19,16 @@ showed: pausing and resuming need ``pause_scheduledtask``, cancelling and editin
 ``change_scheduledtask``.
 
 A task's change form shows its schedule in words (``reminders.schedule.cron_text``), its next
-occurrences as the scheduler will plan them and its last runs (``reminders.admin.display``),
+occurrences as the scheduler will plan them and its runs (``reminders.admin.display``),
 as read-only fields: not an inline formset, so that saving a task never depends on its
-history.
+history. Every time on its pages and lists is on the clock of the task's zone, the zone
+named (``reminders.schedule.readable``: "12-05 21:19 (Asia/Shanghai)"), never ISO UTC;
+its status is the model's, which follows its runs (a one-shot whose run waits is active).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -49,11 +51,22 @@ from ..engine import actions as operator
 from ..exceptions import UnplannableTask
 from ..intake import about, scheduling
 from ..models import ScheduledTask
-from ..schedule import cron_text
+from ..schedule import cron_text, readable
 from . import display, preview
 from .filters import KindListFilter
 from .run_now import RunNowMixin
-from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm, wall_clock
+from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm
+
+
+def in_task_zone(name: str, description: Any) -> Callable[[Any, ScheduledTask], str]:
+    """A column or read-only field showing the task's datetime field ``name`` on the
+    clock of the task's zone (``reminders.schedule.readable``), sorted by that field."""
+
+    @admin.display(description=description, ordering=name)
+    def shown(model_admin: Any, task: ScheduledTask) -> str:
+        return readable.moment(getattr(task, name), task.timezone)
+
+    return shown
 
 
 class TaskChangeList(ChangeList):
@@ -70,13 +83,13 @@ STATE_FIELDS = (
     "status",
     "error_code",
     "error_message",
-    "error_at",
+    "error_at_local",
     "next_send",
-    "last_run_at",
+    "last_run",
     "retry_count",
     "runs_link",
-    "created_at",
-    "updated_at",
+    "created_at_local",
+    "updated_at_local",
 )
 # Shown on a saved task's change form: its schedule in words and what comes next.
 PREVIEW_FIELDS = ("schedule_in_words", "upcoming", "next_message")
@@ -110,7 +123,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         "timezone",
         "status",
         "next_send",
-        "last_run_at",
+        "last_run_at_local",
         "priority",
         "channel",
         "about_link",
@@ -166,15 +179,25 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         return kinds.label(task.kind)
 
     @admin.display(description=_("next run"), ordering="next_send_at")
-    def next_send(self, task: ScheduledTask) -> datetime | None:
-        """When the next message goes: the earliest waiting run, not ``next_run`` (the
-        first occurrence beyond the planned ones; ``TaskQuerySet.with_next_send``)."""
-        return getattr(task, "next_send_at", task.next_run)
+    def next_send(self, task: ScheduledTask) -> str:
+        """When the next message goes, in the task's zone: the earliest waiting run, not
+        ``next_run`` (the first occurrence beyond the planned ones;
+        ``TaskQuerySet.with_next_send``)."""
+        return readable.moment(getattr(task, "next_send_at", task.next_run), task.timezone)
+
+    last_run_at_local = in_task_zone("last_run_at", _("last run"))
+    error_at_local = in_task_zone("error_at", _("error since"))
+    created_at_local = in_task_zone("created_at", _("created"))
+    updated_at_local = in_task_zone("updated_at", _("updated"))
+
+    @admin.display(description=_("last run"))
+    def last_run(self, task: ScheduledTask) -> str:
+        return display.last_run(task) if task.pk else "-"
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
         if task.run_at is not None:
-            return f"{wall_clock(task.run_at, task.timezone):%Y-%m-%d %H:%M}"
+            return readable.short(task.run_at, task.timezone)
         if task.cron:
             return format_html(
                 '<span title="{}">{}</span>', task.cron, cron_text.describe(task.cron)
@@ -231,7 +254,7 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     def next_message(self, task: ScheduledTask) -> str:
         return preview.next_message(task, timezone.now()) if task.pk else "-"
 
-    @admin.display(description=_("last runs"))
+    @admin.display(description=_("runs, newest first"))
     def recent_runs(self, task: ScheduledTask) -> str:
         return display.recent_runs(task, timezone.now()) if task.pk else "-"
 

@@ -145,9 +145,12 @@ def _catch_up(task: ScheduledTask, now: datetime, skip: SkipReason) -> None:
         task.plan_first_run(now)
     _skip_planned_due(task, now, skip)
     TaskRun.objects.add_planned(planning.runs_owed(task, now, skip))
-    task.status = task.Status.ACTIVE if task.next_run else task.Status.COMPLETED
+    task.status = task.Status.ACTIVE
     task._clear_error()
     task.save(update_fields=["status", "next_run", *task.ERROR_FIELDS, "updated_at"])
+    # Active while a run waits; completed at once if all its runs have ended.
+    if ScheduledTask.objects.filter(pk=task.pk).complete_ended(now):
+        task.status = task.Status.COMPLETED
 
 
 def _skip_planned_due(task: ScheduledTask, now: datetime, skip: SkipReason) -> None:
@@ -170,6 +173,16 @@ def cancel(task: ScheduledTask) -> int:
         task.next_run = None
         task.save(update_fields=["status", "next_run", "updated_at"])
         return TaskRun.objects.filter(task=task).cancel_pending()
+
+
+def _reopen(task: ScheduledTask, now: datetime | None = None) -> None:
+    """A run of ``task`` waits again: a completed task is active until it ends. Again
+    once this commits: a job that ended the task's other run meanwhile, not seeing this
+    one yet, may have completed it (a sweep completes it if this run has ended too)."""
+    tasks = ScheduledTask.objects.filter(pk=task.pk)
+    if tasks.reopen(now):
+        task.status = task.Status.ACTIVE
+    transaction.on_commit(tasks.reopen)
 
 
 def stopped_refusal(task: ScheduledTask) -> Refusal | None:
@@ -271,6 +284,7 @@ def run_now(
                 run.save()
         except IntegrityError:  # the same second, asked for beside this request
             return task.runs.get(occurrence=run.occurrence), False
+        _reopen(task, now)
     wake.notify()
     return run, True
 
@@ -348,6 +362,8 @@ def retry_now(run: TaskRun, now: datetime | None = None) -> bool:
                 digest=None,
             )
         )
+        if updated:
+            _reopen(task, now)
         if updated and run.status == run.Status.UNKNOWN:
             SendLog.objects.filter(key=run.ledger_key, status=SendLog.Status.UNKNOWN).update(
                 # Parts that went before the one in doubt did go: only the rest is sent.
@@ -401,7 +417,9 @@ def snooze(run: TaskRun, until: datetime, *, by: str = "") -> TaskRun:
     if held is not None:
         later = _requested_run(task, held.until, key, by)
         later.error_code, later.error_message = QUIET_CODE, held.message
-    later.save()
+    with transaction.atomic():
+        later.save()
+        _reopen(task)
     if later.due_at <= timezone.now() + timedelta(seconds=conf.TICK_SECONDS):
         wake.notify()
     return later

@@ -196,13 +196,12 @@ def _finish(
     jobs: Sequence[Job], unrecorded: list[tuple[Job, SendResult]], deferred: list[tuple[Job, float]]
 ) -> None:
     """End the job in one transaction: record the last batch, put back the runs that
-    were not sent, and stamp the tasks' last run time."""
+    were not sent, and stamp the tasks' last run time, completing those whose runs have
+    all ended (``TaskQuerySet.ran``)."""
     with recording():
         write_sent(unrecorded)
         defer(deferred)
-        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
-            last_run_at=timezone.now()
-        )
+        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).ran(timezone.now())
 
 
 def _finish_apart(
@@ -219,8 +218,6 @@ def _finish_apart(
     except DatabaseError:
         logger.exception("could not put %d runs back; they wait for their lease", len(deferred))
     try:
-        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).update(
-            last_run_at=timezone.now()
-        )
+        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).ran(timezone.now())
     except DatabaseError:
         logger.exception("could not stamp the tasks' last run time")

@@ -572,7 +572,8 @@ def _digest_task(items: list[Ready], now: datetime) -> ScheduledTask:
         timezone=lead.timezone,
         payload=payload,
         priority=lead.priority,
-        status=ScheduledTask.Status.COMPLETED,
+        # Nothing left to plan; completed once its run ends (``complete_ended``).
+        status=ScheduledTask.Status.ACTIVE,
         calendar="",
         last_run_at=now,
     )

@@ -99,6 +99,9 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         holds.defer_planned(runs)
         TaskRun.objects.add_planned(runs)
         _advance(planned)
+        # A last occurrence planned as skipped (a day off) ended at once.
+        exhausted = [task.pk for task in planned if task.next_run is None]
+        ScheduledTask.objects.filter(pk__in=exhausted).complete_ended(now)
     if tasks:
         logger.debug("materialized %d runs for %d tasks", len(runs), len(planned))
     return Planned(len(runs), len(tasks))
@@ -106,7 +109,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
 
 def _advance(tasks: list[ScheduledTask]) -> None:
     """Save each task's new ``next_run`` and status: one UPDATE per distinct pair, as a
-    burst of one-shots (all completed) or of one cron schedule shares a single one."""
+    burst of one-shots (all exhausted) or of one cron schedule shares a single one."""
     groups: dict[tuple[datetime | None, str], list[int]] = {}
     for task in tasks:
         groups.setdefault((task.next_run, task.status), []).append(task.pk)
@@ -265,10 +268,19 @@ def _of_self() -> tuple[str, ...]:
 def expire_overdue(now: datetime | None = None) -> int:
     """End waiting runs past their deadline as ``expired`` rather than claim them (runs
     whose key may have been delivered are left to delivery); returns how many."""
-    expired = TaskRun.objects.expire_overdue(now or timezone.now(), limit=conf.CLAIM_BATCH)
+    now = now or timezone.now()
+    expired = TaskRun.objects.expire_overdue(now, limit=conf.CLAIM_BATCH)
     if expired:
         logger.warning("%d runs expired: their deadline passed before they were sent", len(expired))
+        tasks = ScheduledTask.objects.filter(pk__in={run.task_id for run in expired})
+        tasks.complete_ended(now)
     return len(expired)
+
+
+def complete_ended(now: datetime | None = None) -> int:
+    """Complete every task whose schedule is exhausted and whose runs have all ended,
+    however they ended (``TaskQuerySet.complete_ended``); returns how many."""
+    return ScheduledTask.objects.complete_ended(now or timezone.now())
 
 
 def report_stuck(now: datetime | None = None) -> int:

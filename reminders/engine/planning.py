@@ -7,6 +7,9 @@ scheduler, the API, the admin and the commands all plan through here.
 Only ``active`` tasks are planned. A task this process cannot plan (its kind is not
 registered here, its stored cron or zone is invalid) is put in ``error`` with the reason,
 out of the due set, and ops are told once; it never stops the planning of the others.
+Planning never completes a task: a schedule whose last occurrence is planned keeps its
+task ``active`` (``next_run`` None) until the runs end, then ``complete_ended`` completes
+it (see ``reminders.models.tasks``), so a one-shot whose run waits is never "completed".
 Occurrences a task did not run on time (no scheduler, paused, in error) are never
 silently dropped nor all sent at once. What becomes of them is the kind's ``missed``
 rule (``runs_owed``):
@@ -188,7 +191,8 @@ def runs_owed(
     (the last ``REMINDERS_MISSED_RUNS_RECORDED``; how many older ones passed is
     logged and said on the oldest recorded); under ``compensate`` each missed or
     lost occurrence young enough gets a make-up run due with the latest. Advances
-    ``next_run``, and completes an exhausted schedule, in memory: the caller saves.
+    ``next_run`` in memory (None once the schedule is exhausted: the task stays
+    ``active`` until its runs end, ``TaskQuerySet.complete_ended``): the caller saves.
 
     Raises ``UnplannableTask`` when the task cannot be planned, whatever the cause;
     the task is left as it was then.
@@ -238,9 +242,8 @@ def _owed(task: ScheduledTask, now: datetime, skip: SkipReason, policy: Policy) 
     owed = _occurrences_owed(task, task.next_run, now)
     runs = _plan_owed(task, owed, now, skip, policy)
     _log_owed(task, runs, owed, skip)
+    # An exhausted schedule stays active until its runs end (``complete_ended``).
     task.next_run = owed.upcoming
-    if owed.upcoming is None:
-        task.status = task.Status.COMPLETED
     return runs
 
 

@@ -14,6 +14,9 @@ Run any number of these, on any number of hosts, against one database. Each one:
   elsewhere such work waits for the tick at most;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
+* completes the tasks whose runs have all ended that no run's end completed (at most
+  every ``COMPLETE_SECONDS``: ``reminders.models.tasks`` says why the status follows
+  the runs);
 * starts the django-q2 clusters that execute them, each in a child process of its own
   session, with stop signals blocked in all of its processes, so that a SIGTERM sent to
   the process group or to every process (systemd's ``KillMode=control-group``) stops
@@ -54,6 +57,11 @@ logger = logging.getLogger(__name__)
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 # A scheduler writes its heartbeat at most this often (seconds).
 HEARTBEAT_SECONDS = 5.0
+# A scheduler sweeps for tasks whose runs have all ended at most this often (seconds):
+# a run's own end completes its task at once; the sweep is for runs ended otherwise (a
+# bulk update, a process that died before completing), and on MariaDB, which keeps no
+# partial index, it reads every ended task's row.
+COMPLETE_SECONDS = 60.0
 # The shortest sleep between ticks when something is due already but was not claimed
 # (held by another scheduler at that moment): never a busy loop.
 MIN_SLEEP_SECONDS = 0.05
@@ -99,6 +107,7 @@ class ReminderWorker:
         self._sleeper: wake.Sleeper | None = None  # while ``run`` runs
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
+        self._completed_at: datetime | None = None
         # The database failed a tick or a read since the last good one: what this
         # process claimed and no worker started is given back once it answers again.
         self._lost_database = False
@@ -168,17 +177,19 @@ class ReminderWorker:
 
     def tick(self, now: datetime | None = None) -> bool:
         """Materialize, expire, report, end the runs of digests that ended
-        (``digest_ends.settle_ended``), tell the CRM of actions on cards (``announce``),
-        queue the cards to update (``cards``) and claim once; True when there was more
-        work than one tick takes: more tasks due than one plan takes (planning goes on
-        under back-pressure: a wave of 100,000 is planned at once, not a batch a tick),
-        or a full claim batch."""
+        (``digest_ends.settle_ended``), complete the tasks whose runs have all ended
+        (``dispatch.complete_ended``, at most every ``COMPLETE_SECONDS``), tell the CRM
+        of actions on cards (``announce``), queue the cards to update (``cards``) and
+        claim once; True when there was more work than one tick takes: more tasks due
+        than one plan takes (planning goes on under back-pressure: a wave of 100,000 is
+        planned at once, not a batch a tick), or a full claim batch."""
         now = now or timezone.now()
         self._beat(now)
         more_to_plan = dispatch.plan(now).tasks == dispatch.PLAN_BATCH
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         digest_ends.settle_ended(now)
+        self._complete_ended(now)
         announce.announce(now)
         cards.claim(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
@@ -191,6 +202,14 @@ class ReminderWorker:
         claimed = dispatch.claim(self.owner, limit, now)
         # Claim again at once only when the batch size, not back-pressure, was the limit.
         return more_to_plan or (limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit)
+
+    def _complete_ended(self, now: datetime) -> None:
+        """``dispatch.complete_ended``, unless swept less than ``COMPLETE_SECONDS`` ago."""
+        last = self._completed_at
+        if last is not None and last <= now < last + timedelta(seconds=COMPLETE_SECONDS):
+            return
+        dispatch.complete_ended(now)
+        self._completed_at = now
 
     def _beat(self, now: datetime) -> None:
         """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""

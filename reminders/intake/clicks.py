@@ -204,7 +204,7 @@ def _holder(keys: tuple[str, str]) -> RunAction | None:
 def _end_inquiry(keys: tuple[str, str]) -> None:
     """Done or taken on: what the inquiry's alerts would still send is cancelled, its
     escalation (with its runs not yet started, even one the planner made already; a
-    one-off whose run was planned is ``completed`` and is cancelled all the same, as
+    one-off is cancelled whether its run waits or it has ``completed``, as
     ``api.cancel_for`` does) and the reminders that snoozes of its alerts made."""
     _, escalated = keys
     escalations = ScheduledTask.objects.filter(key=escalated).exclude(

@@ -15,8 +15,9 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .. import signals
+from .. import registry, signals
 from ..calendars.days import DaySource
+from ..schedule import readable
 from . import sql
 from .choices import (
     FINISHED,
@@ -218,7 +219,11 @@ class TaskRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.task_id} @ {self.occurrence.isoformat()} [{self.status}]"
+        """Its title, human: its task's kind and recipient and its occurrence on the clock
+        of the task's zone ("Follow-up reminder → demo-lisi · 12-05 21:19")."""
+        task = self.task
+        when = readable.short(self.occurrence, task.timezone)
+        return f"{registry.label(task.kind)} → {task.recipient} · {when}"
 
     CLOSING_FIELDS: ClassVar[tuple[str, ...]] = (
         "status",

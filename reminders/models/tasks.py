@@ -1,6 +1,19 @@
 """``ScheduledTask``: what to send, to whom, on which schedule; its fields, constraints,
 QuerySet verbs and small state changes. Planning its runs is ``engine.planning``'s, acting
 on it ``engine.actions``'.
+
+A task's status never contradicts its runs: ``completed`` means its schedule has no
+occurrence left (``next_run`` is NULL) *and* every run it planned has ended. A one-shot
+whose run waits (planned ahead, retrying, in a worker's hands, folded in a digest) is
+``active`` until that run ends, so it can still be paused or cancelled, and the admin's
+filters count it among the live ones. Planning leaves an exhausted schedule ``active``;
+``TaskQuerySet.complete_ended`` completes it once its runs have ended: a delivery job does
+in the UPDATE that stamps its tasks' last run (``TaskQuerySet.ran``), as do a digest's
+items as they end with it, expiry and planning a run skipped at once; each scheduler
+sweeps for the rest (runs ended before starting, bulk updates, a job that died before
+its end) at most every ``worker.COMPLETE_SECONDS``. What makes a completed task's run
+wait again (run now, a retry, a snooze) makes the task active again
+(``TaskQuerySet.reopen``) in its transaction.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import recipients, registry, signals
 from ..conf import settings as conf
 from ..exceptions import UnknownKind
-from ..schedule import timing
+from ..schedule import cron_text, readable, timing
 from .choices import Priority, longest
 from .validators import (
     validate_calendar,
@@ -43,18 +56,55 @@ logger = logging.getLogger(__name__)
 OBJECT_ID_MAX_LENGTH = 64
 
 
+def _ended() -> Q:
+    """An active task whose schedule has no occurrence left and none of whose runs is
+    unfinished: one to complete."""
+    # TaskRun by name: it refers to this module's ScheduledTask, not the reverse.
+    runs: Any = apps.get_model("reminders", "TaskRun")
+    unfinished = runs.objects.filter(task=models.OuterRef("pk"), status__in=runs.UNFINISHED)
+    return Q(status=ScheduledTask.Status.ACTIVE, next_run__isnull=True) & Q(
+        ~models.Exists(unfinished)
+    )
+
+
 class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
 
+    def complete_ended(self, now: datetime | None = None) -> int:
+        """Complete the active tasks whose schedule has no occurrence left and whose
+        runs have all ended (none unfinished); returns how many. One UPDATE: safe to
+        call from any number of processes at once, and again."""
+        ended = self.filter(_ended())
+        return ended.update(status=ScheduledTask.Status.COMPLETED, updated_at=now or timezone.now())
+
+    def ran(self, now: datetime) -> int:
+        """Stamp ``last_run_at`` (a job tried their runs) and, in the same UPDATE,
+        complete those whose runs have all ended (``complete_ended``): the job's own
+        statement, in its own transaction, so ending its runs' tasks costs it none."""
+        done = models.When(_ended(), then=models.Value(ScheduledTask.Status.COMPLETED))
+        changed = models.When(_ended(), then=models.Value(now))
+        return self.update(
+            last_run_at=now,
+            status=models.Case(done, default=models.F("status")),
+            updated_at=models.Case(changed, default=models.F("updated_at")),
+        )
+
+    def reopen(self, now: datetime | None = None) -> int:
+        """Make the completed tasks active again: one has a run waiting again (run now,
+        a retry, a snooze), and is completed again once it ends. Returns how many."""
+        completed = self.filter(status=ScheduledTask.Status.COMPLETED)
+        active = ScheduledTask.Status.ACTIVE
+        return completed.update(status=active, updated_at=now or timezone.now())
+
     def with_next_send(self) -> TaskQuerySet:
         """Annotated ``next_send_at``: when the task's next message goes, its earliest
         waiting run's next attempt (a run planned ahead, a retry, the last run of a
-        one-shot already ``completed``), else its ``next_run``. ``next_run`` alone is
-        where planning resumes: the first occurrence *beyond* the planned runs (an hour
-        on for an every-minute task), which is not what ops ask a "next run" for. A
-        paused task keeps ``next_run``: its waiting runs are not claimed (``claimable``)
-        and are skipped when it resumes."""
+        one-shot whose schedule has no occurrence left), else its ``next_run``.
+        ``next_run`` alone is where planning resumes: the first occurrence *beyond* the
+        planned runs (an hour on for an every-minute task), which is not what ops ask a
+        "next run" for. A paused task keeps ``next_run``: its waiting runs are not
+        claimed (``claimable``) and are skipped when it resumes."""
         # TaskRun by name: it refers to this module's ScheduledTask, not the reverse.
         runs: Any = apps.get_model("reminders", "TaskRun")
         waiting = (
@@ -203,11 +253,16 @@ class ScheduledTask(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{registry.label(self.kind)} → {self.recipient} ({self.schedule_display})"
+        """Its title, human: "Follow-up reminder → demo-lisi · 12-05 21:19"."""
+        return f"{registry.label(self.kind)} → {self.recipient} · {self.schedule_display}"
 
     @property
     def schedule_display(self) -> str:
-        return self.cron or (self.run_at.isoformat() if self.run_at else "-")
+        """The schedule as people read it: a cron in words, a one-shot's time on the
+        clock of the task's zone (``reminders.schedule.readable``), never ISO UTC."""
+        if self.cron:
+            return cron_text.describe(self.cron)
+        return readable.short(self.run_at, self.timezone) if self.run_at else "-"
 
     def clean(self) -> None:
         """What the check constraints hold, said on the fields at fault; so a task that

@@ -67,6 +67,7 @@ def make_run(make_task):
                 error_code="test" if status in ("failed", "unknown") else "",
             )
             run.refresh_from_db()
+            ScheduledTask.objects.filter(pk=run.task_id).complete_ended()  # as a tick does
         return run
 
     return make

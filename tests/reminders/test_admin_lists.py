@@ -5,12 +5,12 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.admin.utils import display_for_value
 from django.urls import reverse
 from django.utils import timezone
 
 from reminders.engine import actions, dispatch
 from reminders.models import ScheduledTask, TaskRun
+from reminders.schedule import readable
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +24,9 @@ def cells(html: str, column: str) -> list[str]:
     return [re.sub(r"<[^>]+>", "", cell).strip() for cell in found]
 
 
-def shown(moment) -> str:
-    return str(display_for_value(moment, "-"))
+def shown(task: ScheduledTask, moment) -> str:
+    """A moment as the lists say it: on the clock of the task's zone, the zone named."""
+    return readable.moment(moment, task.timezone)
 
 
 def test_task_list__next_run_is_the_earliest_waiting_run_not_the_first_beyond_the_plan(
@@ -42,7 +43,7 @@ def test_task_list__next_run_is_the_earliest_waiting_run_not_the_first_beyond_th
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 
-    assert cells(html, "next_send") == [shown(first.next_attempt_at)]
+    assert cells(html, "next_send") == [shown(task, first.next_attempt_at)]
 
 
 def test_task_list__next_run_of_a_retry_is_its_next_attempt(admin_client, make_task):
@@ -54,7 +55,7 @@ def test_task_list__next_run_of_a_retry_is_its_next_attempt(admin_client, make_t
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 
-    assert cells(html, "next_send") == [shown(retry_at)]
+    assert cells(html, "next_send") == [shown(task, retry_at)]
 
 
 def test_task_list__next_run_without_planned_runs_is_the_next_occurrence(admin_client, make_task):
@@ -63,7 +64,7 @@ def test_task_list__next_run_without_planned_runs_is_the_next_occurrence(admin_c
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 
-    assert cells(html, "next_send") == [shown(task.next_run)]
+    assert cells(html, "next_send") == [shown(task, task.next_run)]
 
 
 def test_task_list__sorts_by_the_next_run_it_shows(admin_client, make_task):
@@ -92,9 +93,7 @@ def test_lists__name_kinds_by_their_translated_label(admin_client, make_task):
     assert cells(html, "kind_label") == ["跟进提醒"]
 
 
-def test_task_list__next_run_of_a_one_shot_planned_and_completed_is_its_waiting_run(
-    admin_client, make_task
-):
+def test_task_list__next_run_of_a_one_shot_whose_run_waits_is_that_run(admin_client, make_task):
     task = make_task(at=timezone.now() + timedelta(minutes=10))
     dispatch.materialize(now=task.run_at)
     task.refresh_from_db()
@@ -103,7 +102,7 @@ def test_task_list__next_run_of_a_one_shot_planned_and_completed_is_its_waiting_
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 
-    assert cells(html, "next_send") == [shown(run.next_attempt_at)]
+    assert cells(html, "next_send") == [shown(task, run.next_attempt_at)]
 
 
 def test_task_list__next_run_of_a_paused_task_is_not_its_waiting_run(admin_client, make_task):
@@ -115,4 +114,4 @@ def test_task_list__next_run_of_a_paused_task_is_not_its_waiting_run(admin_clien
 
     html = admin_client.get(reverse(TASKS)).content.decode()
 
-    assert cells(html, "next_send") == [shown(task.next_run)]
+    assert cells(html, "next_send") == [shown(task, task.next_run)]

@@ -111,16 +111,17 @@ def test_change_form__a_paused_tasks_occurrences_say_it_and_an_ended_one_has_non
     assert "None: the task has ended." in change_page(admin_client, ended)
 
 
-def test_change_form__lists_the_last_20_runs_due_newest_first_linking_to_each(
+def test_change_form__lists_its_runs_planned_ahead_then_the_last_20_due_newest_first(
     admin_client, make_task
 ):
     task = make_task("follow_up", cron="* * * * *", tz="UTC")
     now = timezone.now().replace(second=0, microsecond=0)
     past = [a_run(task, now - timedelta(minutes=n)) for n in range(1, 26)]
-    a_run(task, now + timedelta(minutes=5), "scheduled")  # planned ahead: not yet a run to list
+    ahead = [a_run(task, now + timedelta(minutes=n), "scheduled") for n in (5, 6)]
     page = change_page(admin_client, task)
     recent = page.split('class="reminders-recent-runs"')[1]
-    assert [int(pk) for pk in RUN_LINK.findall(recent)] == [run.pk for run in past[:20]]
+    expected = [ahead[1].pk, ahead[0].pk, *(run.pk for run in past[:20])]
+    assert [int(pk) for pk in RUN_LINK.findall(recent)] == expected
 
 
 # Run now ---------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def test_a_render_error_fails_its_run_only_and_tells_ops(
     assert said in run.error_message
     if isinstance(BREAKAGES[said], BaseException):
         assert str(BREAKAGES[said]) in run.error_message
-    assert ("task_error", bad.pk, "completed") in received  # a one-shot, planned
+    assert ("task_error", bad.pk, "active") in received  # a one-shot, its run in hand
     assert ("run_failed", run.pk, "failed") in received
     assert {task.runs.get().status for task in good} == {"sent"}
 

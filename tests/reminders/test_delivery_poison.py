@@ -100,7 +100,7 @@ def test_a_builder_s_database_error_fails_its_run_only_and_tells_ops(
     assert (run.status, run.error_code) == ("failed", "render")
     assert "reminders_no_such_table" in run.error_message
     assert ("run_failed", run.pk, "failed") in received
-    assert ("task_error", bad.pk, "completed") in received
+    assert ("task_error", bad.pk, "active") in received
     assert {task.runs.get().status for task in good} == {"sent"}
     assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in good)
 
@@ -133,7 +133,7 @@ def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
     assert "3 in a row" in run.error_message
     assert crm_kind.calls["bad"] == 3  # type: ignore[attr-defined]
     assert ("run_failed", run.pk, "failed") in received
-    assert ("task_error", bad.pk, "completed") in received
+    assert ("task_error", bad.pk, "active") in received
     # Told once, however many ticks come after.
     told = [name for name, pk, _ in received if name.startswith("run_") and pk == run.pk]
     assert told == ["run_failed"]

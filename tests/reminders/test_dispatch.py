@@ -34,11 +34,11 @@ def test_materialize__creates_the_run_and_advances_a_cron_task(make_task):
     assert task.status == "active"
 
 
-def test_materialize__completes_a_one_shot(make_task):
+def test_materialize__leaves_a_one_shot_active_until_its_run_ends(make_task):
     task = make_task()
     dispatch.materialize()
     task.refresh_from_db()
-    assert (task.status, task.next_run) == ("completed", None)
+    assert (task.status, task.next_run) == ("active", None)
     assert task.runs.get().status == "scheduled"
 
 

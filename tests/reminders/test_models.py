@@ -169,7 +169,7 @@ def test_resume__a_one_shot_whose_time_passed_while_paused_runs_now(make_task):
     assert actions.resume(task, now=at + timedelta(hours=1)) is True
     assert list(task.runs.values_list("occurrence", "status")) == [(at, "scheduled")]
     task.refresh_from_db()
-    assert (task.status, task.next_run) == ("completed", None)
+    assert (task.status, task.next_run) == ("active", None)  # until its run ends
 
 
 def test_retry_now__puts_a_failed_run_back_in_line(make_task):
