@@ -44,7 +44,7 @@ lint: $(STAMP)
 # metadata and bin/check-dist's of their contents against the checkout. The PostgreSQL
 # run's throwaway CRM (tests/integration/test_crm_project.py) installs this wheel.
 dist: $(STAMP)
-	rm -rf dist build reminders.egg-info
+	rm -rf dist build django_wecom_reminders.egg-info
 	@# setuptools says a great deal: its output is shown only if the build fails.
 	@$(PY) -m build --outdir dist . > $(VENV)/dist-build.log 2>&1 || { cat $(VENV)/dist-build.log; exit 1; }
 	@echo "built: $$(cd dist && echo *)"
@@ -145,4 +145,4 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/digest_morning.py
 
 clean:
-	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache dist build reminders.egg-info
+	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache dist build django_wecom_reminders.egg-info

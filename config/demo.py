@@ -17,6 +17,8 @@ real admin:
   (``preferences.set``, as a CRM would on their behalf): their three follow-ups go as one
   message at the end of the window (``REMINDERS_DIGEST_SECONDS``; ``make run`` makes it
   five minutes).
+* Every time it prints (a one-shot's, the next run's) is in the project's ``TIME_ZONE``,
+  whatever zone the tasks are in (``--tz``); a cron expression of another zone names it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils.translation import gettext as _
 
@@ -180,7 +183,6 @@ def save_task(demo: DemoTask, tz: str) -> str:
     # ``next_run`` is where planning resumes, an hour on for the every-minute task.
     annotated = ScheduledTask.objects.with_next_send().get(pk=task.pk)
     next_send = getattr(annotated, "next_send_at", task.next_run)
-    next_run = next_send.astimezone(timing.zone(tz)) if next_send else None
     line = (
         _("updated %(key)s: %(kind)s -> %(recipient)s, %(schedule)s, next run %(next)s")
         if existed
@@ -190,7 +192,23 @@ def save_task(demo: DemoTask, tz: str) -> str:
         "key": demo.key,
         "kind": task.kind,
         "recipient": task.recipient,
-        "schedule": task.schedule_display,
-        "next": next_run.isoformat(timespec="seconds") if next_run else "-",
+        "schedule": _schedule(task),
+        "next": _shown(next_send) if next_send else "-",
     }
     return f"  {line % values}"
+
+
+def _shown(moment: datetime) -> str:
+    """A time as the demo prints every time: in the project's ``TIME_ZONE``, so that the
+    lines read alike whatever zone a task's schedule is in."""
+    return moment.astimezone(timing.zone(settings.TIME_ZONE)).isoformat(timespec="seconds")
+
+
+def _schedule(task: ScheduledTask) -> str:
+    """A one-shot's time (``_shown``), or the cron expression, with its zone where that
+    is not the project's."""
+    if task.run_at is not None:
+        return _shown(task.run_at)
+    if task.timezone != settings.TIME_ZONE:
+        return f"{task.cron} ({task.timezone})"
+    return task.cron

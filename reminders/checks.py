@@ -36,9 +36,10 @@ from . import calendars, kinds
 from .calendars import coverage as calendar_coverage
 from .conf import settings as conf
 from .exceptions import ChannelNotConfigured, RemindersError, UnknownKind
-from .messages import builders
+from .messages import builders, cards
 from .schedule.policies import PolicyError
 from .senders import get_sender
+from .senders.base import BaseSender
 
 
 @register("reminders")
@@ -180,7 +181,31 @@ def _check_senders(channels: dict[str, Any]) -> list[CheckMessage]:
                     id="reminders.W002",
                 )
             )
+        messages.extend(_check_cards(alias, sender))
     return messages
+
+
+def _check_cards(alias: str, sender: BaseSender) -> list[CheckMessage]:
+    """A channel that carries cards with buttons whose clicks could not come back: its
+    follow-ups and inquiry alerts go without buttons (``messages.cards.carried``)."""
+    reason = cards.lost_clicks(sender) if sender.carries_cards else ""
+    if not reason:
+        return []
+    return [
+        Warning(
+            gettext(
+                "Channel %(alias)r carries cards with buttons, and %(reason)s: its follow-ups "
+                "and inquiry alerts go as text, without buttons."
+            )
+            % {"alias": alias, "reason": reason},
+            hint=gettext(
+                "Configure WeCom's callback for the channel's app (WECOM_CALLBACK_TOKEN, "
+                "WECOM_CALLBACK_AES_KEY, WECOM_AGENT_ID), or silence reminders.W008 where "
+                "text is what you want."
+            ),
+            id="reminders.W008",
+        )
+    ]
 
 
 def _check_kinds_settings() -> list[CheckMessage]:

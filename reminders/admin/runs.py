@@ -164,10 +164,16 @@ class TaskRunAdmin(RecallMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("lateness"), ordering="lateness_value")
     def lateness(self, run: TaskRun) -> str:
+        """How long after its due time the run finished; one that finished before it
+        (sent early by an operator, or ended before it came) reads "early by", never as
+        a negative duration ("-1 day, 23:56:45")."""
         late = run.lateness
         if late is None:
             return "-"
-        return str(timedelta(seconds=round(late.total_seconds())))
+        seconds = round(late.total_seconds())
+        if seconds < 0:
+            return gettext("early by %(duration)s") % {"duration": timedelta(seconds=-seconds)}
+        return str(timedelta(seconds=seconds))
 
     @admin.display(description=_("error"))
     def error(self, run: TaskRun) -> str:

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import connection
 from django.db.models import (
     Case,
@@ -78,6 +79,8 @@ from django.db.models import (
     Value,
     When,
 )
+from django.utils import translation
+from django.utils.translation import gettext
 
 from .. import registry
 from ..conf import settings as conf
@@ -295,11 +298,17 @@ def _release(run: TaskRun, found: Rule, own: QuietHours | None) -> datetime | No
 
 
 def _waits(run: TaskRun, release: datetime) -> str:
+    """Why the run waits, for the admin: in the project's language (``LANGUAGE_CODE``),
+    whatever language is active where the run is planned."""
     zone = timing.zone(run.task.timezone)
-    return (
-        f"Waits for its digest: sent with the other {run.task.kind} of its window at "
-        f"{release.astimezone(zone):%Y-%m-%d %H:%M:%S} {run.task.timezone}."
-    )
+    with translation.override(django_settings.LANGUAGE_CODE):
+        return gettext(
+            "Waits for its digest: sent with the other %(kind)s of its window at %(when)s %(zone)s."
+        ) % {
+            "kind": run.task.kind,
+            "when": f"{release.astimezone(zone):%Y-%m-%d %H:%M:%S}",
+            "zone": run.task.timezone,
+        }
 
 
 def due(status: str, next_attempt_at: datetime | None, now: datetime) -> bool:

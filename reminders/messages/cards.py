@@ -4,8 +4,12 @@ when clicked (the button's ``key`` is the click's ``EventKey``, the card's ``tas
 names the run).
 
 The built-in wording (``messages.wording``) writes one where the task's channel carries
-it (``carried``: the sender's ``carries_cards``, true for a WeCom app, false for a group
-robot and anything else, which get text as before). What a card shows (``card``):
+it and its clicks can come back (``carried``): the sender's ``carries_cards`` (true for
+a WeCom app, false for a group robot and anything else), and WeCom's callback configured
+for the channel's app (``lost_clicks``). Elsewhere the message goes as it would on a
+channel without cards (a textcard with its link, or text): never a button no click of
+which could reach the engine. System check ``reminders.W008`` names a channel that
+carries cards whose clicks could not come back. What a card shows (``card``):
 
 * ``source.desc``: the kind's label; ``main_title``: the title (``Follow-up: Acme``) and
   the headline under it; ``sub_title_text``: the details (subject, due time, how long it
@@ -41,8 +45,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.translation import pgettext
+from django.utils.translation import gettext, pgettext
 
+from ..conf import settings as conf
 from ..exceptions import BuilderFailed, RemindersError
 from ..links import short
 from ..models import acting
@@ -56,6 +61,7 @@ from .fitting import Line, cut, fit
 
 if TYPE_CHECKING:
     from ..models import ScheduledTask, TaskRun
+    from ..senders.base import BaseSender
 
 # The keys of the built-in buttons (what a click on each comes back with), and the
 # card's task_id of a run and back: the models' (``models.acting``), which the callback
@@ -147,13 +153,44 @@ def chosen(task: ScheduledTask, run: TaskRun) -> list[Button]:
 
 
 def carried(task: ScheduledTask) -> bool:
-    """Whether the task's channel carries these cards (its sender's ``carries_cards``);
-    a channel that cannot be built is taken to carry none (it says so where channels
-    are checked)."""
+    """Whether the task's channel carries these cards (its sender's ``carries_cards``)
+    and their clicks can come back (``lost_clicks``); a channel that cannot be built is
+    taken to carry none (it says so where channels are checked)."""
     try:
-        return bool(get_sender(task.channel).carries_cards)
+        sender = get_sender(task.channel)
     except (RemindersError, ImproperlyConfigured, TypeError):
         return False
+    return bool(sender.carries_cards) and not lost_clicks(sender)
+
+
+def channel_agent(sender: BaseSender) -> str:
+    """The WeCom app a channel sends as: its agent id (the WeCom app sender's, else the
+    channel's ``OPTIONS["agent_id"]``), ``""`` when it names none."""
+    agent = getattr(sender, "agent_id", None) or sender.options.get("agent_id") or ""
+    return str(agent).strip()
+
+
+def lost_clicks(sender: BaseSender) -> str:
+    """Why a click on a card ``sender`` sends could not come back, in words; ``""`` when
+    it can: WeCom's callback is configured (``conf.CALLBACK``) and takes the clicks of
+    the channel's app (``conf.CALLBACK_AGENT_ID``; a channel or a callback that names no
+    agent cannot be told apart, and is taken to be the callback's). A callback that
+    cannot work (system check ``reminders.E015``) takes none."""
+    try:
+        if conf.CALLBACK is None:
+            return gettext(
+                "no callback is configured (WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY)"
+            )
+        callback_agent = conf.CALLBACK_AGENT_ID
+    except ImproperlyConfigured as exc:
+        return str(exc)
+    agent = channel_agent(sender)
+    if callback_agent and agent and agent != callback_agent:
+        return gettext(
+            "the callback takes the clicks of app %(callback)s, and the channel sends as "
+            "app %(agent)s"
+        ) % {"callback": callback_agent, "agent": agent}
+    return ""
 
 
 @dataclass(frozen=True)

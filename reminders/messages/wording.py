@@ -22,7 +22,9 @@ Invariants:
 
 * A follow-up and an inquiry alert are a card with buttons (``messages.cards``: done,
   remind me in an hour, and for an inquiry I'll take it) where the task's channel
-  carries one (``BaseSender.carries_cards``: a WeCom app does, a group robot does not).
+  carries one (``BaseSender.carries_cards``: a WeCom app does, a group robot does not)
+  and its clicks can come back (WeCom's callback configured for the channel's app:
+  ``cards.carried``); never a button no click of which could reach the engine.
 * Elsewhere, and for the other kinds, a message with a link is a ``textcard`` (title,
   description, url, button) where the task's channel carries one
   (``BaseSender.accepts``: a WeCom app does, a group robot does not), else ``text``

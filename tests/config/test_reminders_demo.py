@@ -3,6 +3,7 @@ system: it runs only where the default channel is the console or the WeCom sandb
 never changes an existing user and prints no password it did not make."""
 
 import importlib.util
+import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -289,6 +290,22 @@ def test_demo__says_when_the_next_message_goes_not_where_planning_resumes(settin
     zone = timing.zone(settings.TIME_ZONE)
     shown = first.next_attempt_at.astimezone(zone).isoformat(timespec="seconds")
     assert line.endswith(f"next run {shown}"), line
+
+
+# A time the demo prints: ISO 8601 with its offset.
+PRINTED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?([+-]\d\d:\d\d|Z)")
+
+
+@pytest.mark.parametrize("args", [(), ("--tz", "Europe/Berlin")], ids=["default", "--tz"])
+def test_demo__prints_every_time_in_the_project_s_time_zone(settings, args):
+    settings.TIME_ZONE = "Asia/Shanghai"
+    out = demo(*args)
+    offsets = PRINTED_TIME.findall(out)
+    assert len(offsets) >= len(demo_tasks(timezone.now(), "Asia/Shanghai")), out
+    assert set(offsets) == {"+08:00"}, out
+    if args:  # a schedule of another zone says which
+        [line] = [line for line in out.splitlines() if "demo:weekly_report" in line]
+        assert "0 9 * * 1 (Europe/Berlin)" in line, line
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,10 @@
 (``settings_own_queue``) django-q2 for its own jobs on Redis under a queue name of its
 own; ``settings`` is the same CRM with the engine's apps added and nothing else. It is
 copied into a temporary directory and run in a virtualenv where the wheel ``make dist``
-built (``dist/reminders-<version>-*.whl``, the release a CRM pins) is ``pip install``-ed
-with its extras, as a CRM installs it, on a fresh database on the server under test,
-never on this repository's code. Run alone, with no such wheel (or one older than the
-checkout), the test builds one itself with ``python -m build --wheel``.
+built (``dist/django_wecom_reminders-<version>-*.whl``, the release a CRM pins) is
+``pip install``-ed with its extras, as a CRM installs it, on a fresh database on the
+server under test, never on this repository's code. Run alone, with no such wheel (or
+one older than the checkout), the test builds one itself with ``python -m build --wheel``.
 
 What must hold: the CRM's own commands (``makemigrations``) run whatever its
 ``Q_CLUSTER``; ``check --deploy`` passes; a reminder scheduled through the API is sent
@@ -78,11 +78,13 @@ DJANGO_Q_STATE = (
 
 
 def built_wheel(root: Path) -> Path:
-    """The wheel ``make dist`` built, ``dist/reminders-<version>-*.whl``, when it is newer
-    than every file it is built from; else one built now into ``root`` from a copy of the
-    working tree (what git would commit), as ``make dist`` builds it."""
+    """The wheel ``make dist`` built, ``dist/django_wecom_reminders-<version>-*.whl``, when
+    it is newer than every file it is built from; else one built now into ``root`` from a
+    copy of the working tree (what git would commit), as ``make dist`` builds it."""
     with (REPO / "pyproject.toml").open("rb") as f:
-        version = tomllib.load(f)["project"]["version"]
+        project = tomllib.load(f)["project"]
+    # The wheel's file name spells the distribution's name with underscores.
+    pattern = f"{project['name'].replace('-', '_')}-{project['version']}-*.whl"
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO,
@@ -90,7 +92,7 @@ def built_wheel(root: Path) -> Path:
         check=True,
     ).stdout.decode()
     names = [name for name in listed.split("\0") if name and (REPO / name).is_file()]
-    built = sorted((REPO / "dist").glob(f"reminders-{version}-*.whl"))
+    built = sorted((REPO / "dist").glob(pattern))
     sources = [name for name in names if name.startswith(("reminders/", "ops/", "pyproject"))]
     newest = max((REPO / name).stat().st_mtime for name in sources)
     if len(built) == 1 and built[0].stat().st_mtime >= newest:
@@ -100,7 +102,7 @@ def built_wheel(root: Path) -> Path:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, source / name)
     run([sys.executable, "-m", "build", "--wheel", "--outdir", root / "dist", source], cwd=root)
-    [wheel] = (root / "dist").glob(f"reminders-{version}-*.whl")
+    [wheel] = (root / "dist").glob(pattern)
     return wheel
 
 

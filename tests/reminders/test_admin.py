@@ -142,6 +142,18 @@ def test_run_changelist__sorts_by_lateness_in_the_database(admin_client, make_ru
     assert b"0:07:00" in response.content and b"0:00:02" in response.content
 
 
+def test_run_changelist__a_run_sent_before_its_due_time_reads_early_by_never_negative(
+    admin_client, make_run
+):
+    early = make_run("sent", recipient="early")
+    TaskRun.objects.filter(pk=early.pk).update(
+        finished_at=early.due_at - timedelta(minutes=3, seconds=15)
+    )
+    content = admin_client.get(reverse(ACTION_URL["run"])).content.decode()
+    assert "early by 0:03:15" in content
+    assert "-1 day" not in content
+
+
 def test_run_changelist__task_link_filter_lists_only_that_tasks_runs(admin_client, make_run):
     mine, other = make_run("sent"), make_run("sent")
     response = admin_client.get(reverse(ACTION_URL["run"]), {"task__id__exact": mine.task_id})

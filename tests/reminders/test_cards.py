@@ -26,8 +26,10 @@ from reminders.models import ScheduledTask, TaskRun
 from reminders.senders import get_sender
 from reminders.senders.base import Message, render_body
 from reminders.senders.template_card import problem, width
+from tests.reminders.callback.test_view import callback_settings
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("card_channels")]
+__all__ = ["callback_settings"]
 
 NINE_IN_SHANGHAI = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)
 LINK = "https://crm.example/followups/7"
@@ -38,9 +40,11 @@ Make = Callable[..., ScheduledTask]
 
 
 @pytest.fixture
-def card_channels(carrier_channels: None, settings: Any) -> None:
+def card_channels(carrier_channels: None, callback_settings: None, settings: Any) -> None:
     """Beside the WeCom app (``wecom``) and robot (``robot``) that are never reached: a
-    memory channel that carries cards as the WeCom app does."""
+    memory channel that carries cards as the WeCom app does; the callback configured,
+    so that their clicks come back (``test_cards_callback``: without it, no buttons)."""
+    settings.WECOM_AGENT_ID = "1"  # the app channel's agent
     settings.REMINDERS_CHANNELS = {
         **settings.REMINDERS_CHANNELS,
         "memory_cards": {

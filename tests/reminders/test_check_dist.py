@@ -19,7 +19,9 @@ from tests.support.processes import REPO
 checker = runpy.run_path(str(REPO / "bin" / "check-dist"))
 with (REPO / "pyproject.toml").open("rb") as f:
     PROJECT = tomllib.load(f)["project"]
-STEM = f"{PROJECT['name']}-{PROJECT['version']}"
+# The archives' and the .dist-info's names spell the distribution's name with
+# underscores (the wheel and sdist file names' rule); METADATA's Name keeps pyproject's.
+STEM = f"{PROJECT['name'].replace('-', '_')}-{PROJECT['version']}"
 
 
 def metadata(project: dict) -> str:
@@ -139,3 +141,22 @@ def test_an_sdist_without_the_changelog_is_named(tmp_path, capsys):
     status, errors = check(build(tmp_path, sdist_change=lambda f: f.pop("CHANGELOG.md")), capsys)
     assert status == 1
     assert errors[:-1] == [f"{STEM}.tar.gz: CHANGELOG.md is missing"]
+
+
+def test_the_distribution__has_a_name_of_its_own_while_the_imports_stay(tmp_path, capsys):
+    # Not the import package's bare name, which a registry may give to someone else.
+    assert PROJECT["name"] == "django-wecom-reminders"
+    assert checker["PACKAGES"] == ("reminders", "ops")
+    assert checker["main"](["check-dist", str(build(tmp_path))]) == 0
+
+
+def test_a_development_tool_outside_the_extras_is_named(tmp_path, capsys):
+    tools = ["pytest>=8", "ruff>=0.6"]
+    other = {**PROJECT, "dependencies": [*PROJECT["dependencies"], *tools]}
+    status, errors = check(build(tmp_path, project=other), capsys)
+    meta = f"{STEM}-py3-none-any.whl METADATA"
+    assert status == 1
+    for tool in ("pytest", "ruff"):
+        assert f"{meta}: Requires-Dist names {tool}, a development tool, outside the extras" in (
+            errors
+        )

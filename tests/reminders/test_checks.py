@@ -105,9 +105,11 @@ def test_checks__retries_must_end_inside_the_providers_duplicate_window(settings
     }
     settings.REMINDERS_RETRY_DELAYS = [60, 300, 900]
     settings.REMINDERS_LEASE_SECONDS = 300
-    assert ids(check_settings()) == []  # 1,560 s < 1,800 s
+    # With no callback the app's cards go without buttons (reminders.W008): not this test's.
+    found = [i for i in ids(check_settings()) if i != "reminders.W008"]
+    assert found == []  # 1,560 s < 1,800 s
     settings.REMINDERS_LEASE_SECONDS = 600
-    assert ids(check_settings()) == ["reminders.W002"]
+    assert [i for i in ids(check_settings()) if i != "reminders.W008"] == ["reminders.W002"]
 
 
 def test_checks__rate_limit_cache_must_exist(settings):

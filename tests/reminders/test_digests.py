@@ -683,6 +683,22 @@ def test_preference__a_kind_moved_to_a_digest_waits_for_its_window(
 
 
 @pytest.mark.django_db
+def test_preference__the_wait_for_a_digest_is_said_in_the_project_s_language(
+    settings: Any,
+) -> None:
+    settings.REMINDERS_DIGEST_SECONDS = 3600
+    settings.LANGUAGE_CODE = "zh-hans"
+    preferences.set("alice", "birthday", digest=True, by="crm")
+    api.schedule("birthday", "alice", at=at(THURSDAY, 9), tz=TZ, channel="memory")
+    tick_at(at(THURSDAY, 9))
+    [run] = TaskRun.objects.filter(task__recipient="alice")
+    goes = release("alice", at(THURSDAY, 10), registry.policy("birthday"), window=3600)
+    when = goes.astimezone(SHANGHAI).strftime("%Y-%m-%d %H:%M:%S")
+    assert run.error_code == "digest"
+    assert run.error_message == f"等待汇总：将于 {when} {TZ} 与该时段内其他 birthday 一并发送。"  # noqa: RUF001
+
+
+@pytest.mark.django_db
 def test_preference__a_claim_takes_the_held_runs_of_a_recipient_whole(settings: Any) -> None:
     settings.REMINDERS_DIGEST_SECONDS = 3600
     members = [f"m{n}" for n in range(4)]

@@ -19,8 +19,13 @@ def test_the_installed_version_is_pyproject_s():
     assert reminders.__version__ == pyproject_version()
 
 
+def test_the_version__is_read_under_the_distribution_s_name():
+    with (REPO / "pyproject.toml").open("rb") as f:
+        assert tomllib.load(f)["project"]["name"] == reminders.DISTRIBUTION
+
+
 def test_code_no_installer_recorded_says_its_version_is_unknown():
-    assert reminders.installed_version("reminders") == pyproject_version()
+    assert reminders.installed_version(reminders.providing_distribution()) == pyproject_version()
     assert reminders.installed_version("no-such-distribution-here") == "0+unknown"
 
 

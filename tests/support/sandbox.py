@@ -6,7 +6,8 @@
   installs the ledger check below; or use ``running_sandbox()`` in a fixture of your own.
 * ``sandbox_process()``: ``manage.py wecom_sandbox --port 0`` as a child process, for
   tests where several processes send; it yields the URL and a ``SandboxClient``.
-* ``wecom_settings(base_url)``: the ``WECOM_*`` settings that point a sender at it.
+* ``wecom_settings(base_url)``: the ``WECOM_*`` settings that point a sender at it, the
+  callback's included (cards go with buttons only where clicks can come back).
 * ``assert_ledger_matches(box)``: our ledger (``SendLog`` rows ``sent``) against the
   sandbox's own. A test double is never more forgiving than the provider: every sandbox
   started with ``running_sandbox()`` or ``sandbox_process()`` (and the fixtures built on
@@ -52,13 +53,22 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# The callback's credentials, as ``make run`` sets them: with them the app channel's
+# follow-ups and inquiry alerts are cards with buttons (``messages.cards.carried``).
+CALLBACK_TOKEN = "sandbox-callback-token"
+CALLBACK_AES_KEY = "sandboxCallbackKeyForLocalDevelopment000000"
+
+
 def wecom_settings(base_url: str) -> dict[str, Any]:
-    """Settings for ``override_settings`` (or a child's environment, as strings)."""
+    """Settings for ``override_settings`` (or a child's environment, as strings): the
+    app's credentials on the sandbox at ``base_url``, and the callback's for that app."""
     return {
         "WECOM_API_BASE": base_url,
         "WECOM_CORP_ID": CORP_ID,
         "WECOM_CORP_SECRET": CORP_SECRET,
         "WECOM_AGENT_ID": str(AGENT_ID),
+        "WECOM_CALLBACK_TOKEN": CALLBACK_TOKEN,
+        "WECOM_CALLBACK_AES_KEY": CALLBACK_AES_KEY,
     }
 
 
