@@ -20,15 +20,40 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
+import django
 import pytest
+from django.db import connection
 from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
+
+from reminders.engine.worker import ReminderWorker
+from tests.support.jobs import run_queued
 
 # Each step waits at most this long (ms) for an element or a page: a page of this app
 # answers in well under a second on the test database, so a longer wait is a failure.
 STEP_TIMEOUT_MS = 10_000
 VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
+
+# Every browser test module's ``pytestmark``: marked ``browser``, and run on SQLite under
+# Django 5.2 only (``BROWSER_TEST_ON_EVERY_RUN=1`` runs them everywhere).
+MARKS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.environ.get("BROWSER_TEST_ON_EVERY_RUN")
+        and (connection.vendor != "sqlite" or django.VERSION >= (6, 0)),
+        reason="the browser test runs on SQLite under Django 5.2 (BROWSER_TEST_ON_EVERY_RUN=1 "
+        "runs it everywhere): the pages do not depend on the database, and it costs seconds",
+    ),
+]
+
+
+def engine_pass(now: datetime | None = None) -> int:
+    """One scheduler tick and the jobs it queued (deliveries, card updates); returns
+    messages sent."""
+    ReminderWorker(with_cluster=False).tick(now)
+    return run_queued(now=now)
 
 
 def chromium_binary() -> str | None:

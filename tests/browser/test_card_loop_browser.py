@@ -15,48 +15,30 @@ Django only, as the dashboard's browser test is, and for the same reasons.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import django
 import pytest
 from django.contrib.auth.models import Group, User
-from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import Page
 
 from ops.roles import OPERATOR
 from reminders import api
-from reminders.engine.worker import ReminderWorker
 from reminders.models import RunAction, ScheduledTask, SendLog, TaskRun
+from tests.browser.conftest import MARKS, engine_pass
 from tests.crm.models import Inquiry
-from tests.support.jobs import run_queued
 from tests.support.sandbox import running_sandbox, wecom_settings
 from wecom_sandbox import WeComSandbox
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.environ.get("BROWSER_TEST_ON_EVERY_RUN")
-        and (connection.vendor != "sqlite" or django.VERSION >= (6, 0)),
-        reason="the browser test runs on SQLite under Django 5.2 (BROWSER_TEST_ON_EVERY_RUN=1 "
-        "runs it everywhere): the pages do not depend on the database, and it costs seconds",
-    ),
-]
+pytestmark = MARKS
 
 TOKEN = "browser-callback-token"
 KEY = "bRowserCallbackKey0123456789abcdefghijklmnO"
 PASSWORD = "a-browser-test-password"
 SALES, OWNER, MANAGER = "sales.li", "sales.wang", "sales.boss"
-
-
-def engine_pass(now: Any = None) -> int:
-    """One scheduler tick and the jobs it queued (deliveries, card updates)."""
-    ReminderWorker(with_cluster=False).tick(now)
-    return run_queued(now=now)
 
 
 @pytest.fixture

@@ -34,33 +34,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import django
 import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, User
-from django.db import connection
 from django.utils import timezone
 from django.utils.formats import date_format
 from playwright.sync_api import Page
 
 from ops.roles import OPERATOR, VIEWER
 from reminders.engine import planning
-from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule import timing
-from tests.support.jobs import run_queued
+from tests.browser.conftest import MARKS, engine_pass
 from tests.support.sandbox import running_sandbox, wecom_settings
 from wecom_sandbox import WeComSandbox
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.environ.get("BROWSER_TEST_ON_EVERY_RUN")
-        and (connection.vendor != "sqlite" or django.VERSION >= (6, 0)),
-        reason="the browser test runs on SQLite under Django 5.2 (BROWSER_TEST_ON_EVERY_RUN=1 "
-        "runs it everywhere): the pages do not depend on the database, and it costs seconds",
-    ),
-]
+pytestmark = MARKS
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = "/admin/ops/dashboard/"
@@ -84,13 +73,6 @@ class Day:
     @property
     def dashboard(self) -> str:
         return f"{DASHBOARD}?date={self.date.isoformat()}"
-
-
-def engine_pass() -> int:
-    """One scheduler tick, as ``run_reminders`` makes it, then the delivery jobs it
-    enqueued, as the cluster's workers would run them; returns messages sent."""
-    ReminderWorker(with_cluster=False).tick()
-    return run_queued()
 
 
 @pytest.fixture

@@ -22,39 +22,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import django
-import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
 from reminders import api
-from reminders.engine.worker import ReminderWorker
 from reminders.models import ScheduledTask
 from reminders.schedule import readable
-from tests.browser.conftest import STEP_TIMEOUT_MS, VIEWPORT
-from tests.support.jobs import run_queued
+from tests.browser.conftest import MARKS, STEP_TIMEOUT_MS, VIEWPORT, engine_pass
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.environ.get("BROWSER_TEST_ON_EVERY_RUN")
-        and (connection.vendor != "sqlite" or django.VERSION >= (6, 0)),
-        reason="the browser test runs on SQLite under Django 5.2 (BROWSER_TEST_ON_EVERY_RUN=1 "
-        "runs it everywhere): the pages do not depend on the database, and it costs seconds",
-    ),
-]
+pytestmark = MARKS
 
 PASSWORD = "a-browser-test-password"
 ZONE = "Asia/Shanghai"
-
-
-def engine_pass(now: Any = None) -> int:
-    """One scheduler tick, then the delivery jobs it enqueued; returns messages sent."""
-    ReminderWorker(with_cluster=False).tick(now)
-    return run_queued(now=now)
 
 
 def task_page(browser: Browser, base: str, task: ScheduledTask, locale: str) -> Page:
