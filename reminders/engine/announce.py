@@ -20,7 +20,11 @@ Invariants, and why:
   marked told all the same: not retried, whatever its receivers make of it.
 
 Also forgets the callback's nonces once their timestamps are outside the window the
-callback accepts: a replay of one is refused by its timestamp by then.
+callback accepts: a replay of one is refused by its timestamp by then. A request taken
+at t is replayable until t + 2 windows on the web host's clock, while the nonce's age is
+read on the scheduler host's: a nonce is kept a margin longer (``NONCE_CLOCK_MARGIN``),
+the clock difference between hosts this tolerates. Hosts whose clocks differ by more
+(no NTP) would leave a gap in which a replay is taken.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ logger = logging.getLogger(__name__)
 BATCH = 100
 # How long a scheduler has to tell a claimed batch before another may tell it again.
 LEASE = timedelta(minutes=5)
+# How far the scheduler's clock may differ from the web hosts' before a nonce is
+# forgotten while a replay of its request could still pass the time window.
+NONCE_CLOCK_MARGIN = timedelta(seconds=60)
 
 
 def announce(now: datetime | None = None) -> int:
@@ -88,9 +95,10 @@ def _claim(now: datetime) -> list[RunAction]:
 
 
 def forget_nonces(now: datetime) -> int:
-    """Delete the nonces whose requests the callback would refuse by their age anyway."""
+    """Delete the nonces whose requests the callback would refuse by their age anyway,
+    on any host whose clock is within ``NONCE_CLOCK_MARGIN`` of ours."""
     window = timedelta(seconds=conf.CALLBACK_MAX_SKEW_SECONDS)
-    old = CallbackNonce.objects.filter(received_at__lt=now - 2 * window)
+    old = CallbackNonce.objects.filter(received_at__lt=now - 2 * window - NONCE_CLOCK_MARGIN)
     # A read first: a tick with nothing to forget takes no write lock (one writer at a
     # time on SQLite, where the workers' recording must not wait for it).
     if not old.exists():
