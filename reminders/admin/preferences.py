@@ -7,6 +7,10 @@ refusals (a mandatory kind cannot be opted out of), the same record of who (the 
 user's username) and why (required here: ops act for someone else). Deleting is not
 offered: opting back in is a change, and kept as one; a recipient's quiet hours go back
 to the kinds' own through the API (``preferences.clear_quiet_hours``).
+
+Quiet hours saved without a zone (before the field existed) are read in the project's
+``TIME_ZONE``: the list and the change page show that zone, saying it is the default,
+never a blank.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from ..models import (
     QuietHoursChange,
     validate_calendar,
 )
+from ..models.preferences import project_timezone
 from .read_only import ReadOnlyAdmin
 
 
@@ -133,6 +138,11 @@ class QuietHoursForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["recipient"].disabled = True
+        if self.instance.pk and not self.instance.timezone:
+            self.initial["timezone"] = project_timezone()
+            self.fields["timezone"].help_text = _(
+                "None was saved: the hours are read in the project's zone, the default."
+            )
 
     def clean(self) -> dict[str, Any]:
         """The API's own check of the calendar, before anything is saved (the window's is
@@ -154,7 +164,7 @@ class QuietHoursAdmin(admin.ModelAdmin):
         "recipient",
         "hours",
         "calendar",
-        "timezone",
+        "zone",
         "changed_by",
         "changed_at",
         "reason",
@@ -164,6 +174,13 @@ class QuietHoursAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description=_("time zone"), ordering="timezone")
+    def zone(self, row: QuietHours) -> str:
+        """The zone the hours are read in; the project's, said so, for none saved."""
+        if row.timezone:
+            return row.timezone
+        return _("%(zone)s (the default)") % {"zone": project_timezone()}
 
     def save_model(self, request: HttpRequest, obj: QuietHours, form: Any, change: bool) -> None:
         """Through the API, as the CRM sets them: the change and who made it kept."""

@@ -115,3 +115,19 @@ def test_operator__bad_quiet_hours_are_refused_naming_the_field(
     assert response.status_code == 200
     assert field in response.context["adminform"].form.errors
     assert not QuietHours.objects.exists() and not QuietHoursChange.objects.exists()
+
+
+def test_quiet_hours_without_a_zone__show_the_projects_zone_saying_it_is_the_default(
+    admin_client: Client, settings
+) -> None:
+    # Rows written before the field existed have no zone: they are read in the project's.
+    settings.TIME_ZONE = "Europe/Berlin"
+    row = QuietHours.objects.create(
+        recipient="alice", hours="21:00-08:00", changed_by="ops", changed_at="2026-12-01T00:00Z"
+    )
+    QuietHours.objects.filter(pk=row.pk).update(timezone="")
+    listing = admin_client.get("/admin/reminders/quiethours/").content.decode()
+    assert "Europe/Berlin (the default)" in listing
+    page = admin_client.get(f"/admin/reminders/quiethours/{row.pk}/change/").content.decode()
+    assert 'name="timezone" value="Europe/Berlin"' in page
+    assert "read in the project's zone, the default" in page
