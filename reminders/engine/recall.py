@@ -6,17 +6,21 @@ not; ``recall`` takes it back, part by part, and records who did it and why.
 
 Invariants:
 
-* Only a ``sent`` row not recalled yet, whose channel is still configured and can take
-  a message back (``BaseSender.recall_window``: WeCom's app, 24 hours; never a group
-  robot), with a message id for every part, within the window of its ``sent_at`` is
-  recalled. Anything else is refused (``ActionRefused``, its reason in words) before
-  the provider is called, with nothing changed: the provider would refuse it anyway,
-  and a refusal said up front is one ops can read.
+* Only a ``sent`` or ``partly_sent`` row not recalled yet, whose channel is still
+  configured and can take a message back (``BaseSender.recall_window``: WeCom's app,
+  24 hours; never a group robot), with a message id for every part, within the window
+  of its sending is recalled: a ``sent`` row's ``sent_at``; a ``partly_sent`` row's
+  reservation (``created_at``), which is no later than its first part went, so every
+  part delivered is still in WeCom's window. Anything else is refused
+  (``ActionRefused``, its reason in words) before the provider is called, with nothing
+  changed: the provider would refuse it anyway, and a refusal said up front is one ops
+  can read.
 * A recall is always someone's, for a reason: an empty ``by`` or ``reason`` is a
   ``ValidationError`` naming the field, and nothing is called. The database holds the
   same rule for the finished record (``reminders_sendlog_recall_sent``).
 * A message split in parts is recalled whole: every part's id
-  (``reply_detail["msgids"]``, else ``provider_message_id``), in order. Each part the
+  (``reply_detail["msgids"]``, else ``provider_message_id``), in order; of a message
+  partly sent, the parts delivered (``parts_sent``). Each part the
   provider takes back is added to ``recalled_ids`` in a commit of its own before the
   next is asked for, so a crash or a refusal midway keeps what was recalled, and a
   second attempt asks only for the rest (WeCom takes a message id back once).
@@ -35,6 +39,11 @@ Invariants:
   row says what was cancelled (``recall_cancelled``), and ``still_to_come`` says so
   beforehand (the admin's confirmation page). Without that, a card snoozed and then
   recalled came back an hour later. A snooze already sent is a message of its own.
+  A message partly sent and recalled sends none of the rest: its run's retry finds
+  the row recalled and ends ``cancelled`` (code ``recalled``, ``engine.starting``), and
+  a retry that took the row to send meanwhile (``sending``) makes the recall refused
+  at its end, as changed meanwhile: the row is marked only while ``partly_sent``, and
+  a retry takes only a row not recalled (``engine.reservations``).
   A click at the same moment (``intake.clicks``) reads the recall under the row's lock,
   which the marking UPDATE takes: it acts first (and its snooze is cancelled here) or
   is refused after, never a snooze that outlives the recall.
@@ -67,18 +76,31 @@ from ..models import RunAction, SendLog, TaskRun
 from ..senders import BaseSender, get_sender
 from .actions import Refusal
 
-__all__ = ["message_ids", "recall", "refusal", "still_to_come", "why_not"]
+__all__ = [
+    "RECALLABLE",
+    "RECALLED_CODE",
+    "message_ids",
+    "recall",
+    "refusal",
+    "still_to_come",
+    "why_not",
+]
 
 # A reminder cancelled because the message it repeats was recalled says so by this code.
 RECALLED_CODE = "recalled"
+# The rows whose message went, whole or in part: the ones a recall may take back.
+RECALLABLE = (SendLog.Status.SENT, SendLog.Status.PARTLY_SENT)
 # recall_error keeps this much of what the provider said.
 ERROR_CHARS = 2000
 
 
 def message_ids(log: SendLog) -> list[str]:
     """The ids the provider gave the row's message, in order: every part's for a message
-    split in parts, else its one id. An empty string stands for a part without one; a
-    card WeCom answered "delivered before" has none at all."""
+    split in parts, else its one id; of a message partly sent, the parts delivered.
+    An empty string stands for a part without one; a card WeCom answered "delivered
+    before" has none at all."""
+    if log.status == SendLog.Status.PARTLY_SENT:
+        return [str(part or "") for part in log.parts_sent or ()]
     detail = log.reply_detail if isinstance(log.reply_detail, dict) else {}
     parts = detail.get("msgids")
     if isinstance(parts, list) and parts:
@@ -89,7 +111,7 @@ def message_ids(log: SendLog) -> list[str]:
 def refusal(log: SendLog, now: datetime | None = None) -> Refusal | None:
     """Why ``log`` cannot be recalled at ``now`` (default: the clock's), as a code and
     words for ops; None when it can."""
-    if log.status != SendLog.Status.SENT:
+    if log.status not in RECALLABLE:
         return Refusal(
             "not_sent",
             gettext("it was not delivered (%(status)s)") % {"status": log.get_status_display()},
@@ -118,9 +140,10 @@ def refusal(log: SendLog, now: datetime | None = None) -> Refusal | None:
                 "delivered before has none)"
             ),
         )
-    if log.sent_at is None:
+    sent_at = _sent_at(log)
+    if sent_at is None:
         return Refusal("too_late", gettext("when it was sent is not recorded"))
-    if (now or timezone.now()) - log.sent_at > window:
+    if (now or timezone.now()) - sent_at > window:
         return Refusal(
             "too_late",
             gettext(
@@ -130,6 +153,14 @@ def refusal(log: SendLog, now: datetime | None = None) -> Refusal | None:
             % {"window": _duration(window)},
         )
     return None
+
+
+def _sent_at(log: SendLog) -> datetime | None:
+    """When the row's message went, as far as the recall window goes: a partly sent
+    row has no ``sent_at``, and its reservation is no later than its first part."""
+    if log.status == SendLog.Status.PARTLY_SENT:
+        return log.created_at
+    return log.sent_at
 
 
 def _recalled(log: SendLog, at: datetime) -> Refusal:
@@ -245,7 +276,7 @@ def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog
     moment = now or timezone.now()
     with transaction.atomic():
         marked = SendLog.objects.filter(
-            pk=log.pk, status=SendLog.Status.SENT, recalled_at__isnull=True
+            pk=log.pk, status__in=RECALLABLE, recalled_at__isnull=True
         ).update(
             recalled_at=moment,
             recalled_by=by[:150],

@@ -10,8 +10,9 @@ Invariants:
   re-send (``reminders.engine.retries``) settles it.
 * A key belongs to one run at a time. A fresh key is inserted, and a unique key makes a
   second insert fail; a known row is taken only as it was read (its status and its
-  owner), so two runs never both take one key. A key another run took meanwhile makes
-  its run wait, and the others still go.
+  owner), so two runs never both take one key, and never once recalled (a message
+  partly sent whose parts delivered were taken back: ``engine.recall``). A key another
+  run took meanwhile makes its run wait, and the others still go.
 * A stale holder writes nothing the new holder owns: the ledger rows a job hands back
   change only while its run is still held under its lease (``held``: the run's row
   locked meanwhile). A key handed back is dropped if it was fresh, else ``failed``
@@ -83,7 +84,9 @@ def _mark_sending(job: Job) -> bool:
     runs never both take one key. It passes to this run with the body it sends."""
     row = job.ledger
     return bool(
-        SendLog.objects.filter(pk=row.pk, status=row.status, run_id=job.owner).update(
+        SendLog.objects.filter(
+            pk=row.pk, status=row.status, run_id=job.owner, recalled_at__isnull=True
+        ).update(
             status=SendLog.Status.SENDING,
             run=job.run,
             task=job.run.task,

@@ -111,6 +111,7 @@ from ..schedule import timing
 from ..senders.base import render_body
 from . import digest_ends, digests, holds
 from .jobs import BUSY_WAIT_SECONDS, Job, logger, wait, worker_id
+from .recall import RECALLED_CODE
 from .records import give_up_in_doubt
 from .retries import resend_is_safe
 
@@ -126,6 +127,9 @@ HELD_AS: dict[str, str] = {
     SendLog.Status.PARTLY_SENT: "partly sent (retry that run)",
 }
 
+
+# A run whose message went in part and was recalled: the rest is never sent.
+RECALLED_REST = "Its parts delivered were recalled: the rest is not sent."
 
 HOLD_THE_DAY = (
     TaskRun.Status.SENT,
@@ -327,6 +331,9 @@ def _prepare(
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
     if row.status == SendLog.Status.PARTLY_SENT:
+        if row.recalled_at is not None:
+            run.close_attempt(TaskRun.Status.CANCELLED, code=RECALLED_CODE, message=RECALLED_REST)
+            return None
         if _expired(run, now) or _quiet(run, now, chosen.quiet.get(task.recipient)):
             return None
         # The parts missing, of the very body the others went in: never rendered again.

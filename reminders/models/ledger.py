@@ -20,7 +20,9 @@ class SendLog(models.Model):
     ``partly_sent``: ``parts_sent`` names the parts delivered (their message ids, in
     order), and the row is never ``failed``, which would say nothing went. Its next
     attempt sends the parts missing, of the same body; ``parts_sent`` is kept through
-    it, and an attempt that may have delivered one more part is ``unknown`` as any."""
+    it, and an attempt that may have delivered one more part is ``unknown`` as any.
+    A ``partly_sent`` row recalled (its parts delivered taken back) is never sent on:
+    its run ends ``cancelled`` instead (``engine.recall``)."""
 
     class Status(models.TextChoices):
         SENDING = "sending", _("Sending")
@@ -111,10 +113,15 @@ class SendLog(models.Model):
                 condition=~Q(status="partly_sent") | Q(parts_sent__isnull=False),
                 name="reminders_sendlog_partly_sent_parts",
             ),
-            # Only a message delivered is recalled, and always by someone, for a reason.
+            # Only a message delivered, whole or in part, is recalled, and always by
+            # someone, for a reason.
             models.CheckConstraint(
                 condition=Q(recalled_at__isnull=True)
-                | (Q(status="sent") & ~Q(recalled_by="") & ~Q(recall_reason="")),
+                | (
+                    Q(status__in=["sent", "partly_sent"])
+                    & ~Q(recalled_by="")
+                    & ~Q(recall_reason="")
+                ),
                 name="reminders_sendlog_recall_sent",
             ),
         ]

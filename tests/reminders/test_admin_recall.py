@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ops.roles import OPERATOR, VIEWER
 from reminders.engine import dispatch
+from reminders.exceptions import TransientSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders import get_sender
 from reminders.senders.memory import MemorySender
@@ -155,6 +156,31 @@ def test_button__asks_why_showing_the_message_and_recipient_then_recalls_it(logi
     row = SendLog.objects.get(pk=log.pk)
     assert (row.recalled_by, row.recall_reason) == ("operator", "Wrong customer")
     assert f'href="{recall_of(log)}"' not in client.get(page_of(log)).content.decode()
+
+
+def test_button__recalls_the_parts_a_partly_sent_message_delivered_for_an_operator_only(
+    login, make_task, calls
+):
+    task = make_task("follow_up", "lisi", channel="app_split", payload={"content": LONG})
+    MemorySender.script[:] = [None, TransientSendError("system busy", code="-1")]
+    assert tick() == 0
+    log = SendLog.objects.get(task=task, status="partly_sent")
+    viewer = login("viewer")
+    assert viewer.post(recall_of(log), {"post": "yes", "reason": "x"}).status_code == 403
+    assert calls == [] and state(log) == NOTHING
+
+    client = login("operator")
+    assert f'href="{recall_of(log)}"' in client.get(page_of(log)).content.decode()
+    done = client.post(recall_of(log), {"post": "yes", "reason": "Wrong customer"})
+
+    assert done.status_code == 302 and reported(done) == ["The message to lisi was recalled."]
+    assert calls == log.parts_sent
+    row = SendLog.objects.get(pk=log.pk)
+    assert (row.recalled_by, row.recall_reason, row.recalled_ids) == (
+        "operator",
+        "Wrong customer",
+        log.parts_sent,
+    )
 
 
 def test_button__goes_back_to_the_ledger_row_and_never_off_the_site(login, sent):

@@ -17,7 +17,7 @@ from django.utils import timezone
 from reminders import signals
 from reminders.engine import recall as recalling
 from reminders.exceptions import ActionRefused, PermanentSendError, SendError, TransientSendError
-from reminders.models import ScheduledTask, SendLog
+from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders import get_sender
 from reminders.senders.memory import MemorySender
 from reminders.senders.wecom import WeComSender
@@ -128,6 +128,66 @@ def test_recall__a_split_message_is_recalled_whole_every_part_in_order(sent, cal
     assert calls == parts
     assert [m.rendered for m in MemorySender.recalled] == [m.rendered for m in MemorySender.outbox]
     assert SendLog.objects.get(pk=log.pk).recalled_ids == parts
+
+
+@pytest.fixture
+def partly_sent(make_task: Callable[..., ScheduledTask], channels: None) -> Callable[[], SendLog]:
+    """Factory: a long text on ``app_split`` whose first part went and second was
+    refused for now (its run waits to retry); its ``partly_sent`` row."""
+
+    def send() -> SendLog:
+        task = make_task("follow_up", "lisi", channel="app_split", payload={"content": LONG})
+        MemorySender.script[:] = [None, TransientSendError("system busy", code="-1")]
+        assert tick() == 0
+        return SendLog.objects.get(task=task, status=SendLog.Status.PARTLY_SENT)
+
+    return send
+
+
+def test_recall__a_partly_sent_message_takes_back_the_parts_that_went(partly_sent, calls):
+    log = partly_sent()
+    assert len(log.parts_sent) == 1
+    assert recalling.why_not(log) is None
+
+    recalling.recall(log, by="wang.fang", reason="wrong customer")
+
+    assert calls == log.parts_sent
+    assert [m.rendered for m in MemorySender.recalled] == [m.rendered for m in MemorySender.outbox]
+    row = SendLog.objects.get(pk=log.pk)
+    assert (row.status, row.recalled_ids, row.recalled_by) == (
+        SendLog.Status.PARTLY_SENT,
+        log.parts_sent,
+        "wang.fang",
+    )
+    assert recalling.why_not(row).startswith("it was recalled already, by wang.fang at ")
+
+
+def test_recall__a_partly_sent_message_recalled_its_retry_sends_none_of_the_rest(
+    partly_sent, calls
+):
+    log = partly_sent()
+    run = TaskRun.objects.get(pk=log.run_id)
+    assert run.status == TaskRun.Status.RETRYING
+
+    recalling.recall(log, by="ops", reason="sent to the wrong member")
+    tick(now=timezone.now() + timedelta(hours=1))
+
+    assert len(MemorySender.outbox) == 1  # the first part only, recalled
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (TaskRun.Status.CANCELLED, recalling.RECALLED_CODE)
+    row = SendLog.objects.get(pk=log.pk)
+    assert (row.status, row.parts_sent) == (SendLog.Status.PARTLY_SENT, log.parts_sent)
+
+
+def test_recall__a_partly_sent_message_more_than_24_hours_after_it_was_reserved_is_refused(
+    partly_sent, calls
+):
+    log = partly_sent()
+    late = log.created_at + timedelta(hours=24, seconds=1)
+    assert recalling.refusal(log, late).code == "too_late"
+    with pytest.raises(ActionRefused):
+        recalling.recall(log, by="ops", reason="late", now=late)
+    assert calls == []
 
 
 @pytest.mark.parametrize("reason", ["", "   ", None])
@@ -577,3 +637,23 @@ def test_sandbox__two_operators_at_once_each_part_taken_back_once(
     row = SendLog.objects.get(pk=log.pk)
     assert (row.recalled_by, row.recall_error, row.recalled_ids) == ("bob", "", parts)
     assert recalled == [(log.pk, "bob", "duplicate")]
+
+
+def test_sandbox__a_partly_sent_message_s_parts_that_went_are_recalled_there(
+    make_task, sandbox, settings
+):
+    settings.REMINDERS_MAX_PAUSE_SECONDS = 0.2
+    sandbox.control(user_limits=["1/60"])  # the member takes one message a minute
+    task = make_task("follow_up", "qianqi", channel="wecom", payload={"content": LONG})
+    assert tick() == 0
+    log = SendLog.objects.get(task=task)
+    went = [entry.msgid for entry in sandbox.delivered(to="qianqi")]
+    assert (log.status, log.parts_sent) == (SendLog.Status.PARTLY_SENT, went)
+
+    recalling.recall(log, by="ops", reason="sent to the wrong member")
+
+    assert [entry.recalled for entry in sandbox.delivered(to="qianqi")] == [True] * len(went)
+    assert sandbox.stats()[RECALL_CALLS] == len(went)
+    sandbox.advance(61)  # the member's minute passes: the rest would go now
+    tick(now=timezone.now() + timedelta(hours=1))
+    assert [entry.msgid for entry in sandbox.delivered(to="qianqi")] == went
