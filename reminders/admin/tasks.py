@@ -196,8 +196,6 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
 
     @admin.display(description=_("schedule"), ordering="cron")
     def schedule(self, task: ScheduledTask) -> str:
-        if task.run_at is not None:
-            return readable.short(task.run_at, task.timezone)
         if task.cron:
             return format_html(
                 '<span title="{}">{}</span>', task.cron, cron_text.describe(task.cron)

@@ -253,16 +253,18 @@ class ScheduledTask(models.Model):
         ]
 
     def __str__(self) -> str:
-        """Its title, human: "Follow-up reminder → demo-lisi · 12-05 21:19"."""
+        """Its title, human: "Follow-up reminder → demo-lisi · 12-05 21:19 (Asia/Shanghai)"."""
         return f"{registry.label(self.kind)} → {self.recipient} · {self.schedule_display}"
 
     @property
     def schedule_display(self) -> str:
         """The schedule as people read it: a cron in words, a one-shot's time on the
-        clock of the task's zone (``reminders.schedule.readable``), never ISO UTC."""
+        clock of the task's zone, the zone named ("12-05 21:19 (Asia/Shanghai)",
+        ``reminders.schedule.readable.moment``) as every time the admin shows; never
+        ISO UTC."""
         if self.cron:
             return cron_text.describe(self.cron)
-        return readable.short(self.run_at, self.timezone) if self.run_at else "-"
+        return readable.moment(self.run_at, self.timezone)
 
     def clean(self) -> None:
         """What the check constraints hold, said on the fields at fault; so a task that

@@ -80,7 +80,7 @@ def test_one_shot_page__tells_one_story_before_and_after_its_run_goes(
     assert engine_pass() == 0  # planned: its run waits
     run = task.runs.get()
     when = readable.moment(run.next_attempt_at, ZONE)
-    title = f"Follow-up reminder → demo-lisi · {readable.short(at, ZONE)}"
+    title = f"Follow-up reminder → demo-lisi · {readable.moment(at, ZONE)}"
 
     page = task_page(browser, live_server.url, task, "en-US")
     assert page.title().startswith(title)

@@ -1,6 +1,6 @@
 """A task's times as the admin shows them: on the clock of the task's zone, month-day
 and minutes, the zone named ("12-05 21:19 (Asia/Shanghai)"); never ISO, never UTC; and
-its title human ("Follow-up reminder → demo-lisi · 12-05 21:19")."""
+its title human ("Follow-up reminder → demo-lisi · 12-05 21:19 (Asia/Shanghai)")."""
 
 from __future__ import annotations
 
@@ -63,8 +63,24 @@ def test_readable_moment__month_day_and_minutes_on_the_zone_s_clock_the_zone_nam
     assert readable.moment(moment, zone) == expected
 
 
-def test_task_title__kind_recipient_and_local_time(follow_up):
-    assert str(follow_up) == "Follow-up reminder → demo-lisi · 12-05 21:19"
+def test_task_title__kind_recipient_and_local_time_the_zone_named(follow_up):
+    assert str(follow_up) == "Follow-up reminder → demo-lisi · 12-05 21:19 (Asia/Shanghai)"
+
+
+@pytest.mark.usefixtures("at_dusk")
+def test_schedule_display__a_one_shot_on_its_zone_s_clock_the_zone_named(db):
+    task = api.schedule("follow_up", "demo-lisi", at=AT, tz="America/New_York")
+    assert task.schedule_display == "12-05 08:19 (America/New_York)"
+
+
+def test_task_changelist__a_one_shot_s_schedule_names_its_zone(admin_client, follow_up):
+    html = admin_client.get(reverse("admin:reminders_scheduledtask_changelist")).content.decode()
+    assert '<td class="field-schedule">12-05 21:19 (Asia/Shanghai)</td>' in html
+
+
+def test_task_change_form__its_title_names_the_zone_of_its_time(admin_client, follow_up):
+    html = page(admin_client, follow_up)
+    assert "<title>Follow-up reminder → demo-lisi · 12-05 21:19 (Asia/Shanghai) |" in html
 
 
 @pytest.mark.usefixtures("at_dusk")
