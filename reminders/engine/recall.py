@@ -299,25 +299,28 @@ def _finish(log: SendLog, by: str, reason: str, now: datetime | None) -> SendLog
 @dataclass(frozen=True)
 class _Aftermath:
     """What a sent message would still cause: the reminder its card's snooze made, not
-    started yet, and its card's update, not made yet (``RunAction``)."""
+    started yet, and its card's update, not made yet (``RunAction``); of a message
+    partly sent, its parts not sent yet (``rest``: its run never sends them)."""
 
     snoozed: TaskRun | None
     card: RunAction | None
+    rest: bool = False
 
     @classmethod
     def of(cls, log: SendLog) -> _Aftermath:
+        rest = log.status == SendLog.Status.PARTLY_SENT
         action = (
             RunAction.objects.select_related("follow_up").filter(run_id=log.run_id).first()
             if log.run_id is not None
             else None
         )
         if action is None:
-            return cls(None, None)
+            return cls(None, None, rest)
         later = action.follow_up
         pending = (*TaskRun.WAITING, TaskRun.Status.QUEUED)  # as ``cancel_pending`` reads it
         snoozed = later if later is not None and later.status in pending else None
         card = action if action.card_state == RunAction.CardState.PENDING else None
-        return cls(snoozed, card)
+        return cls(snoozed, card, rest)
 
     def words(self) -> list[str]:
         said = []
@@ -328,12 +331,15 @@ class _Aftermath:
             )
         if self.card is not None:
             said.append(gettext("its card's update"))
+        if self.rest:
+            said.append(gettext("the parts not sent yet"))
         return said
 
 
 def still_to_come(log: SendLog) -> list[str]:
     """What recalling ``log`` would cancel with it, in words: the reminder its card's
-    snooze made, not sent yet, and its card's update, not made yet; [] for nothing."""
+    snooze made, not sent yet, its card's update, not made yet, and the parts of a
+    message partly sent not sent yet; [] for nothing."""
     return _Aftermath.of(log).words()
 
 

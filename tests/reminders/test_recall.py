@@ -179,6 +179,15 @@ def test_recall__a_partly_sent_message_recalled_its_retry_sends_none_of_the_rest
     assert (row.status, row.parts_sent) == (SendLog.Status.PARTLY_SENT, log.parts_sent)
 
 
+def test_still_to_come__of_a_partly_sent_message_says_the_parts_not_sent_yet(partly_sent):
+    log = partly_sent()
+    assert recalling.still_to_come(log) == ["the parts not sent yet"]
+
+    recalling.recall(log, by="ops", reason="sent to the wrong member")
+
+    assert SendLog.objects.get(pk=log.pk).recall_cancelled == "the parts not sent yet"
+
+
 def test_recall__a_partly_sent_message_more_than_24_hours_after_it_was_reserved_is_refused(
     partly_sent, calls
 ):
