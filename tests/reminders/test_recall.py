@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from reminders import signals
 from reminders.engine import recall as recalling
+from reminders.engine import reservations
+from reminders.engine.jobs import Job
 from reminders.exceptions import ActionRefused, PermanentSendError, SendError, TransientSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders import get_sender
@@ -186,6 +188,20 @@ def test_still_to_come__of_a_partly_sent_message_says_the_parts_not_sent_yet(par
     recalling.recall(log, by="ops", reason="sent to the wrong member")
 
     assert SendLog.objects.get(pk=log.pk).recall_cancelled == "the parts not sent yet"
+
+
+def test_reserve__a_retry_decided_before_the_recall_does_not_take_the_recalled_row(
+    partly_sent,
+):
+    log = partly_sent()
+    as_read = SendLog.objects.get(pk=log.pk)  # the retry read it before the recall
+    recalling.recall(log, by="ops", reason="sent to the wrong member")
+
+    job = Job(TaskRun.objects.get(pk=log.run_id), as_read, fresh=False, owner=as_read.run_id)
+    taken, lost = reservations.reserve([job])
+
+    assert (taken, lost) == ([], [job])
+    assert SendLog.objects.get(pk=log.pk).status == SendLog.Status.PARTLY_SENT
 
 
 def test_recall__a_partly_sent_message_more_than_24_hours_after_it_was_reserved_is_refused(
