@@ -20,10 +20,11 @@ from reminders.models import RunAction, ScheduledTask, SendLog, TaskRun
 from reminders.models.acting import SNOOZE, card_id
 from tests.crm.models import Inquiry
 from tests.reminders.callback.test_card_updates import cards_channel, delivered
+from tests.reminders.callback.test_view import callback_settings
 from tests.support.locks import Paused, Worker, require_row_locks, statement
 
 pytestmark = pytest.mark.django_db(transaction=True)
-__all__ = ["cards_channel"]
+__all__ = ["callback_settings", "cards_channel"]
 
 
 def sent(task: ScheduledTask) -> TaskRun:
@@ -72,7 +73,8 @@ def test_take__on_two_alerts_of_one_inquiry_at_once_one_takes_it_the_other_is_he
     assert held == {"alice": "", "bob": "alice"}
 
 
-@pytest.mark.usefixtures("cards_channel")
+# The callback takes the channel's clicks: its follow-ups go as cards with buttons.
+@pytest.mark.usefixtures("callback_settings", "cards_channel")
 def test_snooze__clicked_while_its_card_is_recalled_waits_and_brings_nothing_back() -> None:
     require_row_locks()
     run = delivered(recipient="alice")
