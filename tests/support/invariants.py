@@ -4,7 +4,8 @@ the database says.
 
 ``World`` is what the test did and when (cancels, pauses, resumes, recalls), which the
 database alone cannot say; ``World.problems()`` checks every invariant and returns what
-breaks, each as ``(rule, words)``. The rules:
+breaks, each as ``(rule, words)``; ``World.breaches()`` those that fail the test. The
+rules:
 
 * ``twice``: no ledger key, run, or occurrence of a task delivered twice (a digest
   delivers the occurrences folded into it);
@@ -108,10 +109,15 @@ class World:
         self.started_when_stopped.pop(task.pk, None)
         self.resumed_at[task.pk] = timezone.now()
 
+    def breaches(self) -> list[Problem]:
+        """``problems`` less those of the known defects not checked."""
+        return [(rule, words) for rule, words in self.problems() if rule not in IGNORED]
+
     def problems(self) -> list[Problem]:
+        """Every invariant broken now, known defects included."""
         new = FaithfulSender.deliveries[self.checked :]
         self.checked = len(FaithfulSender.deliveries)
-        found = [
+        return [
             *(problem for _, message in new for problem in self._delivery(message)),
             *self._twice(),
             *self._dropped(),
@@ -119,7 +125,6 @@ class World:
             *self._ends(),
             *self._ledger(),
         ]
-        return [(rule, words) for rule, words in found if rule not in IGNORED]
 
     # -- deliveries --------------------------------------------------------------------
 

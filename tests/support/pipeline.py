@@ -33,7 +33,7 @@ from reminders.models import TaskRun
 from tests.support.faithful import WorkerDied
 
 # The longest the simulated scheduler sleeps between two ticks.
-STEP = timedelta(minutes=15)
+STEP = timedelta(hours=1)
 # Ticks of one ``advance`` at most: beyond, the clock jumps (the scheduler was away).
 MAX_TICKS = 400
 
