@@ -96,7 +96,7 @@ class World:
     # task pk -> the runs of it that had started when it was paused or cancelled
     started_when_stopped: dict[int, set[int]] = field(default_factory=dict)
     resumed_at: dict[int, datetime] = field(default_factory=dict)
-    # runs whose message was recalled, and the snooze runs a click made of them
+    # runs whose message was recalled: a snooze of one must not deliver it again
     recalled_runs: set[int] = field(default_factory=set)
     checked: int = 0
     delivered: dict[str, Delivered] = field(default_factory=dict)
