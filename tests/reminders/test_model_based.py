@@ -323,7 +323,7 @@ def budget() -> hypothesis_settings:
     }
     if SOAK:
         return hypothesis_settings(max_examples=SOAK, stateful_step_count=60, **common)
-    return hypothesis_settings(max_examples=4, stateful_step_count=30, derandomize=True, **common)
+    return hypothesis_settings(max_examples=6, stateful_step_count=30, derandomize=True, **common)
 
 
 @pytest.fixture
@@ -387,6 +387,31 @@ SEQUENCES: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("click", {"pick": 0, "button": "snooze_1h"}),
         ("recall", {"pick": 0}),
         ("advance", {"seconds": 3700}),
+    ],
+    "throttle_on_request": [
+        (
+            "schedule",
+            {
+                "kind": "follow_up",
+                "member": "carol",
+                "when": ("cron", "*/20 9-11 * * *"),
+                "payload": {},
+                "key": "k2",
+            },
+        ),
+        ("advance", {"seconds": 1800}),
+        ("click", {"pick": 0, "button": "snooze_1h"}),
+        (
+            "schedule",
+            {
+                "kind": "weekly_report",
+                "member": "carol",
+                "when": ("cron", "*/20 9-11 * * *"),
+                "payload": {},
+                "key": "k2",
+            },
+        ),
+        ("advance", {"seconds": 7200}),
     ],
     "cancel_reason": [
         (

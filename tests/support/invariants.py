@@ -15,7 +15,8 @@ rules:
   for going over WeCom's 30 a minute (or 1,000 an hour) to one member;
 * ``digest_size``: the same limits, broken by a digest;
 * ``throttle``: no member sent more of a throttled kind in an hour than it allows
-  (``throttle_chunks``: a digest cut in chunks that goes over it);
+  (``throttle_chunks``: a digest cut in chunks that goes over it;
+  ``throttle_on_request``: a snooze that does);
 * ``ends``: every run ends (sent, failed, skipped, cancelled, unknown, expired), those
   unsent with a reason, within ``BOUND`` of when it was due or made, or its task resumed
   (quiet hours hold a message 24 hours at most); ``cancel_reason``: a cancelled one too;
@@ -61,6 +62,10 @@ KNOWN_DEFECTS: dict[str, str] = {
         "a message, all at once: together they go over the kind's throttle_per_hour, "
         "which counts a digest as one"
     ),
+    "throttle_on_request": (
+        "a run made on request (a snooze) goes whatever its kind's throttle_per_hour: "
+        "the hour's messages of the kind go over it"
+    ),
     "snooze_after_recall": (
         "a recall does not cancel the run a snooze made: the recalled message comes "
         "back an hour after the click"
@@ -86,6 +91,7 @@ class Delivered:
 
     kind: str
     digest: bool
+    manual: bool  # a run made on request (a snooze, run now), not by the schedule
     runs: list[tuple[int, int, datetime]]
 
 
@@ -140,7 +146,11 @@ class World:
                 yield ("twice", f"task {task}'s occurrence {occurrence} delivered {n} times")
 
     def _delivery(self, message: Message) -> Iterator[Problem]:
-        log = SendLog.objects.filter(key=message.idempotency_key).select_related("task").first()
+        log = (
+            SendLog.objects.filter(key=message.idempotency_key)
+            .select_related("task", "run")
+            .first()
+        )
         problem = limit_problem(message)
         if problem:
             digest = log is not None and log.task is not None and is_digest(log.task)
@@ -149,7 +159,12 @@ class World:
         task = log.task if log is not None else None
         delivered = self.delivered.setdefault(
             message.idempotency_key,
-            Delivered(task.kind if task else "", task is not None and is_digest(task), []),
+            Delivered(
+                task.kind if task else "",
+                task is not None and is_digest(task),
+                bool(log and log.run and log.run.is_manual),
+                [],
+            ),
         )
         delivered.runs += [(run.pk, run.task_id, run.occurrence) for run in runs]
         for run in runs:
@@ -171,22 +186,18 @@ class World:
             yield ("wecom_limits", f"over WeCom's per-member limit, dropped: {describe(message)}")
 
     def _throttles(self) -> Iterator[Problem]:
-        sent: dict[tuple[str, str], list[tuple[float, bool]]] = {}
+        sent: dict[tuple[str, str], list[tuple[float, Delivered]]] = {}
         for at, message in FaithfulSender.deliveries:
             delivered = self.delivered[message.idempotency_key]
-            sent.setdefault((message.recipient, delivered.kind), []).append((at, delivered.digest))
+            sent.setdefault((message.recipient, delivered.kind), []).append((at, delivered))
         for (member, kind), moments in sent.items():
             allowed = registry.policy(kind).throttle_per_hour
             for first, _ in moments if allowed else ():
-                hour = [(at, digest) for at, digest in moments if first <= at < first + 3600]
-                if len(hour) <= allowed:
-                    continue
-                # Digests that went at one moment are one digest cut in chunks.
-                folds = {at for at, digest in hour if digest}
-                alone = sum(1 for _, digest in hour if not digest)
-                rule = "throttle_chunks" if alone + len(folds) <= allowed else "throttle"
-                yield (rule, f"{len(hour)} {kind} to {member} in an hour (at most {allowed})")
-                break
+                hour = [(at, what) for at, what in moments if first <= at < first + 3600]
+                if len(hour) > allowed:
+                    words = f"{len(hour)} {kind} to {member} in an hour (at most {allowed})"
+                    yield (throttle_rule(hour, allowed), words)
+                    break
 
     # -- runs and the ledger -------------------------------------------------------------
 
@@ -219,6 +230,21 @@ class World:
         for log in rows.values():
             if log.status == SendLog.Status.SENT and (log.recipient, log.body) not in bodies:
                 yield ("ledger", f"the ledger says sent, WeCom never got it: {log.key}")
+
+
+def throttle_rule(hour: list[tuple[float, Delivered]], allowed: int) -> str:
+    """Which rule an hour over its throttle breaks: ``throttle_chunks`` when digests that
+    went at one moment (one digest cut in chunks) count as one and the hour is within
+    it, ``throttle_on_request`` when the runs made on request (a snooze) are the excess,
+    else ``throttle``."""
+    folds = {at for at, what in hour if what.digest}
+    alone = sum(1 for _, what in hour if not what.digest)
+    manual = sum(1 for _, what in hour if what.manual)
+    if alone + len(folds) <= allowed:
+        return "throttle_chunks"
+    if len(hour) - manual <= allowed:
+        return "throttle_on_request"
+    return "throttle"
 
 
 def covered(log: SendLog | None) -> list[TaskRun]:
