@@ -155,8 +155,7 @@ class PipelineMachine(RuleBasedStateMachine):
         """A task, or with a key the task that has it edited."""
         how, value = when
         timing = {"at": self.pipeline.now + timedelta(minutes=value)} if how == "at" else {}
-        if how == "cron":
-            timing = {"cron": value}
+        timing = timing or {"cron": value}
         api.schedule(kind, member, tz="Asia/Shanghai", payload=payload, key=key, **timing)
 
     @focused
