@@ -13,7 +13,7 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench clean
+.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench soak clean
 
 # Running needs the package alone; testing adds the tools and every database driver
 # (mysqlclient builds against MariaDB's client library, which bin/system-deps installs).
@@ -143,6 +143,17 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/memory.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/card_latency.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/digest_morning.py
+
+# The model-based test of the whole pipeline (tests/reminders/test_model_based.py) for
+# longer than `make test` gives it: MODEL_SOAK_EXAMPLES examples from a random seed. A
+# failure prints its shortest sequence of steps, the blob that reproduces it and the
+# seed (MODEL_SEED=n replays the soak). On PostgreSQL unless SOAK_URL says otherwise.
+MODEL_SOAK_EXAMPLES ?= 300
+SOAK_URL ?= $(PG_URL)
+
+soak: $(STAMP)
+	MODEL_SOAK_EXAMPLES=$(MODEL_SOAK_EXAMPLES) DATABASE_URL=$(SOAK_URL) $(PY) -m pytest \
+		tests/reminders/test_model_based.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VENV6) .test-db*.sqlite3* .mypy_cache .ruff_cache .pytest_cache dist build django_wecom_reminders.egg-info
