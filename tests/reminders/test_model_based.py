@@ -85,7 +85,10 @@ KINDS = tuple(KINDS_POLICIES)
 # Crons that fire daily, on weekdays, every four hours, and three times an hour for a
 # morning (over a throttle of two an hour, but few ticks in a simulated day).
 CRONS = ("0 9 * * *", "*/20 9-11 * * *", "30 8 * * 1-5", "0 */4 * * *", "15 22 * * *")
-QUIET = ("22:00-08:00", "12:00-14:00", "00:00-23:59", "")
+# The last open hour of a day (23:00-22:00 leaves 22:00-23:00), and hours that leave
+# less than an hour open: refused, naming the field, nothing saved.
+REFUSED_QUIET = ("00:00-23:59",)
+QUIET = ("22:00-08:00", "12:00-14:00", "23:00-22:00", *REFUSED_QUIET, "")
 SOAK = int(os.environ.get("MODEL_SOAK_EXAMPLES", "0") or 0)
 
 # Links of every length WeCom takes in a digest's line, short ones often.
@@ -199,7 +202,13 @@ class PipelineMachine(RuleBasedStateMachine):
         if clear:
             preferences.clear_quiet_hours(member, by=member)
         else:
-            preferences.set_quiet_hours(member, hours, by=member)
+            before = preferences.quiet_hours(member)
+            try:
+                preferences.set_quiet_hours(member, hours, by=member)
+            except ValidationError as exc:
+                assert hours in REFUSED_QUIET, exc
+                assert "hours" in exc.message_dict
+                assert preferences.quiet_hours(member) == before
 
     # -- ops -------------------------------------------------------------------------------
 

@@ -47,28 +47,14 @@ from reminders.senders.base import Message
 from tests.support.faithful import FaithfulSender, describe, limit_problem
 
 KNOWN_DEFECTS: dict[str, str] = {
-    "digest_size": (
-        "a digest of untitled items with links can exceed WeCom's 2,048 bytes: "
-        "messages.digests.chunks measures an untitled item as '-', content() writes the "
-        "kind's label"
-    ),
     "cancel_reason": (
         "a cancelled run says nothing of why (no error code, no message): a cancel by ops, "
         "a schedule changed by the CRM and an escalation made moot by a click all end "
         "alike (RunQuerySet.cancel_pending)"
     ),
-    "throttle_chunks": (
-        "a digest too long for one message goes in chunks (messages.digests.chunks), each "
-        "a message, all at once: together they go over the kind's throttle_per_hour, "
-        "which counts a digest as one"
-    ),
     "throttle_on_request": (
         "a run made on request (a snooze) goes whatever its kind's throttle_per_hour: "
         "the hour's messages of the kind go over it"
-    ),
-    "snooze_after_recall": (
-        "a recall does not cancel the run a snooze made: the recalled message comes "
-        "back an hour after the click"
     ),
 }
 # MODEL_CHECK_KNOWN_DEFECTS: "1" checks them all, or names some, comma-separated.
