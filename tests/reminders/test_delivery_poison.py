@@ -23,7 +23,7 @@ from reminders.engine import actions, dispatch
 from reminders.engine.delivery import deliver
 from reminders.engine.starting import start
 from reminders.models import JobTake, ScheduledTask, TaskRun
-from tests.support.locks import Paused, Worker, require_row_locks
+from tests.support.locks import Paused, Worker, locking, require_row_locks
 
 pytestmark = pytest.mark.django_db
 
@@ -294,13 +294,6 @@ def test_cancel__a_dead_job_s_job_take_goes_with_the_runs_it_took(make_task, crm
     assert not JobTake.objects.exists()
 
 
-def _locking_runs(sql: str) -> bool:
-    text = sql.lower()
-    return (
-        text.lstrip().startswith("select") and "reminders_taskrun" in text and "for update" in text
-    )
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_job_starting_as_a_claim_takes_its_runs_over__neither_waits_for_the_other_forever(
     make_task, settings
@@ -316,7 +309,9 @@ def test_a_job_starting_as_a_claim_takes_its_runs_over__neither_waits_for_the_ot
     execution = uuid.uuid4().hex
     JobTake.objects.take(execution, claim.token, claim.run_ids)
     later = now + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
-    taking_over = Paused(lambda: dispatch.claim("test", 10, now=later), after=_locking_runs)
+    taking_over = Paused(
+        lambda: dispatch.claim("test", 10, now=later), after=locking("reminders_taskrun")
+    )
     taking_over.hold()
     late = Worker(lambda: start(claim.token, claim.run_ids, later, execution=execution, taken=True))
     late.start()
