@@ -205,16 +205,14 @@ class ReminderWorker:
 
     def _complete_ended(self, now: datetime) -> None:
         """``dispatch.complete_ended``, unless swept less than ``COMPLETE_SECONDS`` ago."""
-        last = self._completed_at
-        if last is not None and last <= now < last + timedelta(seconds=COMPLETE_SECONDS):
+        if _within(self._completed_at, now, COMPLETE_SECONDS):
             return
         dispatch.complete_ended(now)
         self._completed_at = now
 
     def _beat(self, now: datetime) -> None:
         """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""
-        last = self._beat_at
-        if last is not None and last <= now < last + timedelta(seconds=HEARTBEAT_SECONDS):
+        if _within(self._beat_at, now, HEARTBEAT_SECONDS):
             return
         SchedulerHeartbeat.objects.beat(
             self.owner,
@@ -321,3 +319,9 @@ class ReminderWorker:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.join(5)
         self.clusters.clear()
+
+
+def _within(last: datetime | None, now: datetime, seconds: float) -> bool:
+    """Whether ``now`` is less than ``seconds`` after ``last`` (a clock moved back since
+    ``last`` is not: the work is done again)."""
+    return last is not None and last <= now < last + timedelta(seconds=seconds)
