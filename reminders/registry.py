@@ -8,9 +8,10 @@ messages and registers the six built-in kinds.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .conf import settings as conf
 from .exceptions import UnknownKind
@@ -66,10 +67,24 @@ def label(name: str) -> str:
     return str(kind.label) if kind is not None else name
 
 
+# Kind name -> (the kind, a copy of the overrides it was built with, the policy): a
+# policy is asked for several times per run, and building one validates every field.
+_policies: dict[str, tuple[Kind, dict[str, Any], Policy]] = {}
+
+
 def policy(name: str) -> Policy:
     """The policy kind ``name`` runs under: its own, with the overrides of
-    ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply)."""
-    return get(name).policy.with_overrides(conf.KINDS.get(name, {}))
+    ``REMINDERS_KINDS[name]`` (read on every call, so settings changes apply: one built
+    is kept for as long as its kind and its overrides stay equal to those it was built
+    from)."""
+    kind = get(name)
+    overrides = conf.KINDS.get(name, {})
+    kept = _policies.get(name)
+    if kept is not None and kept[0] is kind and kept[1] == overrides:
+        return kept[2]
+    built = kind.policy.with_overrides(overrides)
+    _policies[name] = (kind, copy.deepcopy(overrides), built)
+    return built
 
 
 def mandatory(name: str) -> bool:

@@ -11,9 +11,11 @@ Invariants:
   worker's run gives the attempt back, and a death while a send was in hand is counted
   apart (``crashes``). A run whose message keeps killing its worker is given up as
   ``unknown`` after ``REMINDERS_MAX_WORKER_DEATHS``.
-* One run never poisons its job. Each run's message is prepared (its builder called)
-  in a savepoint of its own, so a builder's database error fails that run alone
-  (PostgreSQL would abort the job's whole transaction). A job records that it took
+* One run never poisons its job. A builder that raises fails its run alone, and what
+  it wrote is undone: a start calls its runs' builders without savepoints (two
+  statements a run that a builder which raises nothing never needs), and once one
+  raises, the start is rolled back and done again with each builder in a savepoint of
+  its own (PostgreSQL would abort the job's whole transaction). A job records that it took
   its runs (``JobTake``, one row) in a commit of its own before it prepares any
   (``reminders.engine.delivery``), and the start deletes it (after it took its runs:
   every transaction locks the runs before the takes): runs still ``queued``
@@ -156,6 +158,37 @@ def start(
     (``digests.lock``)."""
     now = now or timezone.now()
     execution = execution or uuid.uuid4().hex
+    bare = _Builders(careful=False)
+    try:
+        return _start(token, run_ids, now, execution, taken, folding, bare)
+    except Exception:
+        if not bare.called:
+            raise
+    # Something failed once a builder had run without a savepoint: the builder itself, or
+    # a statement after a builder that outlived the connection. The start was rolled
+    # back, the builders' writes with it; it is done again, each builder in a savepoint
+    # of its own, which tells a builder's failure from the database's.
+    return _start(token, run_ids, now, execution, taken, folding, _Builders(careful=True))
+
+
+@dataclass
+class _Builders:
+    """How a start calls its runs' builders: ``careful``, each in a savepoint of its
+    own; else bare, ``called`` once one was."""
+
+    careful: bool
+    called: bool = False
+
+
+def _start(
+    token: str,
+    run_ids: Sequence[int],
+    now: datetime,
+    execution: str,
+    taken: bool,
+    folding: Sequence[tuple[str, str]],
+    builders: _Builders,
+) -> list[Job]:
     with transaction.atomic():
         digests.lock(folding)
         _take(
@@ -181,11 +214,12 @@ def start(
         others = Others.read(runs, ledger)
         chosen = holds.read(runs)
         prepared = [
-            _prepare(run, ledger.get(run.ledger_key), others, chosen, moved, now) for run in runs
+            _prepare(run, ledger.get(run.ledger_key), others, chosen, moved, now, builders)
+            for run in runs
         ]
         jobs = [item for item in prepared if isinstance(item, Job)]
         ready = [item for item in prepared if isinstance(item, digests.Ready)]
-        return jobs + _folded(ready, now) if ready else jobs
+        return jobs + _folded(ready, now, builders) if ready else jobs
 
 
 def _take(runs: QuerySet[TaskRun], execution: str, now: datetime) -> None:
@@ -222,12 +256,12 @@ def _taken(run_ids: Sequence[int], execution: str) -> list[TaskRun]:
     )
 
 
-def _folded(ready: list[digests.Ready], now: datetime) -> list[Job]:
+def _folded(ready: list[digests.Ready], now: datetime, builders: _Builders) -> list[Job]:
     """The jobs of runs whose kind folds or is throttled: alone, or folded into digests
     (``engine.digests``), the runs over their throttle put back to wait."""
     plan = digests.plan(ready, now)
-    alone = [_fresh_job(item.run, item.row) for item in plan.alone]
-    folded = [_fresh_job(run, None) for run in digests.fold(plan.folds, now)]
+    alone = [_fresh_job(item.run, item.row, builders) for item in plan.alone]
+    folded = [_fresh_job(run, None, builders) for run in digests.fold(plan.folds, now)]
     return [job for job in (*alone, *folded) if job is not None]
 
 
@@ -293,6 +327,7 @@ def _prepare(
     chosen: holds.Chosen,
     moved: set[tuple[str, str]],
     now: datetime,
+    builders: _Builders,
 ) -> Job | digests.Ready | None:
     """Decide whether ``run`` may be sent now and with which ledger row; finish it, or
     put it back to wait, if not. A run of a kind that folds or is throttled is
@@ -326,7 +361,7 @@ def _prepare(
             return _ready(run, row, found, now, chosen.quiet.get(task.recipient))
         # Never delivered: the message as the task says it now (a corrected recipient
         # or text reaches every run not yet sent).
-        return _fresh_job(run, row)
+        return _fresh_job(run, row, builders)
     if row.status == SendLog.Status.SENT:
         run.close_attempt(TaskRun.Status.SENT)  # recorded by a worker whose lease ran out
         return None
@@ -507,18 +542,25 @@ def _ready(
     return digests.Ready(run, row, found, entry)
 
 
-def _fresh_job(run: TaskRun, row: SendLog | None) -> Job | None:
+def _fresh_job(run: TaskRun, row: SendLog | None, builders: _Builders) -> Job | None:
+    """The job of a run never delivered: its message as its task says it now. A careful
+    start calls the builder in a savepoint of its own, so that a builder's database
+    error rolls back its work alone, not the job's transaction (PostgreSQL aborts it
+    until a rollback), and fails its run alone; a bare one lets what it raises end the
+    start (``start`` does it again carefully)."""
     task = run.task
-    try:
-        # In a savepoint of its own: a builder's database error rolls back its work
-        # alone, not the job's transaction (PostgreSQL aborts it until a rollback).
-        with transaction.atomic():
-            content = kinds.render(task, run)
-    except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
-        if isinstance(exc, DatabaseError) and not connection.is_usable():
-            raise BuilderBrokeConnection(run.pk) from exc
-        _render_failed(run, exc)
-        return None
+    if not builders.careful:
+        builders.called = True
+        content = kinds.render(task, run)
+    else:
+        try:
+            with transaction.atomic():
+                content = kinds.render(task, run)
+        except Exception as exc:  # a CRM's builder may raise anything: it fails this run only
+            if isinstance(exc, DatabaseError) and not connection.is_usable():
+                raise BuilderBrokeConnection(run.pk) from exc
+            _render_failed(run, exc)
+            return None
     body = render_body(content.msgtype, content.body)
     if row is None:
         ledger = SendLog(

@@ -215,6 +215,11 @@ def test_deliver__query_budget_per_sent_message(make_task, outbox):
     assert len(statements) == per_job + per_batch + per_message * 20, "\n".join(
         q["sql"][:120] for q in statements
     )
+    # A savepoint for each of the job's transactions (the test's own transaction makes
+    # them savepoints): the take, the start, each message's and the end. None per run:
+    # builders that raise nothing are called without one.
+    savepoints = [q for q in queries.captured_queries if q["sql"].startswith("SAVEPOINT")]
+    assert len(savepoints) == 3 + 20
 
 
 def test_deliver__a_deduplicating_channel_sends_a_claim_as_one_batch(make_task, outbox):

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.test import TestCase
 from django.utils import timezone
 from django_q.models import OrmQ
@@ -103,6 +105,35 @@ def test_a_builder_s_database_error_fails_its_run_only_and_tells_ops(
     assert ("task_error", bad.pk, "active") in received
     assert {task.runs.get().status for task in good} == {"sent"}
     assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in good)
+
+
+@pytest.mark.parametrize("raised", [ValueError, "database"])
+def test_a_builder_that_wrote_then_raised__its_writes_undone_its_run_alone_failed(
+    make_task, crm_kind, outbox, raised
+):
+    """Builders are called without savepoints until one raises: then what it wrote goes
+    with the rolled-back start, and the start done again fails its run alone."""
+    now = timezone.now()
+    good = [make_task("crm_lookup", at=now - timedelta(minutes=2))]
+    bad = make_task("crm_lookup", recipient="bad", at=now - timedelta(minutes=1))
+    good += [make_task("crm_lookup", at=now) for _ in range(2)]
+
+    def writes_then_raises() -> None:
+        ScheduledTask.objects.filter(pk=bad.pk).update(payload={"written": "by the builder"})
+        if raised == "database":
+            broken_query()
+        raise ValueError("the CRM's object is gone")
+
+    crm_kind("bad", writes_then_raises)
+    assert tick_at(now) == 3
+    bad.refresh_from_db()
+    assert "written" not in bad.payload
+    run = bad.runs.get()
+    assert (run.status, run.error_code) == ("failed", "render")
+    assert {task.runs.get().status for task in good} == {"sent"}
+    assert sorted(m.recipient for m in outbox) == sorted(t.recipient for t in good)
+    # Once bare (the start then rolled back), once in a savepoint of its own.
+    assert crm_kind.calls["bad"] == 2  # type: ignore[attr-defined]
 
 
 def test_a_run_whose_job_keeps_dying_is_sent_alone_then_failed_and_ops_told(
@@ -357,7 +388,7 @@ def killed() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("breaks", [idle_past_the_timeout, killed], ids=lambda how: how.__name__)
 def test_a_builder_that_breaks_its_connection__counted_as_a_lost_job_not_an_outage(
-    make_task, crm_kind, outbox, received, settings, breaks
+    make_task, crm_kind, outbox, received, settings, breaks, request
 ):
     if connection.vendor not in IDLE_TIMEOUTS:
         pytest.skip("SQLite has no server to end a connection under a builder")
@@ -367,9 +398,17 @@ def test_a_builder_that_breaks_its_connection__counted_as_a_lost_job_not_an_outa
     good = make_task("crm_lookup", at=now)
     crm_kind("bad", breaks)
 
-    def tick_timed_out() -> int:
-        with connection.cursor() as cursor:  # a connection of its own: set on each
+    def timeout_set(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+        with connection.cursor() as cursor:
             cursor.execute(IDLE_TIMEOUTS[connection.vendor][0])
+
+    # On every connection, as the server's or the role's setting would be: the start that
+    # is done again after the first broke (each builder in a savepoint then) has it too.
+    connection_created.connect(timeout_set)
+    request.addfinalizer(lambda: connection_created.disconnect(timeout_set))
+
+    def tick_timed_out() -> int:
+        timeout_set(None, connection)  # the connection open now
         return tick_at(now)
 
     # The job that took both broke with the connection: both are counted, as when a
@@ -381,10 +420,12 @@ def test_a_builder_that_breaks_its_connection__counted_as_a_lost_job_not_an_outa
     assert tick_timed_out() == 1
     run = bad.runs.get()
     assert (run.status, run.job_failures) == ("scheduled", 2)
+    # Each broken job called it twice: bare, then each builder in a savepoint.
+    assert crm_kind.calls["bad"] == 4  # type: ignore[attr-defined]
     # Given up without calling its builder again, and ops told.
     assert tick_timed_out() == 0
     run.refresh_from_db()
     assert (run.status, run.error_code) == ("failed", "job_failures")
-    assert crm_kind.calls["bad"] == 2  # type: ignore[attr-defined]
+    assert crm_kind.calls["bad"] == 4  # type: ignore[attr-defined]
     assert ("run_failed", run.pk, "failed") in received
     assert [m.recipient for m in outbox] == [good.recipient]

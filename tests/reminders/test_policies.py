@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -59,6 +60,28 @@ def test_settings__override_a_kind_s_policy(settings):
     settings.REMINDERS_KINDS = {"daily_report": {"jitter_seconds": 0, "batches": 1}}
     policy = kinds.policy("daily_report")
     assert (policy.jitter_seconds, policy.batches, policy.missed) == (0, 1, "compensate")
+
+
+def test_settings__a_kept_policy_follows_every_change_of_the_overrides(settings):
+    """A kind's policy is built once and kept: a new setting, a dict changed in place, a
+    list inside it changed in place and a kind registered again each give a new one."""
+    settings.REMINDERS_KINDS = {"follow_up": {"retry_delays": [60, 300]}}
+    first = kinds.policy("follow_up")
+    assert kinds.policy("follow_up") is first
+    assert first.retry_delays == (60, 300)
+    settings.REMINDERS_KINDS["follow_up"]["retry_delays"].append(900)
+    assert kinds.policy("follow_up").retry_delays == (60, 300, 900)
+    settings.REMINDERS_KINDS["follow_up"]["priority"] = "low"
+    assert kinds.policy("follow_up").priority == "low"
+    settings.REMINDERS_KINDS = {}
+    assert kinds.policy("follow_up") == kinds.get("follow_up").policy
+    original = kinds.get("follow_up")
+    try:
+        kinds.register(dataclasses.replace(original, policy=Policy(priority="high")))
+        assert kinds.policy("follow_up").priority == "high"
+    finally:
+        kinds.register(original)
+    assert kinds.policy("follow_up") == original.policy
 
 
 @pytest.mark.parametrize(
