@@ -35,6 +35,17 @@ def _calendar_entries_read_afresh() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _rate_pauses_read_afresh() -> Iterator[None]:
+    """Unlimited buckets found not paused are trusted per process for a while; a test's
+    rolled-back rows must not outlive it."""
+    from reminders.ratelimit import database
+
+    database.forget_pauses()
+    yield
+    database.forget_pauses()
+
+
+@pytest.fixture(autouse=True)
 def _language_of_the_settings() -> Iterator[None]:
     """A request in another language (``Accept-Language``) leaves it active in the
     thread, as LocaleMiddleware does: every test starts and ends in LANGUAGE_CODE."""

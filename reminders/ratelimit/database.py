@@ -2,10 +2,18 @@
 
 Correct on PostgreSQL and MariaDB (row locks) and SQLite (its one writer at a time:
 the settings open every transaction with ``BEGIN IMMEDIATE``).
+
+An unlimited bucket only carries pauses. A read that finds it not paused is trusted by
+this process for ``PAUSES_FRESH_SECONDS``: a message's reservation on an unlimited
+channel then costs no statement for it, and a pause set by another process reaches this
+one's sends within that time (those sent meanwhile are refused by the provider as the
+one that paused it was, and wait without spending an attempt). A pause this process sets,
+and one found, are never trusted away: the next reservation reads the bucket again.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
@@ -15,6 +23,17 @@ from django.utils import timezone
 
 from ..models import RateBucket, sql
 from .store import Held, Store
+
+
+# How long a read that found an unlimited bucket not paused is trusted, in this process.
+PAUSES_FRESH_SECONDS = 1.0
+# Unlimited bucket name -> until when (``time.monotonic``) it is known not paused.
+_clear_until: dict[str, float] = {}
+
+
+def forget_pauses() -> None:
+    """Read every bucket's pause afresh at the next reservation."""
+    _clear_until.clear()
 
 
 class DatabaseStore(Store):
@@ -35,10 +54,15 @@ class DatabaseStore(Store):
                 if connection.features.has_select_for_update:
                     locked = locked.select_for_update()
                 rows = list(locked)
-            # A pause is rare: a statement of its own (reminders.engine.sql) usually finds none,
-            # and only a pause found is read as rows.
-            if sql.any_set(RateBucket, "name", unlimited, "paused_until"):
-                rows += RateBucket.objects.filter(name__in=unlimited, paused_until__isnull=False)
+            # A pause is rare: a statement of its own (reminders.models.sql) usually finds
+            # none, and only a pause found is read as rows; buckets found not paused lately
+            # are not read again yet.
+            now = time.monotonic()
+            stale = [name for name in unlimited if _clear_until.get(name, 0.0) <= now]
+            if sql.any_set(RateBucket, "name", stale, "paused_until"):
+                rows += RateBucket.objects.filter(name__in=stale, paused_until__isnull=False)
+            else:
+                _clear_until.update(dict.fromkeys(stale, now + PAUSES_FRESH_SECONDS))
             pks = {row.name: row.pk for row in rows}
             held = Held(
                 tat={row.name: row.tat for row in rows if row.name in paced},
@@ -55,6 +79,7 @@ class DatabaseStore(Store):
                 RateBucket.objects.filter(pk__in=ids).update(tat=value)
 
     def pause(self, name: str, seconds: float, reason: str) -> datetime:
+        _clear_until.pop(name, None)
         until = timezone.now() + timedelta(seconds=seconds)
         RateBucket.objects.bulk_create([RateBucket(name=name)], ignore_conflicts=True)
         with transaction.atomic():

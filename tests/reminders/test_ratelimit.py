@@ -7,7 +7,7 @@ from django.utils import timezone
 from reminders import ratelimit
 from reminders.exceptions import ThrottledSendError
 from reminders.models import RateBucket, SendLog, TaskRun
-from reminders.senders.base import Limit, Rate
+from reminders.senders.base import UNLIMITED, Limit, Rate
 from reminders.senders.memory import MemorySender
 from tests.settings import rate_cache
 from tests.support.jobs import tick
@@ -145,6 +145,36 @@ def test_pause__holds_the_bucket_for_everyone_and_never_shortens(store):
     assert slot.at == pytest.approx(until.timestamp())
     [later] = ratelimit.reserve([[limit]], max_wait=2.0, now=until.timestamp() + 1)
     assert later.reserved is True
+
+
+def test_pause__an_unlimited_bucket_found_clear_is_trusted_briefly_a_pause_found_never(
+    monkeypatch,
+):
+    """A reservation on an unlimited bucket found not paused reads it again only after
+    PAUSES_FRESH_SECONDS: a pause set by another process (its row written directly) is
+    seen by then; one set by this process is seen at once, and a pause found is read
+    again every time (its end is seen at once)."""
+    from reminders.ratelimit import database
+
+    clock = [1000.0]
+    monkeypatch.setattr(database.time, "monotonic", lambda: clock[0])
+    limit = Limit("open:channel", UNLIMITED)
+
+    def goes() -> bool:
+        [slot] = ratelimit.reserve([[limit]], max_wait=2.0)
+        return slot.reserved
+
+    assert goes()
+    far = timezone.now() + timedelta(minutes=5)
+    RateBucket.objects.create(name="open:channel", paused_until=far, pause_reason="elsewhere")
+    clock[0] += database.PAUSES_FRESH_SECONDS - 0.01
+    assert goes()  # still trusted
+    clock[0] += 0.02
+    assert not goes()  # read again: paused
+    RateBucket.objects.filter(name="open:channel").update(paused_until=None)
+    assert goes()  # a pause found was not trusted: its end is seen at once
+    ratelimit.pause("open:channel", 60, "45009 here")
+    assert not goes()  # set by this process: seen at once
 
 
 def test_deliver__runs_beyond_the_rate_wait_without_spending_an_attempt(
