@@ -90,7 +90,7 @@ def shape(sql: str) -> str:
     text = re.sub(r"(?:\(…\), )+\(…\)", "(…), …", text)
     text = re.sub(r"'[^']*'", "'…'", text)
     text = re.sub(r"\b\d+\b", "N", text)
-    return text
+    return re.sub(r"\b(SAVEPOINT) s\w+", r"\1 …", text)
 
 
 class Meter:
