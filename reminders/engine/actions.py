@@ -149,7 +149,7 @@ def _catch_up(task: ScheduledTask, now: datetime, skip: SkipReason) -> None:
     task._clear_error()
     task.save(update_fields=["status", "next_run", *task.ERROR_FIELDS, "updated_at"])
     # Active while a run waits; completed at once if all its runs have ended.
-    if ScheduledTask.objects.filter(pk=task.pk).complete_ended(now):
+    if ScheduledTask.objects.complete_ended(now, among=[task.pk]):
         task.status = task.Status.COMPLETED
 
 

@@ -201,7 +201,7 @@ def _finish(
     with recording():
         write_sent(unrecorded)
         defer(deferred)
-        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).ran(timezone.now())
+        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
 
 
 def _finish_apart(
@@ -218,6 +218,6 @@ def _finish_apart(
     except DatabaseError:
         logger.exception("could not put %d runs back; they wait for their lease", len(deferred))
     try:
-        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).ran(timezone.now())
+        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
     except DatabaseError:
         logger.exception("could not stamp the tasks' last run time")

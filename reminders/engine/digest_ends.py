@@ -61,7 +61,7 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
         return
     # Their tasks ran: the task list's "last run" says so, as a job stamps its own (and
     # those with nothing left to run are completed).
-    ScheduledTask.objects.filter(pk__in={item.task_id for item in items}).ran(now)
+    ScheduledTask.objects.ran({item.task_id for item in items}, now)
     for item in items:
         result = replies[item.digest_id] if item.digest_id is not None else SendResult()
         signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
@@ -97,7 +97,7 @@ def settle_ended(now: datetime, limit: int = 100) -> int:
             )
             for item in items:
                 _tell(item, digest)
-            ScheduledTask.objects.filter(pk__in={i.task_id for i in items}).complete_ended(now)
+            ScheduledTask.objects.complete_ended(now, among={i.task_id for i in items})
         settled += len(items)
     if settled:
         logger.info("settled %d runs as their digests ended", settled)

@@ -101,7 +101,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         _advance(planned)
         # A last occurrence planned as skipped (a day off) ended at once.
         exhausted = [task.pk for task in planned if task.next_run is None]
-        ScheduledTask.objects.filter(pk__in=exhausted).complete_ended(now)
+        ScheduledTask.objects.complete_ended(now, among=exhausted)
     if tasks:
         logger.debug("materialized %d runs for %d tasks", len(runs), len(planned))
     return Planned(len(runs), len(tasks))

@@ -128,7 +128,7 @@ def _settle(jobs: Sequence[Job], deferred: Sequence[tuple[Job, float]]) -> None:
         unreserve(unsent)
         items = [(job, later.get(job.run.pk, now)) for job in unsent]
         defer(items, AWAY_CODE, "The database went away before it was sent.")
-        ScheduledTask.objects.filter(pk__in={job.run.task_id for job in jobs}).ran(timezone.now())
+        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
     logger.info(
         "the database answers again: recorded %d sent, gave back %d not sent",
         len(sent),

@@ -19,6 +19,7 @@ wait again (run now, a retry, a snooze) makes the task active again
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -56,12 +57,16 @@ logger = logging.getLogger(__name__)
 OBJECT_ID_MAX_LENGTH = 64
 
 
-def _ended() -> Q:
+def _ended(among: Collection[int] | None = None) -> Q:
     """An active task whose schedule has no occurrence left and none of whose runs is
-    unfinished: one to complete."""
+    unfinished: one to complete. ``among``: the tasks asked about, whose runs alone the
+    subquery reads, however the planner runs it (once per task, or hashed once for all:
+    over every unfinished run of every task, on statistics that undercount them)."""
     # TaskRun by name: it refers to this module's ScheduledTask, not the reverse.
     runs: Any = apps.get_model("reminders", "TaskRun")
     unfinished = runs.objects.filter(task=models.OuterRef("pk"), status__in=runs.UNFINISHED)
+    if among is not None:
+        unfinished = unfinished.filter(task_id__in=among)
     return Q(status=ScheduledTask.Status.ACTIVE, next_run__isnull=True) & Q(
         ~models.Exists(unfinished)
     )
@@ -71,20 +76,24 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
     def due(self, now: datetime) -> TaskQuerySet:
         return self.filter(status=ScheduledTask.Status.ACTIVE, next_run__lte=now)
 
-    def complete_ended(self, now: datetime | None = None) -> int:
-        """Complete the active tasks whose schedule has no occurrence left and whose
-        runs have all ended (none unfinished); returns how many. One UPDATE: safe to
-        call from any number of processes at once, and again."""
-        ended = self.filter(_ended())
+    def complete_ended(
+        self, now: datetime | None = None, *, among: Collection[int] | None = None
+    ) -> int:
+        """Complete the active tasks (of ``among``, if given) whose schedule has no
+        occurrence left and whose runs have all ended (none unfinished); returns how
+        many. One UPDATE: safe to call from any number of processes at once, and again."""
+        tasks = self if among is None else self.filter(pk__in=among)
+        ended = tasks.filter(_ended(among))
         return ended.update(status=ScheduledTask.Status.COMPLETED, updated_at=now or timezone.now())
 
-    def ran(self, now: datetime) -> int:
-        """Stamp ``last_run_at`` (a job tried their runs) and, in the same UPDATE,
-        complete those whose runs have all ended (``complete_ended``): the job's own
-        statement, in its own transaction, so ending its runs' tasks costs it none."""
-        done = models.When(_ended(), then=models.Value(ScheduledTask.Status.COMPLETED))
-        changed = models.When(_ended(), then=models.Value(now))
-        return self.update(
+    def ran(self, among: Collection[int], now: datetime) -> int:
+        """Stamp the ``last_run_at`` of tasks ``among`` (a job tried their runs) and, in
+        the same UPDATE, complete those whose runs have all ended (``complete_ended``):
+        the job's own statement, in its own transaction, so ending its runs' tasks costs
+        it none."""
+        done = models.When(_ended(among), then=models.Value(ScheduledTask.Status.COMPLETED))
+        changed = models.When(_ended(among), then=models.Value(now))
+        return self.filter(pk__in=among).update(
             last_run_at=now,
             status=models.Case(done, default=models.F("status")),
             updated_at=models.Case(changed, default=models.F("updated_at")),
