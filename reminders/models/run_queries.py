@@ -21,6 +21,7 @@ from django.utils import timezone
 from .. import signals
 from ..conf import settings as conf
 from ..schedule import timing
+from . import sql
 from .choices import (
     CANCELLED_IN_DOUBT,
     CANCELLED_PARTLY_SENT,
@@ -121,7 +122,7 @@ class RunQuerySet(models.QuerySet[Any]):
         """Save newly planned runs. One another scheduler created first is left as it is
         (one run per task and occurrence), and an occurrence planned again gets its
         cancelled run back."""
-        self.model.objects.bulk_create(runs, ignore_conflicts=True)
+        sql.insert(runs, ignore_conflicts=True)
         self._revive_cancelled(runs)
         self._say_made_up(runs)
 

@@ -25,6 +25,7 @@ from functools import cache, lru_cache
 from typing import Any, cast
 
 from django.db import connections, models, router
+from django.db.models.constants import OnConflict
 
 
 def update(
@@ -45,28 +46,35 @@ def update(
         return int(cursor.rowcount)
 
 
-def insert(objs: Sequence[models.Model]) -> None:
+def insert(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> None:
     """``bulk_create(objs)`` for new rows of one model whose primary key the database
-    assigns: one INSERT, the primary keys set where the database returns them (else
-    left None, as ``bulk_create`` leaves them). A key taken raises ``IntegrityError``."""
+    assigns: one INSERT (per ``bulk_batch_size`` rows), the primary keys set where the
+    database returns them (else left None, as ``bulk_create`` leaves them). A key taken
+    raises ``IntegrityError``; with ``ignore_conflicts`` its row is left out instead, and
+    no primary key is set."""
     if not objs:
         return
     model = type(objs[0])
     alias = router.db_for_write(model)
     connection = connections[alias]
     fields = _inserted(model)
-    params = [
-        field.get_db_prep_save(field.pre_save(obj, True), connection)
-        for obj in objs
-        for field in fields
-    ]
-    returning = bool(connection.features.can_return_rows_from_bulk_insert)
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(model, alias, len(objs), returning), params)
-        pks = [pk for (pk,) in cursor.fetchall()] if returning else [None] * len(objs)
-    for obj, pk in zip(objs, pks, strict=True):
-        obj.pk = pk
-        obj._state.adding, obj._state.db = False, alias
+    returning = bool(connection.features.can_return_rows_from_bulk_insert) and not ignore_conflicts
+    size = max(1, connection.ops.bulk_batch_size(fields, objs))
+    for start in range(0, len(objs), size):
+        chunk = objs[start : start + size]
+        params = [
+            field.get_db_prep_save(field.pre_save(obj, True), connection)
+            for obj in chunk
+            for field in fields
+        ]
+        text = _insert_sql(model, alias, len(chunk), returning, ignore_conflicts)
+        with connection.cursor() as cursor:
+            cursor.execute(text, params)
+            pks = [pk for (pk,) in cursor.fetchall()] if returning else [None] * len(chunk)
+        for obj, pk in zip(chunk, pks, strict=True):
+            if not ignore_conflicts:
+                obj.pk = pk
+                obj._state.adding, obj._state.db = False, alias
 
 
 def any_set(model: type[models.Model], field: str, among: Sequence[Any], column_set: str) -> bool:
@@ -120,14 +128,22 @@ def _inserted(model: type[models.Model]) -> list[models.Field[Any, Any]]:
 
 
 @lru_cache(maxsize=256)
-def _insert_sql(model: type[models.Model], alias: str, n: int, returning: bool) -> str:
-    quote = connections[alias].ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in _inserted(model))
-    row = f"({', '.join(['%s'] * len(_inserted(model)))})"
-    table = quote(model._meta.db_table)
-    text = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * n)}"  # noqa: S608
+def _insert_sql(
+    model: type[models.Model], alias: str, n: int, returning: bool, ignore_conflicts: bool = False
+) -> str:
+    ops = connections[alias].ops
+    fields = _inserted(model)
+    columns = ", ".join(ops.quote_name(str(field.column)) for field in fields)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    table = ops.quote_name(model._meta.db_table)
+    on_conflict = OnConflict.IGNORE if ignore_conflicts else None
+    start = ops.insert_statement(on_conflict=on_conflict)
+    text = f"{start} {table} ({columns}) VALUES {', '.join([row] * n)}"
+    suffix = ops.on_conflict_suffix_sql(fields, on_conflict, None, None)
+    if suffix:
+        text += f" {suffix}"
     if returning:
-        text += f" RETURNING {quote(str(_field(model, 'pk').column))}"
+        text += f" RETURNING {ops.quote_name(str(_field(model, 'pk').column))}"
     return text
 
 

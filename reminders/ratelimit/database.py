@@ -24,7 +24,6 @@ from django.utils import timezone
 from ..models import RateBucket, sql
 from .store import Held, Store
 
-
 # How long a read that found an unlimited bucket not paused is trusted, in this process.
 PAUSES_FRESH_SECONDS = 1.0
 # Unlimited bucket name -> until when (``time.monotonic``) it is known not paused.

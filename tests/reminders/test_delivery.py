@@ -405,7 +405,9 @@ def test_one_message__the_rows_it_writes_are_those_accounted(make_task, outbox):
     if connection.vendor == "sqlite":
         pytest.skip("SQLite's row count of an INSERT ... RETURNING is not known when it returns")
     written: Counter[str] = Counter()
-    write = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\s+(?:IGNORE\s+)?(?:INTO\s+|FROM\s+)?(\S+)", re.I)
+    write = re.compile(
+        r"^\s*(INSERT|UPDATE|DELETE)\s+(?:IGNORE\s+)?(?:INTO\s+|FROM\s+)?(\S+)", re.I
+    )
 
     def counting(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
         result = execute(sql, params, many, context)

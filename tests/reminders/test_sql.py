@@ -135,3 +135,25 @@ def test_insert__a_key_taken_raises_integrity_error_and_inserts_none(make_task):
     with pytest.raises(IntegrityError), transaction.atomic():
         sql.insert([ledger_row(run, "new"), ledger_row(run, "taken")])
     assert list(SendLog.objects.values_list("key", flat=True)) == ["taken"]
+
+
+def test_insert__ignoring_conflicts_leaves_out_the_keys_taken_and_inserts_the_rest(make_task):
+    run, _ = two_runs(make_task)
+    sql.insert([ledger_row(run, "taken")])
+    rows = [ledger_row(run, "new"), ledger_row(run, "taken"), ledger_row(run, "newer")]
+    sql.insert(rows, ignore_conflicts=True)
+    assert sorted(SendLog.objects.values_list("key", flat=True)) == ["new", "newer", "taken"]
+    # As bulk_create(ignore_conflicts=True): which rows went is not known, so no pk is set.
+    assert [row.pk for row in rows] == [None, None, None]
+
+
+def test_insert__more_rows_than_one_statement_may_carry_go_in_several(make_task, monkeypatch):
+    run, _ = two_runs(make_task)
+    monkeypatch.setattr(connection.ops, "bulk_batch_size", lambda fields, objs: 2)
+    statements = []
+    with connection.execute_wrapper(
+        lambda execute, sql_, *args: statements.append(sql_) or execute(sql_, *args)
+    ):
+        sql.insert([ledger_row(run, f"k{n}") for n in range(5)])
+    assert sum(statement.startswith("INSERT") for statement in statements) == 3
+    assert SendLog.objects.count() == 5
