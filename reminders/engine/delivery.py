@@ -52,7 +52,14 @@ from ..senders import SendResult
 from ..senders.base import Limit
 from .job_outage import given_back_when_back, settled_when_back
 from .jobs import BUSY_WAIT_SECONDS, Budget, Job, defer, logger
-from .records import record_sent, record_sent_surely, recording, write_sent
+from .records import (
+    at_once,
+    record_sent,
+    record_sent_surely,
+    recording,
+    reserve_and_write_sent,
+    write_sent,
+)
 from .reservations import reserve, take_keys, take_keys_one_by_one
 from .sending import limits, next_batch, send_reserved
 from .starting import start
@@ -158,22 +165,33 @@ def _step(
 
     Slots on paced buckets are reserved first, in a transaction of their own (a lost
     deadlock asks it again), as is anything kept in a cache; pauses alone, read from the
-    database, are read in this one. A key another run took meanwhile rolls this
-    transaction back, and the step is done again the slow way: the record alone, then
-    the keys one by one.
+    database, are read in this one. Where the keys and the record can be one statement
+    (``records.at_once``: PostgreSQL, keys never tried, plain records: a message of a
+    channel without de-duplication), they are, with no transaction around it: atomic on
+    its own, and the message's one round trip. A key another run took meanwhile rolls
+    the transaction (or the statement) back, and the step is done again the slow way:
+    the record alone, then the keys one by one.
     """
     requests = [limits(job) for job in batch]
     inside = ratelimit.shares_transaction(requests)
     slots = [] if inside else _reserve_slots(requests)
     ready: list[tuple[Job, float]] = []
     try:
-        with transaction.atomic():
-            if inside:
-                slots = _reserve_slots(requests)
+        if inside and at_once(batch, unrecorded):
+            # Pauses alone, then the keys and the record in one statement, each on its own.
+            slots = _reserve_slots(requests)
             pairs = zip(batch, slots, strict=True)
             ready = [(job, slot.at) for job, slot in pairs if slot.reserved]
-            taken, lost = take_keys([job for job, _ in ready])
-            write_sent(unrecorded)
+            taken, lost = [job for job, _ in ready], list[Job]()
+            reserve_and_write_sent(taken, unrecorded)
+        else:
+            with transaction.atomic():
+                if inside:
+                    slots = _reserve_slots(requests)
+                pairs = zip(batch, slots, strict=True)
+                ready = [(job, slot.at) for job, slot in pairs if slot.reserved]
+                taken, lost = take_keys([job for job, _ in ready])
+                write_sent(unrecorded)
     except IntegrityError:
         record_sent(unrecorded)
         taken, lost = take_keys_one_by_one([job for job, _ in ready])

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from .. import signals
 from ..exceptions import SendError, ThrottledSendError
+from ..messages import digests as digest_wording
 from ..models import ScheduledTask, SendLog, TaskRun, sql
 from ..senders import SendResult
 from . import digest_ends
@@ -83,12 +84,69 @@ def write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
     if not done:
         return
     now = timezone.now()
+    plain, mixed = _ledger_sent(done, now)
+    for update in plain:
+        update.run()  # a message of its own: the usual case
+    for pks, values, ids in mixed:
+        values["provider_message_id"] = Case(
+            *(When(pk=pk, then=Value(message_id)) for pk, message_id in ids),
+            default=F("provider_message_id"),
+        )
+        SendLog.objects.filter(pk__in=pks).update(**values)
+    runs = [job.run for job, _ in done]
+    _runs_sent(done, now, TaskRun.close_attempts(runs, TaskRun.Status.SENT, now))
+
+
+def reserve_and_write_sent(jobs: Sequence[Job], done: Sequence[tuple[Job, SendResult]]) -> None:
+    """``take_keys(jobs)`` and ``write_sent(done)`` as one statement sent outside any
+    transaction (``sql.together``): the message's one round trip, where ``at_once`` says
+    they can be. A key another run took raises ``IntegrityError``, and nothing is written."""
+    now = timezone.now()
+    plain, _mixed = _ledger_sent(done, now)
+    runs = [job.run for job, _ in done]
+    closing = TaskRun.closing(runs, TaskRun.Status.SENT, now)
+    fresh = [job.ledger for job in jobs]
+    for row in fresh:
+        row.attempts = 1
+    matched = sql.together([*plain, *closing], fresh)
+    TaskRun.closed(runs, closing)
+    _runs_sent(done, now, sum(matched[len(plain) :]))
+
+
+def at_once(jobs: Sequence[Job], done: Sequence[tuple[Job, SendResult]]) -> bool:
+    """Whether reserving ``jobs``' keys and recording ``done`` can be one statement
+    (``reserve_and_write_sent``): on PostgreSQL, outside a transaction, keys never tried
+    (one INSERT), sends whose records are plain UPDATEs (no digest to settle, one message
+    id per reply)."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    if not all(job.fresh for job in jobs) or len(jobs) > AT_ONCE_MOST:
+        return False
+    if any(digest_wording.is_digest(job.run.task) for job, _ in done):
+        return False
+    return len(done) <= 1 or not _ledger_sent(done, timezone.now())[1]
+
+
+# Fresh keys reserved in one statement with a record, at most: a batch of a channel
+# without de-duplication is one message; larger ones take the transaction's way.
+AT_ONCE_MOST = 50
+
+
+def _ledger_sent(
+    done: Sequence[tuple[Job, SendResult]], now: datetime
+) -> tuple[list[sql.Update], list[tuple[list[int], dict[str, Any], list[tuple[int, str]]]]]:
+    """The ledger's UPDATEs to ``sent``: replies that agree share one, in which only the
+    provider's message ids may differ row by row (a ``bulk_update`` of every field costs
+    more Python than the sends). Plain ones where the ids agree too (a message of its
+    own); the others as (pks, values, (pk, message id) pairs)."""
     replies: dict[str, list[tuple[SendLog, SendResult]]] = {}
     for job, result in done:
         job.ledger.provider_message_id = result.message_id[:128]
         reply = json.dumps([result.code, result.detail], sort_keys=True)
         replies.setdefault(reply, []).append((job.ledger, result))
     known_pks([job.ledger for job, _ in done])
+    plain: list[sql.Update] = []
+    mixed: list[tuple[list[int], dict[str, Any], list[tuple[int, str]]]] = []
     for group in replies.values():
         first, result = group[0]
         values: dict[str, Any] = {
@@ -102,14 +160,14 @@ def write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
         }
         pks = [row.pk for row, _ in group]
         if len({row.provider_message_id for row, _ in group}) == 1:
-            sql.update(SendLog, pks, values)  # a message of its own: the usual case
-            continue
-        values["provider_message_id"] = Case(
-            *(When(pk=row.pk, then=Value(row.provider_message_id)) for row, _ in group),
-            default=F("provider_message_id"),
-        )
-        SendLog.objects.filter(pk__in=pks).update(**values)
-    closed = TaskRun.close_attempts([job.run for job, _ in done], TaskRun.Status.SENT, now)
+            plain.append(sql.Update(SendLog, pks, values))
+        else:
+            mixed.append((pks, values, [(row.pk, row.provider_message_id) for row, _ in group]))
+    return plain, mixed
+
+
+def _runs_sent(done: Sequence[tuple[Job, SendResult]], now: datetime, closed: int) -> None:
+    """What follows the record of ``done``: digests' items settled, ``run_sent`` told."""
     digest_ends.settle_sent([(job.run, result) for job, result in done], now)
     if closed < len(done):
         logger.warning(

@@ -266,17 +266,33 @@ class TaskRun(models.Model):
         """``close_attempt`` for many runs that end the same way: one UPDATE for each
         start time and token (runs started together share both, so usually one in all).
         Returns how many were still held and closed."""
+        updates = cls.closing(runs, status, now)
+        closed = sum(update.run() for update in updates)
+        cls.closed(runs, updates)
+        return closed
+
+    @classmethod
+    def closing(cls, runs: Sequence[TaskRun], status: str, now: datetime) -> list[sql.Update]:
+        """The UPDATEs ``close_attempts`` sends (the runs set closed in memory); once they
+        are sent, ``closed`` forgets the runs' lease tokens when they commit."""
         groups: dict[tuple[datetime | None, str], list[TaskRun]] = {}
         for run in runs:
             groups.setdefault((run.started_at, run.lease_token), []).append(run)
             run._set_closed(status, "", "", None, now)
-        closed = 0
-        for (_started, token), group in groups.items():
-            closing = group[0].closing_values
-            closed += sql.update(cls, [run.pk for run in group], closing, lease_token=token)
-            for run in group:
-                run._forget_lease_on_commit(token)
-        return closed
+        return [
+            sql.Update(
+                cls, [run.pk for run in group], group[0].closing_values, {"lease_token": token}
+            )
+            for (_started, token), group in groups.items()
+        ]
+
+    @staticmethod
+    def closed(runs: Sequence[TaskRun], updates: Sequence[sql.Update]) -> None:
+        """``closing``'s UPDATEs were sent: each run keeps its lease token in memory until
+        they commit."""
+        tokens = {pk: update.equal["lease_token"] for update in updates for pk in update.pks}
+        for run in runs:
+            run._forget_lease_on_commit(tokens[run.pk])
 
     def _set_closed(
         self, status: str, code: str, message: str, retry_at: datetime | None, now: datetime

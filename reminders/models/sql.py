@@ -20,7 +20,9 @@ value is a parameter.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, cast
 
@@ -28,22 +30,85 @@ from django.db import connections, models, router
 from django.db.models.constants import OnConflict
 
 
+@dataclass(frozen=True)
+class Update:
+    """``model.objects.filter(pk__in=pks, **equal).update(**values)`` for plain values and
+    plain equality filters, as one statement."""
+
+    model: type[models.Model]
+    pks: Sequence[Any]
+    values: Mapping[str, Any]
+    equal: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def compiled(self, alias: str) -> tuple[str, list[Any]]:
+        connection = connections[alias]
+        model, values, equal = self.model, self.values, self.equal
+        sets, filters = tuple(values), tuple(equal)
+        params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
+        params += [_field(model, "pk").get_db_prep_value(pk, connection) for pk in self.pks]
+        params += [
+            _field(model, name).get_db_prep_value(equal[name], connection) for name in filters
+        ]
+        return _update_sql(model, alias, sets, filters, len(self.pks)), params
+
+    def run(self) -> int:
+        """Send it; returns how many rows matched."""
+        if not self.pks:
+            return 0
+        alias = router.db_for_write(self.model)
+        text, params = self.compiled(alias)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(text, params)
+            return int(cursor.rowcount)
+
+
 def update(
     model: type[models.Model], pks: Sequence[Any], values: Mapping[str, Any], **equal: Any
 ) -> int:
     """``model.objects.filter(pk__in=pks, **equal).update(**values)`` for plain values
     and plain equality filters; returns how many rows matched."""
-    if not pks:
-        return 0
-    alias = router.db_for_write(model)
+    return Update(model, pks, values, equal).run()
+
+
+def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[int]:
+    """The ``updates`` and ``insert(objs)`` (new rows of one model, fewer than a
+    statement may carry) as one statement, on PostgreSQL: each UPDATE a data-modifying
+    ``WITH`` query of the INSERT (or of a SELECT, with no rows to insert). One round
+    trip, atomic on its own: outside a transaction it needs no BEGIN nor COMMIT. Returns
+    how many rows each UPDATE matched, and sets the inserted rows' primary keys. A key
+    taken raises ``IntegrityError``, and nothing is written."""
+    models_ = {update.model for update in updates} | {type(obj) for obj in objs}
+    alias = router.db_for_write(next(iter(models_)))
     connection = connections[alias]
-    sets, filters = tuple(values), tuple(equal)
-    params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
-    params += [_field(model, "pk").get_db_prep_value(pk, connection) for pk in pks]
-    params += [_field(model, name).get_db_prep_value(equal[name], connection) for name in filters]
+    if connection.vendor != "postgresql":
+        raise NotImplementedError("data-modifying WITH queries are PostgreSQL's")
+    queries, params, counts = [], [], []
+    for n, update in enumerate(u for u in updates if u.pks):
+        text, values = update.compiled(alias)
+        queries.append(f"u{n} AS ({text} RETURNING 1)")
+        counts.append(f"(SELECT count(*) FROM u{n})")  # noqa: S608
+        params += values
+    if objs:
+        model = type(objs[0])
+        fields = _inserted(model)
+        params += [
+            field.get_db_prep_save(field.pre_save(obj, True), connection)
+            for obj in objs
+            for field in fields
+        ]
+        main = _insert_sql(model, alias, len(objs), True) + "".join(f", {c}" for c in counts)
+    else:
+        main = f"SELECT 0, {', '.join(counts) or '0'}"
+    text = f"WITH {', '.join(queries)} {main}" if queries else main
     with connection.cursor() as cursor:
-        cursor.execute(_update_sql(model, alias, sets, filters, len(pks)), params)
-        return int(cursor.rowcount)
+        cursor.execute(text, params)
+        rows = cursor.fetchall()
+    for obj, row in zip(objs, rows if objs else [], strict=True):
+        obj.pk = row[0]
+        obj._state.adding, obj._state.db = False, alias
+    matched = [int(n) for n in rows[0][1:]] if rows and counts else []
+    it = iter(matched)
+    return [next(it) if update.pks else 0 for update in updates]
 
 
 def insert(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> None:

@@ -157,3 +157,39 @@ def test_insert__more_rows_than_one_statement_may_carry_go_in_several(make_task,
         sql.insert([ledger_row(run, f"k{n}") for n in range(5)])
     assert sum(statement.startswith("INSERT") for statement in statements) == 3
     assert SendLog.objects.count() == 5
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="data-modifying WITH: PostgreSQL's")
+def test_together__the_updates_and_the_insert_in_one_statement_each_counted(make_task):
+    first, second = two_runs(make_task)
+    now = timezone.now()
+    updates = [
+        sql.Update(TaskRun, [first.pk, second.pk], closing(now), {"lease_token": "held"}),
+        sql.Update(TaskRun, [], closing(now)),  # nothing to update: counted 0, not sent
+        sql.Update(TaskRun, [first.pk], {"error_code": "x"}, {"lease_token": "another"}),
+    ]
+    rows = [ledger_row(first, "k1"), ledger_row(second, "k2")]
+    statements = []
+    with connection.execute_wrapper(
+        lambda execute, sql_, *args: statements.append(sql_) or execute(sql_, *args)
+    ):
+        assert sql.together(updates, rows) == [2, 0, 0]
+    assert len(statements) == 1 and statements[0].startswith("WITH")
+    assert row(first)[0] == row(second)[0] == TaskRun.Status.SENT
+    assert [r.pk for r in rows] == list(
+        SendLog.objects.filter(key__in=["k1", "k2"]).order_by("key").values_list("pk", flat=True)
+    )
+    # Nothing to insert: the updates alone.
+    assert sql.together([sql.Update(SendLog, [rows[0].pk], {"error_message": "e"})], []) == [1]
+    assert SendLog.objects.get(key="k1").error_message == "e"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="data-modifying WITH: PostgreSQL's")
+def test_together__a_key_taken_writes_nothing(make_task):
+    first, second = two_runs(make_task)
+    sql.insert([ledger_row(first, "taken")])
+    update = sql.Update(TaskRun, [first.pk], closing(timezone.now()), {"lease_token": "held"})
+    with pytest.raises(IntegrityError):
+        sql.together([update], [ledger_row(second, "new"), ledger_row(second, "taken")])
+    assert list(SendLog.objects.values_list("key", flat=True)) == ["taken"]
+    assert TaskRun.objects.get(pk=first.pk).status == TaskRun.Status.SCHEDULED
