@@ -83,6 +83,10 @@ def _run_cluster(parent_pid: int, queue: str, workers: int) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     from django_q.cluster import Cluster
 
+    # What the jobs run, imported once here: every worker the cluster forks (and forks
+    # again after ``recycle`` jobs) has it, instead of importing it at its first job.
+    from . import delivery  # noqa: F401
+
     q_cluster = Cluster(cluster.run_as(queue, workers))
     q_cluster.start()
     while q_cluster.sentinel is not None and q_cluster.sentinel.is_alive():
