@@ -44,8 +44,14 @@ class TaskRun(models.Model):
     UNSENT_ENDS: ClassVar[tuple[str, ...]] = UNSENT_ENDS
     RETRYABLE: ClassVar[tuple[str, ...]] = RETRYABLE
 
+    # No index of its own: the unique (task, occurrence) leads with it, and every write of
+    # a run would keep one more.
     task = models.ForeignKey(
-        ScheduledTask, on_delete=models.CASCADE, related_name="runs", verbose_name=_("task")
+        ScheduledTask,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        verbose_name=_("task"),
+        db_index=False,
     )
     occurrence = models.DateTimeField(_("occurrence"), help_text=_("The nominal time."))
     run_date = models.DateField(_("run date"), help_text=_("Local date in the task's zone."))

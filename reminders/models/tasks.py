@@ -202,6 +202,8 @@ class ScheduledTask(models.Model):
         blank=True,
         related_name="+",
         verbose_name=_("about (type)"),
+        # No index of its own: ``reminders_task_about_idx`` leads with it.
+        db_index=False,
     )
     # Text, so that integer, UUID and text primary keys all fit; NULL, as the content
     # type, when the task is about nothing (the GenericForeignKey sets both to None).
