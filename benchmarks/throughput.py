@@ -646,6 +646,16 @@ def report(runs: dict[str, list[Result]], env: list[tuple[str, str]], command: s
             f"{_versus(engine.steady_rate / bare.steady_rate)} between first and last "
             f"message, {cpu_ratio:.2f}x the CPU per message.**"
         )
+        if len(runs[label]) > 1 and len(runs[BARE]) == len(runs[label]):
+            # Round by round: each engine run against the bare run interleaved with it.
+            pairs = list(zip(runs[label], runs[BARE], strict=True))
+            lines.append(
+                "Round by round: "
+                + ", ".join(f"{e.rate / b.rate:.2f}x" for e, b in pairs)
+                + " the throughput; "
+                + ", ".join(f"{(e.cpu + e.pg_cpu) / (b.cpu + b.pg_cpu):.2f}x" for e, b in pairs)
+                + " the CPU per message."
+            )
         lines.append("")
     lines += [
         "- Each row is the scenario's best run"
