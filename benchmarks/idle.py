@@ -1,14 +1,18 @@
 """The engine's cost with nothing due: what idle ``run_reminders`` processes cost PostgreSQL.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/reminders \\
-        .venv/bin/python benchmarks/idle.py [--processes 2] [--seconds 30] [--warm-up 10]
+        .venv/bin/python benchmarks/idle.py [--processes 2] [--seconds 30] [--warm-up 10] \\
+        [--sent 0] [--repeat 1] [--probes 3]
 
 Only the server, user and password of ``DATABASE_URL`` are used: the benchmark migrates a
 fresh database ``bench_reminders_<pid>_idle`` (``throughput.py``'s ``Databases``;
 ``BENCH_DB_SUFFIX`` goes after the pid) and drops it at the end. It starts
 ``--processes`` real ``manage.py run_reminders`` (scheduler loop + django-q2 clusters
 each, their default workers and tick) with nothing due, waits until every tree is whole
-and ``--warm-up`` seconds more, then measures over ``--seconds``:
+and ``--warm-up`` seconds more, then measures over ``--seconds``. With ``--sent N`` the
+idle span follows a history: N one-shots due at once, scheduled before the processes
+start and all sent by them first (the tables then hold their runs, ledger rows and the
+queue's dead rows, as after a morning's wave on a server without autovacuum).
 
 * PostgreSQL's CPU: the backends serving the database (their pids from
   ``pg_stat_activity``, their CPU read with psutil, as ``throughput.py`` reads it), read
@@ -156,6 +160,7 @@ class Idle:
     statements: dict[str, Counter[str]]  # by role and shape, over the span
     our_cpu: float
     probes: list[float]
+    sent: int
 
     def per_second(self, value: float) -> float:
         return value / self.span
@@ -184,10 +189,18 @@ def measure(dbs: Databases, work: Path, args: argparse.Namespace) -> Idle:
     }
     procs = Processes(logs)
     try:
+        if args.sent:
+            log(f"scheduling {args.sent} one-shots due now, to be sent before the idle span")
+            command = [PYTHON, "-m", "benchmarks.idle", "fill", str(args.sent)]
+            filled = _run(command, {**env, "BENCH_STATEMENTS_DIR": ""}, timeout=600)
+            if filled.returncode:
+                raise Failed("scheduling the history failed")
         with dbs.connect("postgres") as observer:
             for i in range(args.processes):
                 procs.start(f"run_reminders-{i}", ["run_reminders"], env)
             wait_for_trees(procs, timeout=90)
+            if args.sent:
+                wait_sent(sends, args.sent, procs)
             log(f"{args.processes} processes up; warming up {args.warm_up:.0f} s")
             time.sleep(args.warm_up)
             backends = Backends(observer, db)
@@ -226,6 +239,7 @@ def measure(dbs: Databases, work: Path, args: argparse.Namespace) -> Idle:
             statements=statements,
             our_cpu=ours,
             probes=probes,
+            sent=args.sent,
         )
     except Failed:
         show_log_tails(logs)
@@ -233,6 +247,37 @@ def measure(dbs: Databases, work: Path, args: argparse.Namespace) -> Idle:
     finally:
         procs.stop()
         dbs.drop(db)
+
+
+def wait_sent(sends: Path, n: int, procs: Processes, timeout: float = 600.0) -> None:
+    """Until ``n`` messages are sent (lines in ``sends``)."""
+    deadline = time.monotonic() + timeout
+    while (sent := len(sends.read_text().splitlines()) if sends.exists() else 0) < n:
+        if crashed := procs.crashed():
+            raise Failed(f"process(es) {crashed} exited")
+        if time.monotonic() > deadline:
+            raise Failed(f"{sent} of {n} sent after {timeout:.0f} s")
+        time.sleep(0.5)
+    log(f"the history's {n} messages are sent")
+
+
+def fill(argv: list[str]) -> int:
+    """``python -m benchmarks.idle fill N``: N one-shots due now on the counting channel."""
+    import django
+
+    django.setup()
+    from django.utils import timezone
+
+    from reminders import api
+
+    now = timezone.now()
+    items = [
+        {"kind": "follow_up", "recipient": f"h{i}", "at": now, "channel": "bench"}
+        for i in range(int(argv[0]))
+    ]
+    for start in range(0, len(items), 1000):
+        api.schedule_many(items[start : start + 1000])
+    return 0
 
 
 def probe(env: dict[str, str], sends: Path, count: int) -> list[float]:
@@ -286,7 +331,9 @@ def report(results: list[Idle], command: str, dbs: Databases) -> str:
     first = results[0]
     lines = [
         f"Nothing due, {first.processes} `run_reminders` processes (their default workers and"
-        f" tick), {len(results)} measurement(s) of {first.span:.0f} s each; code"
+        f" tick)"
+        + (f", after {first.sent:,} one-shots were sent" if first.sent else "")
+        + f", {len(results)} measurement(s) of {first.span:.0f} s each; code"
         f" {code_version()}, Python {platform.python_version()}, Django {version('django')},"
         f" django-q2 {version('django-q2')}, PostgreSQL {dbs.server_version()},"
         f" {psutil.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
@@ -302,20 +349,20 @@ def report(results: list[Idle], command: str, dbs: Databases) -> str:
 
     row("**PostgreSQL CPU, ms**", [f"**{r.per_second(r.pg_cpu) * 1e3:.1f}**" for r in results])
     row("transactions", [f"{r.per_second(r.xacts):.1f}" for r in results])
-    row("statements (Django's, health checks included)", [
-        f"{r.per_second(r.statements_total()):.1f}" for r in results
-    ])
+    row(
+        "statements (Django's, health checks included)",
+        [f"{r.per_second(r.statements_total()):.1f}" for r in results],
+    )
     for role in ROLES:
-        row(f"… by the {role}", [
-            f"{r.per_second(r.statements_total(role)):.1f}" for r in results
-        ])
+        row(f"… by the {role}", [f"{r.per_second(r.statements_total(role)):.1f}" for r in results])
     row("rows written", [f"{r.per_second(r.rows):.2f}" for r in results])
     row("our processes' CPU, ms", [f"{r.per_second(r.our_cpu) * 1e3:.1f}" for r in results])
     row("backends seen", [str(r.backends) for r in results])
     if any(r.probes for r in results):
-        row("one-shot due now: commit to send, s (each probe)", [
-            ", ".join(f"{p:.3f}" for p in r.probes) for r in results
-        ])
+        row(
+            "one-shot due now: commit to send, s (each probe)",
+            [", ".join(f"{p:.3f}" for p in r.probes) for r in results],
+        )
     shapes: Counter[tuple[str, str]] = Counter()
     for r in results:
         for role, counter in r.statements.items():
@@ -338,14 +385,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=2, help="run_reminders processes")
     parser.add_argument("--seconds", type=float, default=30.0, help="the span measured")
-    parser.add_argument(
-        "--warm-up", type=float, default=10.0, help="seconds idle before measuring"
-    )
+    parser.add_argument("--warm-up", type=float, default=10.0, help="seconds idle before measuring")
     parser.add_argument(
         "--repeat", type=int, default=1, help="measurements, each with fresh processes"
     )
     parser.add_argument(
         "--probes", type=int, default=3, help="one-shots due now timed after the span (0: none)"
+    )
+    parser.add_argument(
+        "--sent", type=int, default=0, help="one-shots sent before the idle span (a history)"
     )
     return parser.parse_args(argv)
 
@@ -353,6 +401,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["probe"]:
         return run_probes(argv[1:])
+    if argv[:1] == ["fill"]:
+        return fill(argv[1:])
     args = parse(argv)
     url = os.environ.get("DATABASE_URL", DEFAULT_URL)
     command = " ".join(
