@@ -169,6 +169,7 @@ class EngineBroker(ORM):
                     alias,
                     channel=wake.job_channel(self.list_key),
                     application_name=wake.JOBS_APPLICATION_NAME,
+                    what=f"the jobs of {self.list_key}",
                 )
         return self._sleeper
 

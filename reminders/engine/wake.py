@@ -32,8 +32,9 @@ from the admin) is not among the moments it knows of: ``notify`` tells it, and t
 * The same machinery, on channels of their own (``job_channel``: one per queue) and
   sessions named ``JOBS_APPLICATION_NAME``, lets the pushers of the engine's clusters
   wait for the jobs a claim queues instead of polling an empty queue
-  (``reminders.engine.cluster``). ``notify`` sends a channel at most once per
-  transaction, however many jobs it queues.
+  (``reminders.engine.cluster``): one more session per pusher, opened in the pusher's
+  own process (which never forks), the same invariants otherwise. ``notify`` sends a
+  channel at most once per transaction, however many jobs (or tasks due) it commits.
 
 This module imports nothing of the app but its settings, so that the models can use it.
 """
@@ -143,10 +144,12 @@ class Sleeper:
         *,
         channel: str = CHANNEL,
         application_name: str = APPLICATION_NAME,
+        what: str = "due work",
     ) -> None:
         self.using = using
         self.channel = channel
         self.application_name = application_name
+        self.what = what  # what it listens for, as its log lines say
         self._listener: psycopg.Connection[Any] | None = None
         self._broken = False  # the last connection broke or could not be made
         self._wake_r, self._wake_w = os.pipe()
@@ -236,12 +239,14 @@ class Sleeper:
         except psycopg.Error as exc:
             if not self._broken:
                 logger.warning(
-                    "cannot listen for due work (%s); waking every tick until it can", exc
+                    "cannot listen for %s (%s); waking at each timeout until it can",
+                    self.what,
+                    exc,
                 )
             self._broken = True
             return False
         if self._broken:
-            logger.info("listening for due work again")
+            logger.info("listening for %s again", self.what)
         self._broken = False
         self._listener = listener
         return True
@@ -278,7 +283,9 @@ class Sleeper:
         return heard
 
     def _lost(self, exc: Exception) -> None:
-        logger.warning("the connection listening for due work broke (%s); connecting again", exc)
+        logger.warning(
+            "the connection listening for %s broke (%s); connecting again", self.what, exc
+        )
         self._broken = True
         self.disconnect()
 
