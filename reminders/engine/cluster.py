@@ -88,8 +88,10 @@ class EngineBroker(ORM):
     when one arrives, when it starts listening (what was queued before is read then), or
     ``QUIET_POLL_SECONDS`` after its last read at most: the bound for a job whose lock
     passed (its pusher died with it in hand; ``retry`` after it was taken) and for a
-    lost notification. It still sees its cluster's stop within ``poll`` seconds (the
-    pusher's stop event, found on the stack: without it, it polls as before).
+    lost notification. A listening connection that breaks ends the wait: the queue is
+    read then (or polled as the database away), and the next wait listens again. It
+    still sees its cluster's stop within ``poll`` seconds (the pusher's stop event,
+    found on the stack: without it, it polls as before).
 
     The connection that reads the queue is health-checked (``close_old_connections``)
     before a read at most every ``HEALTH_CHECK_SECONDS``, not before each: one that
@@ -141,8 +143,11 @@ class EngineBroker(ORM):
         deadline = time.monotonic() + QUIET_POLL_SECONDS
         connect = True  # once per quiet period, not once per slice
         while (left := deadline - time.monotonic()) > 0:
+            was_listening = sleeper.listening
             if sleeper.wait(min(left, max(Conf.POLL, MIN_SLICE_SECONDS)), connect=connect):
                 return
+            if was_listening and not sleeper.listening:
+                return  # it broke (a restart?): read the queue now, listen again after
             connect = False
             if stop.is_set():
                 sleeper.close()  # the pusher ends: its session with it

@@ -189,6 +189,11 @@ class Sleeper:
             if woken:
                 return True
 
+    @property
+    def listening(self) -> bool:
+        """Whether it holds a listening connection (that has not broken yet)."""
+        return self._listener is not None
+
     def interrupt(self) -> None:
         """End the current wait, or the next one if none is under way."""
         wake_w = self._wake_w

@@ -141,6 +141,26 @@ def test_a_job_whose_lock_passes_is_taken_again_within_the_quiet_poll(postgres, 
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_broken_listening_connection_is_replaced_at_once(postgres, monkeypatch):
+    """A restart or an admin ends the session: the pusher reads the queue and listens
+    again at once, not a quiet poll later, and hears the next job."""
+    monkeypatch.setattr(cluster, "QUIET_POLL_SECONDS", 30.0)
+    with pusher(monkeypatch) as running:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND datname = current_database()",
+                [wake.JOBS_APPLICATION_NAME],
+            )
+        wait_for(lambda: job_listeners() == 0, timeout=5, what="the session to end")
+        wait_for(lambda: job_listeners() == 1, timeout=PROMPTLY * 2, what="a new listener")
+        time.sleep(0.3)
+        committed = enqueue()
+        running.tasks.get(timeout=10)
+        assert time.monotonic() - committed < PROMPTLY
+
+
+@pytest.mark.django_db(transaction=True)
 def test_jobs_queued_before_it_listens_are_taken_when_it_starts(postgres, monkeypatch):
     monkeypatch.setattr(cluster, "QUIET_POLL_SECONDS", 30.0)
     enqueue()
