@@ -138,15 +138,33 @@ def server_counts(observer: psycopg.Connection, database: str) -> tuple[int, int
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def statement_counts(directory: Path) -> dict[str, Counter[str]]:
-    """Statements by role and shape, summed over every process's file."""
-    roles: dict[str, Counter[str]] = {}
+Snapshot = dict[int, tuple[float, dict[str, Counter[str]]]]
+
+
+def statement_counts(directory: Path) -> Snapshot:
+    """Each process's statements so far by role and shape, with the moment its file was
+    written (every second)."""
+    found: Snapshot = {}
     for path in directory.glob("*.json"):
         with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
             data = json.loads(path.read_text())
-            for role, shapes in data["roles"].items():
-                roles.setdefault(role, Counter()).update(shapes)
-    return roles
+            roles = {role: Counter(shapes) for role, shapes in data["roles"].items()}
+            found[int(data["pid"])] = (float(data["at"]), roles)
+    return found
+
+
+def statements_between(before: Snapshot, after: Snapshot, span: float) -> dict[str, Counter[str]]:
+    """Statements by role and shape over ``span`` seconds: each process's count between
+    its two snapshots, scaled from the time between them to ``span``."""
+    total: dict[str, Counter[str]] = {}
+    for pid, (at, roles) in after.items():
+        since, earlier = before.get(pid, (at - span, {}))
+        scale = span / (at - since) if at > since else 1.0
+        for role, shapes in roles.items():
+            grown = shapes - earlier.get(role, Counter())
+            scaled = Counter({shape: round(n * scale) for shape, n in grown.items()})
+            total.setdefault(role, Counter()).update(scaled)
+    return total
 
 
 @dataclass
@@ -221,13 +239,7 @@ def measure(dbs: Databases, work: Path, args: argparse.Namespace) -> Idle:
             span = time.monotonic() - began
             ours = procs.cpu_seconds() - ours
             xacts2, rows2 = server_counts(observer, db)
-            # The processes write their counts every second: wait for the last one.
-            time.sleep(1.2)
-            after = statement_counts(counts)
-            statements = {
-                role: after.get(role, Counter()) - before.get(role, Counter())
-                for role in set(after) | set(before)
-            }
+            statements = statements_between(before, statement_counts(counts), span)
             probes = probe(env, sends, args.probes) if args.probes else []
         return Idle(
             processes=args.processes,
