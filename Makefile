@@ -143,6 +143,7 @@ bench: $(STAMP)
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/memory.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/card_latency.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/digest_morning.py
+	DATABASE_URL=$(PG_URL) $(PY) benchmarks/idle.py
 
 # The model-based test of the whole pipeline (tests/reminders/test_model_based.py) for
 # longer than `make test` gives it: MODEL_SOAK_EXAMPLES examples from a random seed. A

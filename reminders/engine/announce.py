@@ -50,10 +50,10 @@ LEASE = timedelta(minutes=5)
 NONCE_CLOCK_MARGIN = timedelta(seconds=60)
 
 
-def announce(now: datetime | None = None) -> int:
+def announce(now: datetime | None = None, *, forget: bool = True) -> int:
     """Send ``run_acted`` for the actions not told yet (up to ``BATCH``), marking each
-    told once its receivers ran; returns how many were told. Safe in any number of
-    schedulers at once."""
+    told once its receivers ran, then (with ``forget``) ``forget_nonces``; returns how
+    many were told. Safe in any number of schedulers at once."""
     now = now or timezone.now()
     actions = _claim(now)
     for action in actions:
@@ -66,7 +66,8 @@ def announce(now: datetime | None = None) -> int:
             acted_at=action.acted_at,
         )
         RunAction.objects.filter(pk=action.pk, announced_at__isnull=True).update(announced_at=now)
-    forget_nonces(now)
+    if forget:
+        forget_nonces(now)
     return len(actions)
 
 

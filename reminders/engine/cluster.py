@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
+import sys
 import time
 from typing import Any
 
@@ -46,11 +49,18 @@ from django_q.tasks import async_task
 
 from ..conf import CLUSTER_KEYS
 from ..conf import settings as conf
-from . import outage
+from . import outage, wake
 
 logger = logging.getLogger(__name__)
 
 HIGH_QUEUE_SUFFIX = "-high"
+# On PostgreSQL a pusher whose queue is empty reads it again at least this often, heard
+# of nothing (seconds; see ``EngineBroker``).
+QUIET_POLL_SECONDS = 5.0
+# The pusher's connection is health-checked at most this often (seconds).
+HEALTH_CHECK_SECONDS = 1.0
+# The shortest slice a waiting pusher sleeps before it looks at its stop event again.
+MIN_SLICE_SECONDS = 0.05
 
 
 class EngineBroker(ORM):
@@ -70,9 +80,30 @@ class EngineBroker(ORM):
 
     A database that went away is polled again every ``AWAY_POLL_SECONDS``
     (``reminders.engine.outage``), not after django-q2's 10 s.
+
+    An empty queue is read again ``poll`` seconds later, as django-q2 does; but on
+    PostgreSQL the pusher of a cluster (``run_as``) waits instead for the notification
+    its queue's claims send when they commit (``enqueue``, ``reminders.engine.wake``'s
+    ``job_channel``), on a listening connection of its own, and reads the queue again
+    when one arrives, when it starts listening (what was queued before is read then), or
+    ``QUIET_POLL_SECONDS`` after its last read at most: the bound for a job whose lock
+    passed (its pusher died with it in hand; ``retry`` after it was taken) and for a
+    lost notification. A listening connection that breaks ends the wait: the queue is
+    read then (or polled as the database away), and the next wait listens again. It
+    still sees its cluster's stop within ``poll`` seconds (the pusher's stop event,
+    found on the stack: without it, it polls as before).
+
+    The connection that reads the queue is health-checked (``close_old_connections``)
+    before a read at most every ``HEALTH_CHECK_SECONDS``, not before each: one that
+    broke since fails the read and is polled as the database away.
     """
 
     away = False  # the last read of the queue failed
+    listens = False  # a cluster's pusher reads with this broker (``run_as``)
+    _checked_at = -math.inf  # time.monotonic() of the last health check
+    _sleeper: wake.Sleeper | None = None
+    _stop: Any = None  # the pusher's stop event
+    _pid = 0  # the process ``_sleeper`` and ``_stop`` belong to
 
     def get_connection(self, list_key: str | None = None) -> Any:
         alias = conf.CLUSTER["orm"]
@@ -80,6 +111,13 @@ class EngineBroker(ORM):
             # Outside a claim's transaction: drop connections gone stale, as django-q2 does.
             db.close_old_connections()
         return OrmQ.objects.using(alias)
+
+    def enqueue(self, task: str) -> Any:
+        """Queue ``task`` in the current transaction, and the notification of its queue's
+        pushers for when it commits (once per transaction)."""
+        pk = super().enqueue(task)
+        wake.notify(conf.CLUSTER["orm"], wake.job_channel(self.list_key))
+        return pk
 
     def dequeue(self) -> list[tuple[int, str]] | None:
         try:
@@ -92,8 +130,53 @@ class EngineBroker(ORM):
             logger.info("the database answers again: taking jobs from %s", self.list_key)
         if taken:
             return taken
-        time.sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        self._await_jobs()
         return None
+
+    def _await_jobs(self) -> None:
+        """The queue was empty: sleep until a job may be there (see the class docstring)."""
+        sleeper = self._listening()
+        if sleeper is None:
+            time.sleep(Conf.POLL)  # spare the CPU, as django-q2 does
+            return
+        stop = self._stop
+        deadline = time.monotonic() + QUIET_POLL_SECONDS
+        connect = True  # once per quiet period, not once per slice
+        while (left := deadline - time.monotonic()) > 0:
+            was_listening = sleeper.listening
+            if sleeper.wait(min(left, max(Conf.POLL, MIN_SLICE_SECONDS)), connect=connect):
+                return
+            if was_listening and not sleeper.listening:
+                return  # it broke (a restart?): read the queue now, listen again after
+            connect = False
+            if stop.is_set():
+                sleeper.close()  # the pusher ends: its session with it
+                self._sleeper = None
+                return
+
+    def _listening(self) -> wake.Sleeper | None:
+        """This pusher's sleeper, made in its own process; None where it polls instead."""
+        alias = conf.CLUSTER["orm"]
+        if not self.listens or db.connections[alias].vendor != "postgresql":
+            return None
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._stop = _pusher_stop_event()
+            self._sleeper = None
+            if self._stop is None:
+                logger.warning(
+                    "%s: the pusher's stop event is out of reach; polling the queue every %ss",
+                    self.list_key,
+                    Conf.POLL,
+                )
+            else:
+                self._sleeper = wake.Sleeper(
+                    alias,
+                    channel=wake.job_channel(self.list_key),
+                    application_name=wake.JOBS_APPLICATION_NAME,
+                    what=f"the jobs of {self.list_key}",
+                )
+        return self._sleeper
 
     def _lost(self) -> None:
         """The database failed a read of the queue: django-q2's pusher would sleep 10 s and
@@ -103,12 +186,25 @@ class EngineBroker(ORM):
         if not self.away:
             logger.warning("could not read %s: the database is away", self.list_key, exc_info=True)
         self.away = True
+        self._checked_at = -math.inf
         with contextlib.suppress(DatabaseError):
             db.connections[conf.CLUSTER["orm"]].close()
         time.sleep(outage.AWAY_POLL_SECONDS)
 
+    def _queue(self) -> Any:
+        """The queue's rows, the connection health-checked if it was not within
+        ``HEALTH_CHECK_SECONDS``."""
+        alias = conf.CLUSTER["orm"]
+        now = time.monotonic()
+        if transaction.get_autocommit(using=alias) and now - self._checked_at >= (
+            HEALTH_CHECK_SECONDS
+        ):
+            db.close_old_connections()
+            self._checked_at = now
+        return OrmQ.objects.using(alias)
+
     def _take(self) -> list[tuple[int, str]]:
-        queue = self.get_connection()
+        queue = self._queue()
         alias = conf.CLUSTER["orm"]
         features = db.connections[alias].features
         with transaction.atomic(using=alias):
@@ -126,6 +222,20 @@ class EngineBroker(ORM):
         return f"ORM {conf.CLUSTER['orm']}"
 
 
+def _pusher_stop_event() -> Any:
+    """The stop event of the django-q2 pusher this is called under (its ``event``), or
+    None when not under one."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "pusher" and frame.f_globals.get("__name__") == (
+            "django_q.pusher"
+        ):
+            event = frame.f_locals.get("event")
+            return event if callable(getattr(event, "is_set", None)) else None
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
 def bulk_queue() -> str:
     """The queue of the bulk cluster: ``REMINDERS_CLUSTER['name']``."""
     return str(conf.CLUSTER["name"])
@@ -136,7 +246,7 @@ def high_queue() -> str:
     return f"{bulk_queue()}{HIGH_QUEUE_SUFFIX}"
 
 
-def broker(queue: str) -> Broker:
+def broker(queue: str) -> EngineBroker:
     return EngineBroker(list_key=queue)
 
 
@@ -165,5 +275,6 @@ def run_as(queue: str, workers: int) -> Broker:
     Conf.SCHEDULER = False
     Conf.SAVE_LIMIT_PER = None
     ours = broker(queue)
+    ours.listens = True  # its pusher waits for notifications (on PostgreSQL)
     db.connections.close_all()  # the cluster forks its processes next: share no connection
     return ours

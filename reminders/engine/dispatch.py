@@ -296,6 +296,12 @@ def next_due(*, only_high: bool = False) -> datetime | None:
     """The earliest moment a task of an active schedule or a waiting run (of a task not
     paused) falls due, past or future; with ``only_high``, of high priority runs only.
     None when nothing waits."""
+    return _earliest(*next_moments(only_high=only_high))
+
+
+def next_moments(*, only_high: bool = False) -> tuple[datetime | None, datetime | None]:
+    """``next_due`` in its two parts: the first waiting run's, and the first active
+    task's (None where there is none)."""
     runs = TaskRun.objects.filter(status__in=TaskRun.WAITING).exclude(
         task__status=ScheduledTask.Status.PAUSED
     )
@@ -303,13 +309,16 @@ def next_due(*, only_high: bool = False) -> datetime | None:
     if only_high:
         runs = runs.filter(priority=Priority.HIGH.rank)
         tasks = tasks.filter(priority=Priority.HIGH)
-    moments = [
+    return (
         # The first in the order of the index of waiting runs, not MIN() over a join to
         # the tasks: that reads every waiting run (all a morning has planned ahead)
         # each time the scheduler sleeps, where this reads the first few.
         runs.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first(),
         tasks.aggregate(first=Min("next_run"))["first"],
-    ]
+    )
+
+
+def _earliest(*moments: datetime | None) -> datetime | None:
     return min((moment for moment in moments if moment is not None), default=None)
 
 

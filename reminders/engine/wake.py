@@ -1,4 +1,5 @@
-"""Wake the schedulers when work falls due now, instead of leaving it to their next scan.
+"""Wake the schedulers when work falls due now, instead of leaving it to their next scan;
+and the pushers of the engine's clusters when a claim queues a job.
 
 A scheduler sleeps between ticks until the next moment it knows of, or at most
 ``REMINDERS_TICK_SECONDS``. Work made due now by another process (the CRM's web process
@@ -28,6 +29,12 @@ from the admin) is not among the moments it knows of: ``notify`` tells it, and t
   nothing, waits end only at their timeout or on ``interrupt``, and the tick
   (``REMINDERS_TICK_SECONDS``) is the bound, as it is for every database when a
   notification is lost.
+* The same machinery, on channels of their own (``job_channel``: one per queue) and
+  sessions named ``JOBS_APPLICATION_NAME``, lets the pushers of the engine's clusters
+  wait for the jobs a claim queues instead of polling an empty queue
+  (``reminders.engine.cluster``): one more session per pusher, opened in the pusher's
+  own process (which never forks), the same invariants otherwise. ``notify`` sends a
+  channel at most once per transaction, however many jobs (or tasks due) it commits.
 
 This module imports nothing of the app but its settings, so that the models can use it.
 """
@@ -39,7 +46,7 @@ import logging
 import os
 import select
 import time
-from functools import partial
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, Error, connections, transaction
@@ -54,6 +61,10 @@ CHANNEL = "reminders_due"
 # How the listening sessions are named in ``pg_stat_activity`` (unless the database's
 # OPTIONS name them otherwise).
 APPLICATION_NAME = "reminders-wake"
+# The channels the pushers of the engine's clusters listen on (``job_channel``), and how
+# their sessions are named.
+JOBS_CHANNEL_PREFIX = "reminders_jobs:"
+JOBS_APPLICATION_NAME = "reminders-jobs"
 # A silently dead link to the server (no reset ever arrives) is found by TCP keepalives
 # within about a minute; until then waits are bounded by their timeout, as without it.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10}
@@ -64,53 +75,97 @@ def _listens(using: str) -> bool:
     return connections[using].vendor == "postgresql"
 
 
-def notify(using: str = DEFAULT_DB_ALIAS) -> None:
-    """Tell every scheduler that something just fell due, once the current transaction
-    on ``using`` commits (at once in autocommit); nothing if it rolls back. A no-op but
-    on PostgreSQL; never raises."""
+def job_channel(queue: str) -> str:
+    """The channel the pushers reading ``queue`` listen on."""
+    return f"{JOBS_CHANNEL_PREFIX}{queue}"
+
+
+def notify(using: str = DEFAULT_DB_ALIAS, channel: str = CHANNEL) -> None:
+    """Tell every scheduler that something just fell due (or, on a ``job_channel``, its
+    pushers that a job was queued), once the current transaction on ``using`` commits (at
+    once in autocommit); nothing if it rolls back. Once per channel and transaction. A
+    no-op but on PostgreSQL; never raises."""
     if not _listens(using):
         return
+    send = _Send(using, channel)
+    if send in _pending(using):
+        return
     try:
-        transaction.on_commit(partial(_send, using), using=using, robust=True)
+        transaction.on_commit(send, using=using, robust=True)
     except transaction.TransactionManagementError:
         # Manual transaction management: there is no commit to wait for.
-        logger.warning("could not wake the schedulers outside a transaction or autocommit")
+        logger.warning("could not send %s outside a transaction or autocommit", channel)
 
 
-def _send(using: str) -> None:
+def _pending(using: str) -> list[Any]:
+    """What waits for the current transaction's commit on ``using`` (nothing known if
+    Django keeps it otherwise: each notify then sends its own)."""
+    callbacks = getattr(connections[using], "run_on_commit", None) or []
     try:
-        with connections[using].cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
-    except Error:  # DatabaseError, and InterfaceError on a connection already closed
-        logger.warning(
-            "could not wake the schedulers; they find the work at their next tick",
-            exc_info=True,
-        )
+        return [entry[1] for entry in callbacks]
+    except (TypeError, IndexError):
+        return []
+
+
+@dataclass(frozen=True)
+class _Send:
+    using: str
+    channel: str
+
+    def __call__(self) -> None:
+        try:
+            with connections[self.using].cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, '')", [self.channel])
+        except Error:  # DatabaseError, and InterfaceError on a connection already closed
+            if self.channel == CHANNEL:
+                logger.warning(
+                    "could not wake the schedulers; they find the work at their next tick",
+                    exc_info=True,
+                )
+            else:
+                logger.warning(
+                    "could not notify %s; its pushers find the job at their next poll",
+                    self.channel,
+                    exc_info=True,
+                )
 
 
 class Sleeper:
-    """What a scheduler sleeps in between ticks; see the module docstring.
+    """What a scheduler sleeps in between ticks, and a pusher while its queue is empty
+    (``channel``: ``job_channel``); see the module docstring.
 
-    ``wait`` is for one thread (the scheduler's); ``interrupt`` for any thread or a
-    signal handler.
+    ``wait`` is for one thread (the scheduler's, the pusher's); ``interrupt`` for any
+    thread or a signal handler.
     """
 
-    def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(
+        self,
+        using: str = DEFAULT_DB_ALIAS,
+        *,
+        channel: str = CHANNEL,
+        application_name: str = APPLICATION_NAME,
+        what: str = "due work",
+    ) -> None:
         self.using = using
+        self.channel = channel
+        self.application_name = application_name
+        self.what = what  # what it listens for, as its log lines say
         self._listener: psycopg.Connection[Any] | None = None
         self._broken = False  # the last connection broke or could not be made
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
 
-    def wait(self, timeout: float) -> bool:
+    def wait(self, timeout: float, *, connect: bool = True) -> bool:
         """Sleep up to ``timeout`` seconds; True when woken by a notification or by
-        ``interrupt``, or when listening (re)started (see the module docstring)."""
+        ``interrupt``, or when listening (re)started (see the module docstring). With
+        ``connect`` False a wait without a listening connection does not try to open one
+        (a caller waiting in short slices tries once per period, not once per slice)."""
         wake_r = self._wake_r
         if wake_r < 0:  # closed
             time.sleep(max(0.0, timeout))
             return False
-        if self._listener is None and _listens(self.using) and self._connect():
+        if connect and self._listener is None and _listens(self.using) and self._connect():
             return True
         listen_fd = self._listening_fd()
         sources = [wake_r] if listen_fd is None else [wake_r, listen_fd]
@@ -133,6 +188,11 @@ class Sleeper:
                 woken = woken or bool(heard)
             if woken:
                 return True
+
+    @property
+    def listening(self) -> bool:
+        """Whether it holds a listening connection (that has not broken yet)."""
+        return self._listener is not None
 
     def interrupt(self) -> None:
         """End the current wait, or the next one if none is under way."""
@@ -168,26 +228,30 @@ class Sleeper:
         import psycopg
 
         params = connections[self.using].get_connection_params()
-        params.setdefault("application_name", APPLICATION_NAME)
+        params.setdefault("application_name", self.application_name)
         params.setdefault("connect_timeout", CONNECT_TIMEOUT)
         for name, value in KEEPALIVES.items():
             params.setdefault(name, value)
         try:
             listener = psycopg.Connection.connect(**params, autocommit=True)
             try:
-                listener.execute(f"LISTEN {CHANNEL}")
+                listener.execute(
+                    psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel))
+                )
             except BaseException:
                 listener.close()
                 raise
         except psycopg.Error as exc:
             if not self._broken:
                 logger.warning(
-                    "cannot listen for due work (%s); waking every tick until it can", exc
+                    "cannot listen for %s (%s); waking at each timeout until it can",
+                    self.what,
+                    exc,
                 )
             self._broken = True
             return False
         if self._broken:
-            logger.info("listening for due work again")
+            logger.info("listening for %s again", self.what)
         self._broken = False
         self._listener = listener
         return True
@@ -224,7 +288,9 @@ class Sleeper:
         return heard
 
     def _lost(self, exc: Exception) -> None:
-        logger.warning("the connection listening for due work broke (%s); connecting again", exc)
+        logger.warning(
+            "the connection listening for %s broke (%s); connecting again", self.what, exc
+        )
         self._broken = True
         self.disconnect()
 

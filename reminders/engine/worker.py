@@ -6,6 +6,13 @@ Run any number of these, on any number of hosts, against one database. Each one:
   runs past their deadline, reports runs running too long (``run_stuck``) and claims due
   runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time
   (high priority runs are claimed even then: they wait for workers of their own);
+  but a tick whose sleep nothing woke knows, from the moments it read before that sleep
+  (``dispatch.next_moments``), when the first task and the first waiting run fall due:
+  it plans only if a task falls due within ``REMINDERS_PLAN_AHEAD_SECONDS``, and claims
+  only if a run is due, a task was planned, or it last claimed ``CLAIM_SWEEP_SECONDS``
+  ago (runs under an expired lease are claimable too, and no moment read says when).
+  Whatever fell due since it read them is notified (PostgreSQL) or read with the next
+  moments after the tick, which then sleeps ``MIN_SLEEP_SECONDS`` only;
 * between ticks sleeps until the next task or run falls due if that comes before the
   tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
   back-pressure wakes early only for high priority work;
@@ -14,6 +21,8 @@ Run any number of these, on any number of hosts, against one database. Each one:
   elsewhere such work waits for the tick at most;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
+* tells the CRM of actions on cards (``announce``) every tick, and forgets the
+  callback's old nonces at most every ``FORGET_NONCES_SECONDS``;
 * completes the tasks whose runs have all ended that no run's end completed (at most
   every ``COMPLETE_SECONDS``: ``reminders.models.tasks`` says why the status follows
   the runs);
@@ -62,6 +71,12 @@ HEARTBEAT_SECONDS = 5.0
 # bulk update, a process that died before completing), and on MariaDB, which keeps no
 # partial index, it reads every ended task's row.
 COMPLETE_SECONDS = 60.0
+# A tick that knows nothing is due still claims if it has not for this long (seconds):
+# runs held under an expired lease (their holder died) are claimable whatever is due.
+CLAIM_SWEEP_SECONDS = 5.0
+# A scheduler forgets the callback's nonces past their time window at most this often
+# (seconds): the callback refuses their replays by their age anyway.
+FORGET_NONCES_SECONDS = 60.0
 # The shortest sleep between ticks when something is due already but was not claimed
 # (held by another scheduler at that moment): never a busy loop.
 MIN_SLEEP_SECONDS = 0.05
@@ -112,9 +127,16 @@ class ReminderWorker:
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
         self._completed_at: datetime | None = None
+        self._forgot_at: datetime | None = None
+        self._claimed_at: datetime | None = None
         # The database failed a tick or a read since the last good one: what this
         # process claimed and no worker started is given back once it answers again.
         self._lost_database = False
+        # Set when the scheduler goes to sleep having read when work is next due (all of
+        # it, not under back-pressure): the first waiting run's moment and the first
+        # task's (``dispatch.next_moments``). The next tick takes them, unless the sleep
+        # was woken.
+        self._known: tuple[datetime | None, datetime | None] | None = None
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -130,9 +152,10 @@ class ReminderWorker:
             while not self._stopping.is_set():
                 busy = self._tick_safely()
                 self._watch_clusters()
-                if not busy:
-                    # Woken (work made due now elsewhere, or a stop): tick again at once.
-                    sleeper.wait(self._sleep_seconds())
+                if not busy and sleeper.wait(self._sleep_seconds()):
+                    # Woken (work made due now elsewhere, or a stop): tick again at once,
+                    # looking for everything.
+                    self._known = None
         finally:
             self.shutdown()
             for sig, handler in previous.items():
@@ -186,16 +209,32 @@ class ReminderWorker:
         of actions on cards (``announce``), queue the cards to update (``cards``) and
         claim once; True when there was more work than one tick takes: more tasks due
         than one plan takes (planning goes on under back-pressure: a wave of 100,000 is
-        planned at once, not a batch a tick), or a full claim batch."""
+        planned at once, not a batch a tick), or a full claim batch. What it knows from
+        before its sleep may spare it the plan and the claim (the module docstring)."""
         now = now or timezone.now()
+        known, self._known = self._known, None
+        runs_at, tasks_at = known or (now, now)
         self._beat(now)
-        more_to_plan = dispatch.plan(now).tasks == dispatch.PLAN_BATCH
+        planned = 0
+        plan_until = now + timedelta(seconds=conf.PLAN_AHEAD_SECONDS)
+        if known is None or _falls_due(tasks_at, plan_until):
+            planned = dispatch.plan(now).tasks
+        more_to_plan = planned == dispatch.PLAN_BATCH
+        quiet = (
+            known is not None
+            and not planned
+            and not _falls_due(runs_at, now)
+            and _within(self._claimed_at, now, CLAIM_SWEEP_SECONDS)
+        )
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         digest_ends.settle_ended(now)
         self._complete_ended(now)
-        announce.announce(now)
+        self._announce(now)
         cards.claim(now)
+        if quiet:
+            return more_to_plan
+        self._claimed_at = now
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
         limit = min(room, conf.CLAIM_BATCH)
         self._pressed = limit <= 0
@@ -214,6 +253,14 @@ class ReminderWorker:
         dispatch.complete_ended(now)
         self._completed_at = now
 
+    def _announce(self, now: datetime) -> None:
+        """``announce.announce``, forgetting old nonces unless it did less than
+        ``FORGET_NONCES_SECONDS`` ago."""
+        forget = not _within(self._forgot_at, now, FORGET_NONCES_SECONDS)
+        announce.announce(now, forget=forget)
+        if forget:
+            self._forgot_at = now
+
     def _beat(self, now: datetime) -> None:
         """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""
         if _within(self._beat_at, now, HEARTBEAT_SECONDS):
@@ -229,14 +276,19 @@ class ReminderWorker:
 
     def _sleep_seconds(self, now: datetime | None = None) -> float:
         """Until the next tick, or sooner when something falls due before it (under
-        back-pressure: high priority work only); never less than ``MIN_SLEEP_SECONDS``."""
+        back-pressure: high priority work only); never less than ``MIN_SLEEP_SECONDS``.
+        What it read, when it read all, is the next tick's to know (``tick``)."""
+        self._known = None
         try:
-            due = dispatch.next_due(only_high=self._pressed)
+            moments = dispatch.next_moments(only_high=self._pressed)
         except DatabaseError:
             logger.exception("could not read when work is next due; sleeping a tick")
             self._lost_database = True
             connections.close_all()
             return self.tick_seconds
+        if not self._pressed:
+            self._known = moments
+        due = min((moment for moment in moments if moment is not None), default=None)
         if due is None:
             return self.tick_seconds
         wait = (due - (now or timezone.now())).total_seconds()
@@ -247,6 +299,7 @@ class ReminderWorker:
         try:
             if self._lost_database:
                 self._give_back_unstarted()
+                self._known = None  # what it gave back is due now: claim it at once
             return self.tick()
         except DatabaseError:
             logger.exception("scheduler tick failed; trying again next tick")
@@ -323,6 +376,11 @@ class ReminderWorker:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.join(5)
         self.clusters.clear()
+
+
+def _falls_due(moment: datetime | None, by: datetime) -> bool:
+    """Whether work first due at ``moment`` (None: none) is due by ``by``."""
+    return moment is not None and moment <= by
 
 
 def _within(last: datetime | None, now: datetime, seconds: float) -> bool:

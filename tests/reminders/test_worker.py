@@ -158,3 +158,102 @@ def test_sleep__under_back_pressure_wakes_only_for_high_work(make_task, settings
     assert 1 < worker._sleep_seconds() <= 2
     worker.tick(now=timezone.now() + timedelta(seconds=3))  # claimed despite back-pressure
     assert TaskRun.objects.get(task=urgent).status == "queued"
+
+
+# A tick that knows from before its sleep that nothing is due -------------------------
+
+
+@pytest.fixture
+def spied(monkeypatch):
+    """The plans and claims ticks make, counted."""
+    made = {"plan": 0, "claim": 0}
+    for name in made:
+        real = getattr(dispatch, name)
+
+        def spy(*args, real=real, name=name, **kwargs):
+            made[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(dispatch, name, spy)
+    return made
+
+
+def test_quiet_tick__neither_plans_nor_claims_what_cannot_be_due(make_task, spied):
+    make_task(at=timezone.now() + timedelta(days=2))  # beyond the plan-ahead hour
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    worker.tick(now)
+    assert spied == {"plan": 1, "claim": 1}
+    worker._sleep_seconds(now)
+    worker.tick(now + timedelta(seconds=1))
+    assert spied == {"plan": 1, "claim": 1}
+    # The moments are read again before each sleep: what one says is due is taken.
+    task = make_task()  # due now, and nothing woke the worker: a raw edit, or SQLite
+    worker.tick(now + timedelta(seconds=2))  # knew nothing of it (no sleep since)
+    assert spied == {"plan": 2, "claim": 2}
+    assert TaskRun.objects.get(task=task).status == "queued"
+
+
+def test_quiet_tick__a_task_the_moments_read_say_is_due_is_planned_and_claimed(make_task, spied):
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    worker.tick(now)
+    task = make_task(at=now + timedelta(seconds=0.5))  # unheard of (say on SQLite)
+    worker._sleep_seconds(now)
+    worker.tick(now + timedelta(seconds=1))
+    assert spied == {"plan": 2, "claim": 2}
+    assert TaskRun.objects.get(task=task).status == "queued"
+
+
+def test_quiet_tick__a_task_within_the_plan_ahead_is_planned_before_it_is_due(
+    make_task, spied, settings
+):
+    settings.REMINDERS_PLAN_AHEAD_SECONDS = 600
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    worker.tick(now)
+    task = make_task(at=now + timedelta(minutes=5))
+    worker._sleep_seconds(now)
+    worker.tick(now + timedelta(seconds=1))
+    assert spied["plan"] == 2
+    assert TaskRun.objects.filter(task=task).exists()  # planned, due in 5 minutes
+
+
+def test_quiet_tick__a_woken_sleep_looks_for_everything(make_task, spied, monkeypatch):
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    worker.tick(now)
+    worker._sleep_seconds(now)
+
+    class Woken:
+        def wait(self, timeout: float) -> bool:
+            worker.stop()  # one loop only
+            return True
+
+        def interrupt(self) -> None:
+            pass
+
+    worker._stopping.clear()
+    monkeypatch.setattr(worker, "_tick_safely", lambda: False)
+    monkeypatch.setattr(worker, "_watch_clusters", lambda: None)
+    monkeypatch.setattr("reminders.engine.wake.Sleeper", lambda *a, **k: Woken())
+    monkeypatch.setattr(worker, "shutdown", lambda: None)
+    worker.run()
+    assert worker._known is None  # the next tick plans and claims
+    worker.tick(now + timedelta(seconds=1))
+    assert spied == {"plan": 2, "claim": 2}
+
+
+def test_quiet_tick__still_claims_every_few_seconds_for_expired_leases(make_task, spied):
+    from reminders.engine.worker import CLAIM_SWEEP_SECONDS
+
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    worker.tick(now)
+    for seconds in (1, 2, 3, 4):
+        worker._sleep_seconds(now)
+        worker.tick(now + timedelta(seconds=seconds))
+    assert spied["claim"] == 1
+    worker._sleep_seconds(now)
+    worker.tick(now + timedelta(seconds=CLAIM_SWEEP_SECONDS))
+    assert spied["claim"] == 2
