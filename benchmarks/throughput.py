@@ -2,11 +2,28 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/reminders \\
         .venv/bin/python benchmarks/throughput.py [--tasks 3000] [--sweep 1,50] [--async-commit]
+    DATABASE_URL=mysql://root@127.0.0.1:3306/reminders \\
+        .venv/bin/python benchmarks/throughput.py [--tasks 3000] [--sweep 1,50]
 
 Only the server, user and password of ``DATABASE_URL`` are used: every scenario gets a
 fresh database ``bench_reminders_<pid>_<n>_<scenario>``, cloned from one migrated
-template; each is dropped when its scenario ends, the template at the end. Every process
-started is stopped by pid (SIGTERM, then SIGKILL), also on failure or interruption.
+template (PostgreSQL: ``CREATE DATABASE ... TEMPLATE``; MariaDB: ``mariadb-dump`` of the
+template piped into ``mariadb``, or ``mysqldump | mysql``, about a second); each is
+dropped when its scenario ends, the template at the end, also on failure or
+interruption. Every process started is stopped by pid (SIGTERM, then SIGKILL), also on
+failure or interruption.
+
+What the database server spent is read differently on each:
+
+* PostgreSQL: the CPU of the backends serving the scenario's database, its transactions
+  and rows written from ``pg_stat_database``: the scenario's alone.
+* MariaDB: one ``mariadbd`` process serves every database, and its status counters are
+  the server's. The CPU is that process's (by ``@@pid_file``, else by name) over the
+  scenario; ``Handler_commit`` (with ``Com_commit + Com_rollback`` beside it) and
+  ``Handler_write + Handler_update + Handler_delete`` are ``SHOW GLOBAL STATUS`` deltas
+  over it. All three are the whole server's: nothing else should use the server during
+  the run. The server's other clients are looked for every 2 s and named in the report.
+  ``--async-commit`` is PostgreSQL's only.
 
 * engine: N one-shot tasks due now, on a channel without provider de-duplication (each
   message a batch of its own) and, as a second scenario, with it (a claim's messages in
