@@ -136,6 +136,10 @@ test-django6:
 bench: $(STAMP)
 	@$(PY) bin/db-reachable "$(PG_URL)" || { echo "benchmarks need PostgreSQL at $(PG_URL)"; exit 1; }
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/throughput.py
+	@if $(PY) bin/db-reachable "$(MARIADB_URL)"; then \
+		echo "DATABASE_URL=$(MARIADB_URL) $(PY) benchmarks/throughput.py"; \
+		DATABASE_URL=$(MARIADB_URL) $(PY) benchmarks/throughput.py; \
+	else echo "MariaDB at $(MARIADB_URL) is unreachable: benchmarks/throughput.py did NOT run on it"; fi
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/statements.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/ratelimit.py
 	DATABASE_URL=$(PG_URL) $(PY) benchmarks/bulk.py
