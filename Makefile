@@ -13,7 +13,9 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench soak clean
+.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench soak clean \
+	ci-sqlite ci-postgres-processes ci-mariadb-processes ci-lint ci-dist ci-docs ci-typecheck \
+	ci-migrations-check ci-postgres-rest ci-mariadb-rest ci-django6
 
 # Running needs the package alone; testing adds the tools and every database driver
 # (mysqlclient builds against MariaDB's client library, which bin/system-deps installs).
@@ -33,7 +35,47 @@ $(STAMP): $(RUN_STAMP)
 run: $(RUN_STAMP)
 	bash bin/run-dev
 
-test: lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6
+# `make test` is every step below in two lanes at once, each lane one step after another
+# (ci-*): the tests of real processes mostly wait (for processes, a sandbox, a database
+# that was stopped), and the machine has two cores.
+# - The real clock's lane, at normal priority: the tests that start processes or a
+#   browser, whose timing matters: SQLite's run, then PostgreSQL's and MariaDB's.
+# - The other lane, under $(NICE) so that it never takes a core they want: lint, dist
+#   (before PostgreSQL's part of the first lane, whose throwaway CRM installs the wheel),
+#   docs, typecheck, migrations-check, then the rest of the suite on PostgreSQL (real
+#   clock), on MariaDB (year-end clock) and under Django 6 on SQLite (Saturday clock).
+# Nothing is left out: every test runs on the same databases, on the same clocks, as
+# when each step ran alone. Each step's output is printed whole when it ends.
+# `make test TEST_JOBS=1` runs the steps one at a time (the first lane, then the other).
+TEST_JOBS ?= 2
+NICE ?= nice -n 10
+
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target ci-mariadb-processes ci-django6
+
+ci-sqlite:
+	@$(MAKE) --no-print-directory test-sqlite
+ci-postgres-processes: ci-sqlite ci-dist
+	@$(MAKE) --no-print-directory test-postgres PART=processes
+ci-mariadb-processes: ci-postgres-processes
+	@$(MAKE) --no-print-directory test-mariadb PART=processes
+
+ci-lint:
+	@$(NICE) $(MAKE) --no-print-directory lint
+ci-dist: ci-lint
+	@$(NICE) $(MAKE) --no-print-directory dist
+ci-docs: ci-dist
+	@$(NICE) $(MAKE) --no-print-directory docs
+ci-typecheck: ci-docs
+	@$(NICE) $(MAKE) --no-print-directory typecheck
+ci-migrations-check: ci-typecheck
+	@$(NICE) $(MAKE) --no-print-directory migrations-check
+ci-postgres-rest: ci-migrations-check
+	@$(NICE) $(MAKE) --no-print-directory test-postgres PART=rest
+ci-mariadb-rest: ci-postgres-rest
+	@$(NICE) $(MAKE) --no-print-directory test-mariadb PART=rest
+ci-django6: ci-mariadb-rest
+	@$(NICE) $(MAKE) --no-print-directory test-django6
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -89,25 +131,28 @@ test-sqlite: $(STAMP)
 # The same suite on each server. In CI an unreachable server fails the build; elsewhere
 # it is said loudly and skipped.
 test-postgres: $(STAMP)
-	@$(MAKE) --no-print-directory test-server NAME=PostgreSQL URL=$(PG_URL)
+	@$(MAKE) --no-print-directory test-server NAME=PostgreSQL URL=$(PG_URL) PART=$(PART)
 
 test-mariadb: $(STAMP)
 	@$(MAKE) --no-print-directory test-server NAME=MariaDB URL=$(MARIADB_URL) \
-		CLOCK=$(YEAR_END_CLOCK)
+		CLOCK=$(YEAR_END_CLOCK) PART=$(PART)
 
-# With CLOCK, the server's run is two: the tests of processes and the browser on the
-# real clock, then the rest under Python's clock moved to CLOCK.
+# A server's run in parts: PART=processes is the tests of processes and the browser, on
+# the real clock; PART=rest every other test, under Python's clock moved to CLOCK if set,
+# in a test database of its own (suffix _rest) so that both parts may run at once, as
+# `make test` runs them. Without PART: with CLOCK both parts, one after the other;
+# without, the whole suite in one run.
+SERVER_PROCESSES = echo "== the suite on $(NAME) ($(URL)): processes and the browser, real clock" && \
+	DATABASE_URL=$(URL) $(PY) -m pytest $(REAL_CLOCK) $(PYTEST_ARGS)
+SERVER_REST = echo "== the suite on $(NAME) ($(URL)): the rest, $(if $(CLOCK),clock moved to $(CLOCK),real clock)" && \
+	TEST_CLOCK=$(CLOCK) TEST_DB_SUFFIX=$${TEST_DB_SUFFIX:-}_rest DATABASE_URL=$(URL) \
+	$(PY) -m pytest $(MOVED_CLOCK) $(PYTEST_ARGS)
+SERVER_ALL = echo "== the suite on $(NAME) ($(URL))" && DATABASE_URL=$(URL) $(PY) -m pytest $(PYTEST_ARGS)
+SERVER_RUN = $(if $(filter processes,$(PART)),$(SERVER_PROCESSES),$(if $(filter rest,$(PART)),$(SERVER_REST),$(if $(CLOCK),$(SERVER_PROCESSES) && $(SERVER_REST),$(SERVER_ALL))))
+
 test-server:
 	@if $(PY) bin/db-reachable "$(URL)"; then \
-		if [ -n "$(CLOCK)" ]; then \
-			echo "== the suite on $(NAME) ($(URL)): processes and the browser, real clock" && \
-			DATABASE_URL=$(URL) $(PY) -m pytest $(REAL_CLOCK) $(PYTEST_ARGS) && \
-			echo "== the suite on $(NAME) ($(URL)): the rest, clock moved to $(CLOCK)" && \
-			TEST_CLOCK=$(CLOCK) DATABASE_URL=$(URL) $(PY) -m pytest $(MOVED_CLOCK) $(PYTEST_ARGS); \
-		else \
-			echo "== the suite on $(NAME) ($(URL))"; \
-			DATABASE_URL=$(URL) $(PY) -m pytest $(PYTEST_ARGS); \
-		fi; \
+		$(SERVER_RUN); \
 	elif [ "$$CI" = "true" ]; then \
 		echo "$(NAME) at $(URL) is unreachable: failing (CI=true)"; exit 1; \
 	else \
