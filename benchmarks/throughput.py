@@ -94,17 +94,17 @@ MIGRATE_TIMEOUT = 300.0  # seconds
 COPY_TIMEOUT = 120.0  # seconds, mysqldump | mysql of the migrated template
 
 
-def databases(url: str) -> Databases:
+def databases(url: str) -> Server:
     """The server of ``DATABASE_URL``: PostgreSQL or MariaDB (``mysql://``)."""
     scheme = urlsplit(url).scheme
     if scheme in {"postgres", "postgresql", "pgsql"}:
-        return PostgresDatabases(url)
+        return Databases(url)
     if scheme in {"mysql", "mysql2", "mariadb"}:
         return MariaDatabases(url)
     sys.exit(f"benchmarks need a PostgreSQL or MariaDB (mysql://) DATABASE_URL, got {scheme!r}")
 
 
-class Databases:
+class Server:
     """Creates ``bench_reminders_*`` databases on the server of ``DATABASE_URL``; drops them.
 
     What differs between the servers (cloning, statistics, the server's CPU, the SQL of
@@ -212,9 +212,10 @@ class Databases:
         raise NotImplementedError
 
 
-class PostgresDatabases(Databases):
-    """Clones with ``CREATE DATABASE ... TEMPLATE``; counts in ``pg_stat_database`` and the
-    CPU of the backends serving the scenario's database."""
+class Databases(Server):
+    """PostgreSQL (the name the other benchmarks import): clones with ``CREATE DATABASE
+    ... TEMPLATE``; counts in ``pg_stat_database`` and the CPU of the backends serving the
+    scenario's database."""
 
     name = "PostgreSQL"
     driver = "psycopg"
@@ -328,7 +329,7 @@ MARIA_STATUS = (
 )
 
 
-class MariaDatabases(Databases):
+class MariaDatabases(Server):
     """Clones the template with ``mysqldump | mysql``; counts in ``SHOW GLOBAL STATUS`` and
     the CPU of the one ``mariadbd`` process: both the whole server's."""
 
@@ -691,7 +692,7 @@ def busy_share(before: Any, after: Any) -> float:
 class Run:
     """One timed scenario: processes started, waited for, measured, stopped."""
 
-    def __init__(self, dbs: Databases, conn: Any, procs: Processes) -> None:
+    def __init__(self, dbs: Server, conn: Any, procs: Processes) -> None:
         self.dbs = dbs
         self.conn = conn
         self.procs = procs
@@ -787,7 +788,7 @@ def show_log_tails(logs: Path, lines: int = 15) -> None:
 
 @dataclass
 class Bench:
-    dbs: Databases
+    dbs: Server
     template: str
     work: Path
     n: int
@@ -960,7 +961,7 @@ def _slug(text: str) -> str:
 # Report ----------------------------------------------------------------------------------
 
 
-def environment(dbs: Databases, workers: int, processes: int) -> list[tuple[str, str]]:
+def environment(dbs: Server, workers: int, processes: int) -> list[tuple[str, str]]:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return [
         ("CPU cores (logical/physical)", f"{os.cpu_count()}/{psutil.cpu_count(logical=False)}"),
@@ -1009,7 +1010,7 @@ def report(
     env: list[tuple[str, str]],
     command: str,
     n: int,
-    dbs: Databases,
+    dbs: Server,
 ) -> str:
     cores = os.cpu_count() or 1
     rounds = max(len(results) for results in runs.values())
@@ -1079,14 +1080,14 @@ def report(
     return "\n".join(lines)
 
 
-def _xacts(result: Result, dbs: Databases) -> str:
+def _xacts(result: Result, dbs: Server) -> str:
     per_message = f"{result.xacts / result.n:.2f}"
     if dbs.server_wide:
         per_message += f" ({result.commits / result.n:.2f})"
     return per_message
 
 
-def _others(runs: dict[str, list[Result]], dbs: Databases) -> list[str]:
+def _others(runs: dict[str, list[Result]], dbs: Server) -> list[str]:
     """Where the server's counts are the whole server's: whether another client was seen."""
     if not dbs.server_wide:
         return []
