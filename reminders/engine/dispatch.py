@@ -99,9 +99,13 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         holds.defer_planned(runs)
         TaskRun.objects.add_planned(runs)
         _advance(planned)
-        # A last occurrence planned as skipped (a day off) ended at once.
+        # A last occurrence planned as skipped (a day off) ended at once. A task with a
+        # run planned to wait is not asked (its job completes it): one-shots by the
+        # thousand would each cost the statement a look at their runs.
+        waiting = {run.task_id for run in runs if run.status in TaskRun.UNFINISHED}
         exhausted = [task.pk for task in planned if task.next_run is None]
-        ScheduledTask.objects.complete_ended(now, among=exhausted)
+        ended = [pk for pk in exhausted if pk not in waiting]
+        ScheduledTask.objects.complete_ended(now, among=ended)
     if tasks:
         logger.debug("materialized %d runs for %d tasks", len(runs), len(planned))
     return Planned(len(runs), len(tasks))

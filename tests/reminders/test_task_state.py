@@ -184,3 +184,26 @@ def test_run_now__a_task_a_job_completed_beside_it_unseeing_is_active_once_it_co
         ScheduledTask.objects.filter(pk=task.pk).update(status=ScheduledTask.Status.COMPLETED)
     assert created and run.status == "scheduled"
     assert status_of(task) == "active"
+
+
+def test_plan__a_one_shot_whose_only_run_is_planned_skipped_completes_at_once(make_task):
+    # 2026-10-01, National Day: the report's one occurrence is planned skipped (a day off).
+    holiday = timezone.datetime.fromisoformat("2026-10-01T09:00:00+08:00")
+    task = make_task("daily_report", at=holiday, tz="Asia/Shanghai")
+    dispatch.materialize(now=holiday - timedelta(minutes=1))
+    assert task.runs.get().status == "skipped"
+    assert status_of(task) == "completed"
+
+
+def test_plan__one_shots_whose_runs_wait_are_not_asked_to_complete(make_task):
+    """Planning a wave of one-shots sends no completion statement: each has a run
+    waiting, and its job completes it (the statement looked at every one's runs)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    tasks = [make_task(at=timezone.now() + timedelta(minutes=5)) for _ in range(20)]
+    with CaptureQueriesContext(connection) as queries:
+        dispatch.materialize()
+    completing = [q["sql"] for q in queries.captured_queries if "completed" in q["sql"]]
+    assert completing == []
+    assert {status_of(task) for task in tasks} == {"active"}
