@@ -77,6 +77,8 @@ def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[in
     trip, atomic on its own: outside a transaction it needs no BEGIN nor COMMIT. Returns
     how many rows each UPDATE matched, and sets the inserted rows' primary keys. A key
     taken raises ``IntegrityError``, and nothing is written."""
+    if not objs and not any(update.pks for update in updates):
+        return [0] * len(updates)
     models_ = {update.model for update in updates} | {type(obj) for obj in objs}
     alias = router.db_for_write(next(iter(models_)))
     connection = connections[alias]

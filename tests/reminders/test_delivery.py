@@ -455,3 +455,26 @@ def test_one_message__the_rows_it_writes_are_those_accounted(make_task, outbox):
     expected = Counter({name: 20 * n for name, n in per_message.items()}) + Counter(per_job)
     assert written == expected
     assert sum(written.values()) / 20 == 8.2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver__a_paused_channel_s_claim_waits_unspent_with_real_transactions(make_task, outbox):
+    """Where the keys and the record go as one statement (PostgreSQL, outside a
+    transaction), a batch the pause refuses whole, with nothing to record before it,
+    sends nothing and writes nothing but the wait."""
+    for _ in range(3):
+        make_task()
+    RateBucket.objects.create(
+        name="memory:channel",
+        paused_until=timezone.now() + timedelta(minutes=5),
+        pause_reason="45009 elsewhere",
+    )
+    dispatch.materialize()
+    claim = dispatch.claim("test", 100)
+    assert deliver(claim.token, claim.run_ids) == 0
+    assert outbox == []
+    assert not SendLog.objects.exists()
+    waiting = TaskRun.objects.all()
+    assert {(run.status, run.attempts, run.error_code) for run in waiting} == {
+        ("scheduled", 0, "rate_limited")
+    }
