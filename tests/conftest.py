@@ -35,14 +35,14 @@ def _calendar_entries_read_afresh() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _rate_pauses_read_afresh() -> Iterator[None]:
-    """Unlimited buckets found not paused are trusted per process for a while; a test's
-    rolled-back rows must not outlive it."""
+def _rate_buckets_read_afresh() -> Iterator[None]:
+    """Buckets found there, and unlimited ones found not paused, are trusted per process
+    for a while; a test's rolled-back rows must not outlive it."""
     from reminders.ratelimit import database
 
-    database.forget_pauses()
+    database.forget()
     yield
-    database.forget_pauses()
+    database.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,9 @@
 Correct on PostgreSQL and MariaDB (row locks) and SQLite (its one writer at a time:
 the settings open every transaction with ``BEGIN IMMEDIATE``).
 
-An unlimited bucket only carries pauses. A read that finds it not paused is trusted by
+A paced bucket's row is made once per process (``INSERT`` that ignores one there), not
+before every reservation; one deleted by hand since is made again. An unlimited bucket
+only carries pauses. A read that finds it not paused is trusted by
 this process for ``PAUSES_FRESH_SECONDS``: a message's reservation on an unlimited
 channel then costs no statement for it, and a pause set by another process reaches this
 one's sends within that time (those sent meanwhile are refused by the provider as the
@@ -28,22 +30,43 @@ from .store import Held, Store
 PAUSES_FRESH_SECONDS = 1.0
 # Unlimited bucket name -> until when (``time.monotonic``) it is known not paused.
 _clear_until: dict[str, float] = {}
+# Paced buckets this process made or found: not asked to be made again.
+_made: set[str] = set()
 
 
-def forget_pauses() -> None:
-    """Read every bucket's pause afresh at the next reservation."""
+def forget() -> None:
+    """Read every bucket afresh at the next reservation: its pause, and whether it is
+    there."""
     _clear_until.clear()
+    _made.clear()
+
+
+class _Gone(Exception):  # noqa: N818 (not an error: made again, and read again)
+    """A paced bucket this process made is not there any more (deleted by hand)."""
 
 
 class DatabaseStore(Store):
     @contextmanager
     def hold(self, paced: Sequence[str], unlimited: Sequence[str]) -> Iterator[Held]:
-        if paced:
-            # Outside the transaction: on MariaDB an INSERT that finds the row takes a
-            # shared lock on it, and two callers upgrading theirs to FOR UPDATE deadlock.
-            RateBucket.objects.bulk_create(
-                [RateBucket(name=name) for name in paced], ignore_conflicts=True
-            )
+        for again in (False, True):
+            if paced and (again or not _made.issuperset(paced)):
+                # Outside the transaction: on MariaDB an INSERT that finds the row takes a
+                # shared lock on it, and two callers upgrading theirs to FOR UPDATE
+                # deadlock. Once per bucket and process: they are never deleted.
+                RateBucket.objects.bulk_create(
+                    [RateBucket(name=name) for name in paced], ignore_conflicts=True
+                )
+                _made.update(paced)
+            try:
+                with self._held(paced, unlimited) as held:
+                    yield held
+                return
+            except _Gone:
+                _made.difference_update(paced)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextmanager
+    def _held(self, paced: Sequence[str], unlimited: Sequence[str]) -> Iterator[Held]:
         # Pauses alone are one read: in the caller's transaction, if any, without a
         # transaction or a savepoint of their own.
         with transaction.atomic() if paced else nullcontext():
@@ -53,6 +76,8 @@ class DatabaseStore(Store):
                 if connection.features.has_select_for_update:
                     locked = locked.select_for_update()
                 rows = list(locked)
+                if len(rows) < len(set(paced)):
+                    raise _Gone
             # A pause is rare: a statement of its own (reminders.models.sql) usually finds
             # none, and only a pause found is read as rows; buckets found not paused lately
             # are not read again yet.

@@ -177,6 +177,27 @@ def test_pause__an_unlimited_bucket_found_clear_is_trusted_briefly_a_pause_found
     assert not goes()  # set by this process: seen at once
 
 
+def test_reserve__a_paced_bucket_is_made_once_and_again_if_deleted_by_hand():
+    """The INSERT that makes a paced bucket's row goes once per process, not before every
+    reservation; a row deleted since is made again, and the reservation still holds."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    limit = Limit("paced:made", Rate(per_second=10, burst=1))
+
+    def inserts() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            [slot] = ratelimit.reserve([[limit]], max_wait=60, now=T0)
+        assert slot.reserved
+        return sum("INSERT" in q["sql"] for q in queries.captured_queries)
+
+    assert inserts() == 1
+    assert inserts() == 0
+    RateBucket.objects.filter(name="paced:made").delete()
+    assert inserts() == 1
+    assert RateBucket.objects.filter(name="paced:made").exists()
+
+
 def test_deliver__runs_beyond_the_rate_wait_without_spending_an_attempt(
     make_task, outbox, paced_channel
 ):
