@@ -41,7 +41,7 @@ def forget() -> None:
     _made.clear()
 
 
-class _Gone(Exception):  # noqa: N818 (not an error: made again, and read again)
+class _Gone(Exception):
     """A paced bucket this process made is not there any more (deleted by hand)."""
 
 
