@@ -40,16 +40,6 @@ def transactions() -> int:
         return int(cursor.fetchone()[0])
 
 
-def job_listeners() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND datname = current_database()",
-            [wake.JOBS_APPLICATION_NAME],
-        )
-        return int(cursor.fetchone()[0])
-
-
 def test_idle_processes_stay_under_their_transaction_budget(spawn, on_postgres):
     if not on_postgres:
         pytest.skip(f"{connection.vendor}: the pushers poll there (no LISTEN/NOTIFY)")
@@ -58,7 +48,7 @@ def test_idle_processes_stay_under_their_transaction_budget(spawn, on_postgres):
         lambda: (
             all(len(p.tree()) >= TREE for p in processes)
             and len(wake_listeners()) == PROCESSES
-            and job_listeners() == 2 * PROCESSES
+            and len(wake_listeners(wake.JOBS_APPLICATION_NAME)) == 2 * PROCESSES
         ),  # the bulk and the high cluster's pushers
         timeout=60,
         what="every tree, its scheduler and its pushers listening",

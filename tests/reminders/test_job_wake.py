@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,6 +26,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from reminders.engine import cluster, wake
+from tests.support.processes import wait_until, wake_listeners
 
 QUEUE = "reminders-wake-test"
 # Well over a notification's latency on a local server, well under the quiet poll the
@@ -40,21 +41,11 @@ def postgres() -> None:
 
 
 def job_listeners() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE application_name = %s AND datname = current_database()",
-            [wake.JOBS_APPLICATION_NAME],
-        )
-        return int(cursor.fetchone()[0])
+    return len(wake_listeners(wake.JOBS_APPLICATION_NAME))
 
 
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    wait_until(predicate, timeout=timeout, what=what, interval=0.02)
 
 
 @dataclass

@@ -282,9 +282,10 @@ def ledger_statuses() -> Counter[str]:
     return Counter(SendLog.objects.values_list("status", flat=True))
 
 
-def wake_listeners() -> list[int]:
-    """The backend pids of the sessions listening for due work on the test database
-    (``reminders.engine.wake``; PostgreSQL only)."""
+def wake_listeners(application_name: str = "") -> list[int]:
+    """The backend pids of the sessions listening on the test database under
+    ``application_name`` (default: the schedulers', for due work; the pushers' is
+    ``wake.JOBS_APPLICATION_NAME``), ``reminders.engine.wake``; PostgreSQL only."""
     from django.db import connection
 
     from reminders.engine import wake
@@ -293,7 +294,7 @@ def wake_listeners() -> list[int]:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity"
             " WHERE application_name = %s AND datname = current_database()",
-            [wake.APPLICATION_NAME],
+            [application_name or wake.APPLICATION_NAME],
         )
         return [pid for (pid,) in cursor.fetchall()]
 
