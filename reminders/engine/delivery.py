@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 
 from django.db import DatabaseError, IntegrityError, transaction
@@ -175,23 +176,22 @@ def _step(
     requests = [limits(job) for job in batch]
     inside = ratelimit.shares_transaction(requests)
     slots = [] if inside else _reserve_slots(requests)
+    now = timezone.now()
+    ledger = at_once(batch, unrecorded, now) if inside else None
     ready: list[tuple[Job, float]] = []
     try:
-        if inside and at_once(batch, unrecorded):
-            # Pauses alone, then the keys and the record in one statement, each on its own.
-            slots = _reserve_slots(requests)
+        # One statement needs no transaction around it: the pauses are read on their own.
+        with transaction.atomic() if ledger is None else nullcontext():
+            if inside:
+                slots = _reserve_slots(requests)
             pairs = zip(batch, slots, strict=True)
             ready = [(job, slot.at) for job, slot in pairs if slot.reserved]
-            taken, lost = [job for job, _ in ready], list[Job]()
-            reserve_and_write_sent(taken, unrecorded)
-        else:
-            with transaction.atomic():
-                if inside:
-                    slots = _reserve_slots(requests)
-                pairs = zip(batch, slots, strict=True)
-                ready = [(job, slot.at) for job, slot in pairs if slot.reserved]
+            if ledger is None:
                 taken, lost = take_keys([job for job, _ in ready])
                 write_sent(unrecorded)
+            else:
+                taken, lost = [job for job, _ in ready], []
+                reserve_and_write_sent(taken, unrecorded, ledger, now)
     except IntegrityError:
         record_sent(unrecorded)
         taken, lost = take_keys_one_by_one([job for job, _ in ready])

@@ -47,7 +47,7 @@ from ..models import ScheduledTask, SendLog, TaskRun, sql
 from ..senders import SendResult
 from . import digest_ends
 from .jobs import Job, held, logger
-from .reservations import known_pks
+from .reservations import fresh_rows, known_pks
 from .retries import Outcome, failure_outcome
 
 
@@ -100,34 +100,38 @@ def write_sent(done: Sequence[tuple[Job, SendResult]]) -> None:
     _runs_sent(done, now, TaskRun.close_attempts(runs, TaskRun.Status.SENT, now))
 
 
-def reserve_and_write_sent(jobs: Sequence[Job], done: Sequence[tuple[Job, SendResult]]) -> None:
+def reserve_and_write_sent(
+    jobs: Sequence[Job],
+    done: Sequence[tuple[Job, SendResult]],
+    ledger: Sequence[sql.Update],
+    now: datetime,
+) -> None:
     """``take_keys(jobs)`` and ``write_sent(done)`` as one statement sent outside any
-    transaction (``sql.together``): the message's one round trip, where ``at_once`` says
-    they can be. A key another run took raises ``IntegrityError``, and nothing is written."""
-    now = timezone.now()
-    plain, _mixed = _ledger_sent(done, now)
+    transaction (``sql.together``): the message's one round trip, with ``ledger``, the
+    record's UPDATEs ``at_once`` gave at ``now``. A key another run took raises
+    ``IntegrityError``, and nothing is written."""
     runs = [job.run for job, _ in done]
     closing = TaskRun.closing(runs, TaskRun.Status.SENT, now)
-    fresh = [job.ledger for job in jobs]
-    for row in fresh:
-        row.attempts = 1
-    matched = sql.together([*plain, *closing], fresh)
+    matched = sql.together([*ledger, *closing], fresh_rows(jobs))
     TaskRun.closed(runs, closing)
-    _runs_sent(done, now, sum(matched[len(plain) :]))
+    _runs_sent(done, now, sum(matched[len(ledger) :]))
 
 
-def at_once(jobs: Sequence[Job], done: Sequence[tuple[Job, SendResult]]) -> bool:
-    """Whether reserving ``jobs``' keys and recording ``done`` can be one statement
-    (``reserve_and_write_sent``): on PostgreSQL, outside a transaction, keys never tried
-    (one INSERT), sends whose records are plain UPDATEs (no digest to settle, one message
-    id per reply)."""
+def at_once(
+    jobs: Sequence[Job], done: Sequence[tuple[Job, SendResult]], now: datetime
+) -> list[sql.Update] | None:
+    """The ledger's UPDATEs recording ``done`` at ``now``, where reserving ``jobs``' keys
+    and recording ``done`` can be one statement (``reserve_and_write_sent``): on
+    PostgreSQL, outside a transaction, keys never tried (one INSERT), sends whose records
+    are plain UPDATEs (no digest to settle, one message id per reply); else None."""
     if connection.vendor != "postgresql" or connection.in_atomic_block:
-        return False
+        return None
     if not all(job.fresh for job in jobs):
-        return False
+        return None
     if any(digest_wording.is_digest(job.run.task) for job, _ in done):
-        return False
-    return len(done) <= 1 or not _ledger_sent(done, timezone.now())[1]
+        return None
+    plain, mixed = _ledger_sent(done, now)
+    return None if mixed else plain
 
 
 def _ledger_sent(

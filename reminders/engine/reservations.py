@@ -55,12 +55,17 @@ def take_keys(jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
     """``reserve`` in the caller's transaction: the fresh keys in one INSERT, which
     raises ``IntegrityError`` if another run took one meanwhile (the caller rolls back),
     then the known rows, each only as it was read."""
+    sql.insert(fresh_rows(jobs))
+    lost = {job.run.pk for job in jobs if not job.fresh and not _mark_sending(job)}
+    return _split(jobs, lost)
+
+
+def fresh_rows(jobs: Sequence[Job]) -> list[SendLog]:
+    """The ledger rows of ``jobs``' keys never tried, as their first attempt inserts them."""
     fresh = [job.ledger for job in jobs if job.fresh]
     for row in fresh:
         row.attempts = 1
-    sql.insert(fresh)
-    lost = {job.run.pk for job in jobs if not job.fresh and not _mark_sending(job)}
-    return _split(jobs, lost)
+    return fresh
 
 
 def _split(jobs: Sequence[Job], lost: set[int]) -> tuple[list[Job], list[Job]]:
