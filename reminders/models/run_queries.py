@@ -121,9 +121,9 @@ class RunQuerySet(models.QuerySet[Any]):
     def add_planned(self, runs: Sequence[Any]) -> None:
         """Save newly planned runs. One another scheduler created first is left as it is
         (one run per task and occurrence), and an occurrence planned again gets its
-        cancelled run back."""
-        sql.insert(runs, ignore_conflicts=True)
-        self._revive_cancelled(runs)
+        cancelled run back (looked for only when a row was left out)."""
+        if sql.insert(runs, ignore_conflicts=True) < len(runs):
+            self._revive_cancelled(runs)
         self._say_made_up(runs)
 
     def _say_made_up(self, runs: Sequence[Any]) -> None:

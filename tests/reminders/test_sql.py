@@ -141,10 +141,36 @@ def test_insert__ignoring_conflicts_leaves_out_the_keys_taken_and_inserts_the_re
     run, _ = two_runs(make_task)
     sql.insert([ledger_row(run, "taken")])
     rows = [ledger_row(run, "new"), ledger_row(run, "taken"), ledger_row(run, "newer")]
-    sql.insert(rows, ignore_conflicts=True)
+    assert sql.insert(rows, ignore_conflicts=True) == 2
     assert sorted(SendLog.objects.values_list("key", flat=True)) == ["new", "newer", "taken"]
     # As bulk_create(ignore_conflicts=True): which rows went is not known, so no pk is set.
     assert [row.pk for row in rows] == [None, None, None]
+
+
+def test_insert__ignoring_conflicts_writes_what_bulk_create_writes(make_task):
+    """The same rows as ``bulk_create(ignore_conflicts=True)`` (on PostgreSQL one array a
+    column), each value prepared once per distinct value and type: 1, True and 1.0 in
+    a JSON column stay 1, true and 1.0."""
+    run, _ = two_runs(make_task)
+    values = [{"errmsg": "ok", "n": [1, 2]}, 1, True, 1.0, [1, "a"], "text", {"errmsg": "ok"}]
+    ours = []
+    for n, value in enumerate(values):
+        row = ledger_row(run, f"ours{n}")
+        row.reply_detail, row.attempts = value, n + 1
+        ours.append(row)
+    theirs = [ledger_row(run, f"theirs{n}") for n in range(len(values))]
+    for mine, other in zip(ours, theirs, strict=True):
+        other.reply_detail, other.attempts = mine.reply_detail, mine.attempts
+    assert sql.insert(ours, ignore_conflicts=True) == len(values)
+    SendLog.objects.bulk_create(theirs, ignore_conflicts=True)
+    skipped = ("id", "key", "created_at", "updated_at")
+    columns = [f.attname for f in SendLog._meta.concrete_fields if f.attname not in skipped]
+    stored = {row.key: tuple(getattr(row, c) for c in columns) for row in SendLog.objects.all()}
+    assert [stored[f"ours{n}"] for n in range(len(values))] == [
+        stored[f"theirs{n}"] for n in range(len(values))
+    ]
+    details = [stored[f"ours{n}"][columns.index("reply_detail")] for n in range(len(values))]
+    assert [(type(d), d) for d in details] == [(type(v), v) for v in values]
 
 
 def test_insert__more_rows_than_one_statement_may_carry_go_in_several(make_task, monkeypatch):
