@@ -125,7 +125,8 @@ def send_reserved(
             break
         # The ledger rows first, the wait last: the request then leaves at its slot, not
         # a database round trip after it (late sends bunch up at the provider).
-        time.sleep(max(0.0, slots[job.run.pk] - now))
+        if slots[job.run.pk] > now:
+            time.sleep(slots[job.run.pk] - now)
         if job.in_doubt and not resend_is_safe(job.ledger, timezone.now()):
             _window_passed(job)
             continue

@@ -75,6 +75,36 @@ def test_complete_ended__leaves_schedules_with_occurrences_and_waiting_runs(make
     assert [status_of(t) for t in (waiting, later, daily)] == ["active"] * 3
 
 
+def test_ran__stamps_every_task_and_completes_those_whose_runs_all_ended(make_task):
+    """The job's closing UPDATE, written by hand: each task of the job gets its last run,
+    and only an active task with no occurrence left and no unfinished run completes,
+    its ``updated_at`` stamped with it (on MariaDB too, where a SET's assignments see
+    the ones before them)."""
+    ended = make_task(recipient="ended")
+    waiting = make_task(recipient="waiting")
+    paused = make_task(recipient="paused")
+    daily = make_task("daily_report", cron="0 9 * * *", recipient="daily")
+    untouched = make_task(recipient="untouched")
+    dispatch.materialize()
+    TaskRun.objects.exclude(task=waiting).update(status=TaskRun.Status.SENT)
+    ScheduledTask.objects.filter(pk=paused.pk).update(status=ScheduledTask.Status.PAUSED)
+    before = {t.pk: t.updated_at for t in ScheduledTask.objects.all()}
+    now = timezone.now() + timedelta(minutes=1)
+    among = {ended.pk, waiting.pk, paused.pk, daily.pk}
+    assert ScheduledTask.objects.ran(among, now) == 4
+    assert ScheduledTask.objects.ran(set(), now) == 0
+    rows = {t.pk: t for t in ScheduledTask.objects.all()}
+    assert {pk: (t.status, t.last_run_at) for pk, t in rows.items()} == {
+        ended.pk: ("completed", now),
+        waiting.pk: ("active", now),
+        paused.pk: ("paused", now),
+        daily.pk: ("active", now),
+        untouched.pk: ("active", None),
+    }
+    assert rows[ended.pk].updated_at == now
+    assert all(rows[pk].updated_at == before[pk] for pk in rows if pk != ended.pk)
+
+
 def test_pause__a_one_shot_whose_run_waits_is_paused_and_its_run_held(make_task):
     task = make_task(at=timezone.now() + timedelta(minutes=10))
     dispatch.materialize()
