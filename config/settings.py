@@ -83,6 +83,14 @@ else:
     # Re-opening a connection per task halves throughput on PostgreSQL.
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=600))
     DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The engine's own statements of every message become prepared statements after a
+    # few runs (reminders.models.sql.cursor_of). PREPARE_THRESHOLD= (empty) turns it
+    # off, which a transaction-mode pooler in front of PostgreSQL needs.
+    threshold = env.str("PREPARE_THRESHOLD", default="5")
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "prepare_threshold", int(threshold) if threshold else None
+    )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

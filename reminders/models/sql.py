@@ -57,7 +57,7 @@ class Update:
             return 0
         alias = router.db_for_write(self.model)
         text, params = self.compiled(alias)
-        with connections[alias].cursor() as cursor:
+        with cursor_of(connections[alias]) as cursor:
             cursor.execute(text, params)
             return int(cursor.rowcount)
 
@@ -102,7 +102,7 @@ def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[in
     else:
         main = f"SELECT 0, {', '.join(counts) or '0'}"
     text = f"WITH {', '.join(queries)} {main}" if queries else main
-    with connection.cursor() as cursor:
+    with cursor_of(connection) as cursor:
         cursor.execute(text, params)
         rows = cursor.fetchall()
     for obj, row in zip(objs, rows if objs else [], strict=True):
@@ -133,7 +133,7 @@ def insert(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> i
     prepared = _Prepared(connection)
     if ignore_conflicts and connection.vendor == "postgresql":
         columns = [[prepared(field, obj) for obj in objs] for field in fields]
-        with connection.cursor() as cursor:
+        with cursor_of(connection) as cursor:
             cursor.execute(_unnest_sql(model, alias), columns)
             return int(cursor.rowcount)
     returning = bool(connection.features.can_return_rows_from_bulk_insert) and not ignore_conflicts
@@ -143,7 +143,7 @@ def insert(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> i
         chunk = objs[start : start + size]
         params = [prepared(field, obj) for obj in chunk for field in fields]
         text = _insert_sql(model, alias, len(chunk), returning, ignore_conflicts)
-        with connection.cursor() as cursor:
+        with cursor_of(connection) as cursor:
             cursor.execute(text, params)
             pks = [pk for (pk,) in cursor.fetchall()] if returning else [None] * len(chunk)
             inserted += len(chunk) if returning else int(cursor.rowcount)
@@ -185,9 +185,34 @@ def any_set(model: type[models.Model], field: str, among: Sequence[Any], column_
     alias = router.db_for_read(model)
     connection = connections[alias]
     params = [_field(model, field).get_db_prep_value(value, connection) for value in among]
-    with connection.cursor() as cursor:
+    with cursor_of(connection) as cursor:
         cursor.execute(_any_set_sql(model, alias, field, column_set, len(among)), params)
         return cursor.fetchone() is not None
+
+
+def cursor_of(connection: Any) -> Any:
+    """Django's cursor for these statements; on PostgreSQL, where the connection
+    prepares statements (``prepare_threshold`` in ``DATABASES[...]["OPTIONS"]``; Django
+    leaves it off, which a transaction-mode pooler needs), one that binds parameters on
+    the server, so that each shape becomes a prepared statement: PostgreSQL then plans a
+    message's statement once per connection instead of for every message (0.26 to
+    0.47 ms of its 0.7 to 1.1 ms). It is Django's cursor otherwise: the connection's
+    health check, error translation and execute wrappers apply. Where queries are
+    logged (``DEBUG``, ``CaptureQueriesContext``), Django's own cursor, whose log shows
+    each statement with its values."""
+    if connection.vendor != "postgresql" or connection.queries_logged:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        # The stubs know the class as psycopg 2's, which takes no connection.
+        return connection.make_cursor(ServerBindingCursor(raw))  # type: ignore[call-arg]
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:

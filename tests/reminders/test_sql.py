@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from reminders.engine import dispatch
@@ -219,3 +220,43 @@ def test_together__a_key_taken_writes_nothing(make_task):
         sql.together([update], [ledger_row(second, "new"), ledger_row(second, "taken")])
     assert list(SendLog.objects.values_list("key", flat=True)) == ["taken"]
     assert TaskRun.objects.get(pk=first.pk).status == TaskRun.Status.SCHEDULED
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [statement for (statement,) in cursor.fetchall()]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements: PostgreSQL's")
+def test_cursor_of__statements_become_prepared_where_the_connection_prepares(make_task):
+    """With ``prepare_threshold`` (the standalone project's default, 5), a shape run that
+    many times on a connection is a prepared statement, planned once; the rows are
+    those the ORM's statement writes."""
+    connection.ensure_connection()
+    assert connection.connection.prepare_threshold == 5
+    first, _ = two_runs(make_task)
+    for n in range(6):
+        assert sql.update(TaskRun, [first.pk], {"error_message": f"n{n}"}, lease_token="held") == 1
+    assert any('UPDATE "reminders_taskrun"' in text for text in prepared_statements())
+    assert TaskRun.objects.get(pk=first.pk).error_message == "n5"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements: PostgreSQL's")
+def test_cursor_of__nothing_is_prepared_where_the_connection_does_not(make_task, monkeypatch):
+    """Django's default (no ``prepare_threshold``), which a pooler in transaction mode
+    needs: the same statements, none of them prepared."""
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    first, _ = two_runs(make_task)
+    for n in range(6):
+        assert sql.update(TaskRun, [first.pk], {"error_message": f"n{n}"}, lease_token="held") == 1
+    assert prepared_statements() == []
+    assert TaskRun.objects.get(pk=first.pk).error_message == "n5"
+
+
+def test_cursor_of__where_queries_are_logged_they_read_with_their_values(make_task):
+    first, _ = two_runs(make_task)
+    with CaptureQueriesContext(connection) as queries:
+        sql.update(TaskRun, [first.pk], {"error_message": "logged"}, lease_token="held")
+    assert "'logged'" in queries.captured_queries[-1]["sql"]
