@@ -1121,6 +1121,15 @@ def _versus(ratio: float) -> str:
     return f"{ratio:.2f}x the throughput ({(1 - ratio) * 100:.0f}% slower)"
 
 
+def compile_sources() -> None:
+    """Byte-compile the project's packages once, as a deployed service has them: the
+    processes run with ``PYTHONDONTWRITEBYTECODE`` (none of them writes a cache beside
+    another), so a module without a fresh cache would be compiled again at each start,
+    on the clock, and the more modules a side imports the more it would pay."""
+    names = ("config", "reminders", "ops", "wecom_sandbox", "benchmarks")
+    subprocess.run([PYTHON, "-m", "compileall", "-q", *(str(ROOT / n) for n in names)], check=True)
+
+
 def print_profiles(paths: list[Path]) -> None:
     sys.path.insert(0, str(ROOT))
     from benchmarks.profile_summary import summarize
@@ -1201,6 +1210,7 @@ def main(argv: list[str]) -> int:
     keep_work = False
     try:
         env_rows = environment(dbs, args.workers, args.processes)
+        compile_sources()
         template = dbs.migrated()
         bench = Bench(
             dbs,
