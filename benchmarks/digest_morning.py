@@ -89,6 +89,7 @@ from benchmarks.throughput import (  # noqa: E402
     Processes,
     busy_share,
     code_version,
+    compile_sources,
     log,
     show_log_tails,
 )
@@ -838,6 +839,7 @@ def main(argv: list[str]) -> int:
         return fill(argv[1:])
     args = parse(argv)
     url = os.environ.get("DATABASE_URL", DEFAULT_URL)
+    compile_sources()
     command = " ".join(
         [f"DATABASE_URL={shlex.quote(url)}", ".venv/bin/python", "benchmarks/digest_morning.py"]
         + [shlex.quote(a) for a in argv]

@@ -53,6 +53,7 @@ from benchmarks.throughput import (
     Databases,
     Failed,
     Processes,
+    compile_sources,
     log,
     show_log_tails,
 )
@@ -348,6 +349,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL", DEFAULT_URL)
+    compile_sources()
     command = " ".join(
         [f"DATABASE_URL={shlex.quote(url)}", ".venv/bin/python", "benchmarks/memory.py"]
         + [shlex.quote(a) for a in argv]

@@ -72,6 +72,7 @@ from benchmarks.throughput import (  # noqa: E402
     backend_cpu,
     busy_share,
     code_version,
+    compile_sources,
     log,
     show_log_tails,
 )
@@ -705,6 +706,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     os.environ["Q_WORKERS"] = str(args.workers)
+    compile_sources()
     url = os.environ.get("DATABASE_URL", DEFAULT_URL)
     command = " ".join(
         [f"DATABASE_URL={shlex.quote(url)}", ".venv/bin/python", "benchmarks/ratelimit.py"]
