@@ -3,6 +3,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
@@ -50,6 +51,27 @@ def test_materialize__twice_for_the_same_occurrence_creates_one_run(make_task):
     ScheduledTask.objects.filter(pk=task.pk).update(next_run=due)
     dispatch.materialize(now=due)
     assert task.runs.count() == 1
+
+
+def test_materialize__looks_for_a_cancelled_run_to_revive_only_when_a_row_was_left_out(
+    make_task,
+):
+    """A wave whose runs all go in sends no SELECT of cancelled runs; an occurrence
+    planned again after its run was cancelled (a schedule moved away and back) gets that
+    run back in line."""
+    # A follow-up: no working-day calendar, so no day of the week plans it skipped.
+    task = make_task(at=timezone.now() + timedelta(minutes=10))
+    due = task.next_run
+    with CaptureQueriesContext(connection) as queries:
+        dispatch.materialize(now=due)
+    cancelled_reads = [q["sql"] for q in queries.captured_queries if "'cancelled'" in q["sql"]]
+    assert cancelled_reads == []
+    run = task.runs.get()
+    TaskRun.objects.filter(pk=run.pk).update(status=TaskRun.Status.CANCELLED, next_attempt_at=None)
+    ScheduledTask.objects.filter(pk=task.pk).update(next_run=due)
+    dispatch.materialize(now=due)
+    run.refresh_from_db()
+    assert (task.runs.count(), run.status) == (1, "scheduled")
 
 
 def test_materialize__after_downtime_runs_the_latest_and_records_the_missed(make_task):
