@@ -1,5 +1,6 @@
-"""Sphinx configuration: Markdown pages (MyST), and the reference pages that are
-generated from the code (docs/_ext/reminders_docs.py).
+"""Sphinx configuration: Markdown pages (MyST). The reference pages' generated parts
+are committed in the pages themselves (``bin/reference``, ``docs/_ext/reference.py``),
+so the build imports none of the project: ``make docs`` needs Sphinx and MyST alone.
 
 ``make docs`` builds it with warnings as errors (``-W --keep-going -n``): a link to a
 page or a heading that does not exist fails the build.
@@ -7,21 +8,11 @@ page or a heading that does not exist fails the build.
 
 from __future__ import annotations
 
-import os
-import sys
+import tomllib
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-sys.path[:0] = [str(DOCS.parent), str(DOCS / "_ext")]
-
-# The generated pages read the commands' parsers and the models' choices: the
-# standalone project's settings, which need no database to be set up.
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-import django  # noqa: E402
-
-django.setup()
-
-from reminders import __version__  # noqa: E402
+__version__ = tomllib.loads((DOCS.parent / "pyproject.toml").read_text())["project"]["version"]
 
 project = "reminders"
 author = "the reminders authors"
@@ -29,7 +20,7 @@ copyright = "the reminders authors"
 release = __version__
 version = __version__
 
-extensions = ["myst_parser", "reminders_docs"]
+extensions = ["myst_parser"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 # docs/README.md says how the pages are written and tested; it is not a page.

@@ -457,7 +457,9 @@ def test_api__every_public_function_has_its_signature_on_the_page() -> None:
     from reminders import api
 
     shown = set(
-        re.findall(r"```\{signature\} reminders\.api\.(\w+)", page_text("reference/api.md"))
+        re.findall(
+            r"<!-- reference: signature reminders\.api\.(\w+) -->", page_text("reference/api.md")
+        )
     )
     assert shown == set(api.__all__)
 
@@ -469,7 +471,9 @@ def test_commands__every_command_is_on_the_page() -> None:
         for path in (ROOT / root / "management" / "commands").glob("*.py")
         if path.stem != "__init__"
     }
-    shown = set(re.findall(r"```\{django-command\} (\w+)", page_text("reference/commands.md")))
+    shown = set(
+        re.findall(r"<!-- reference: django-command (\w+) -->", page_text("reference/commands.md"))
+    )
     assert commands == shown
 
 
@@ -480,7 +484,7 @@ def test_models__every_status_is_on_the_page() -> None:
         "reminders.models.TaskRun.Status",
         "reminders.models.SendLog.Status",
     ):
-        assert f"```{{choices}} {path}" in text
+        assert f"<!-- reference: choices {path} -->" in text
 
 
 def test_readme__every_relative_link_reaches_a_file() -> None:
@@ -515,3 +519,47 @@ def test_logging__the_loggers_the_production_page_names_exist() -> None:
 def test_layout__the_page_is_in_the_explanation() -> None:
     assert "layout" in page_text("explanation/index.md")
     assert page_text("explanation/layout.md").startswith("# Where things live")
+
+
+def reference() -> Any:
+    """``docs/_ext/reference.py``: what renders the reference pages' generated parts."""
+    sys.path.insert(0, str(DOCS / "_ext"))
+    try:
+        import reference as module
+    finally:
+        sys.path.remove(str(DOCS / "_ext"))
+    return module
+
+
+def test_reference_pages__their_generated_parts_are_what_the_code_renders_now():
+    """The parts are committed so that the pages read whole as Markdown anywhere and the
+    site builds without the project; a setting, command, signature or choice changed
+    without ``bin/reference`` fails here."""
+    module = reference()
+    pages = sorted((DOCS / "reference").glob("*.md"))
+    parts = {
+        page.name: len(module.PART.findall(page.read_text(encoding="utf-8"))) for page in pages
+    }
+    assert {name for name, n in parts.items() if n} >= {
+        "api.md",
+        "commands.md",
+        "models.md",
+        "settings.md",
+    }
+    stale = [
+        page.name
+        for page in pages
+        if module.refreshed(page.read_text(encoding="utf-8")) != page.read_text(encoding="utf-8")
+    ]
+    assert stale == [], f"stale: {stale}; run .venv/bin/python bin/reference"
+
+
+def test_reference_pages__a_part_changed_by_hand_is_rendered_anew_and_an_unknown_kind_refused():
+    module = reference()
+    part = "<!-- reference: choices reminders.models.TaskRun.Status -->"
+    page = f"{part}\n\n| edited |\n\n<!-- /reference -->"
+    fresh = module.refreshed(page)
+    assert "| edited |" not in fresh and "| `sent` |" in fresh
+    assert module.refreshed(fresh) == fresh
+    with pytest.raises(ValueError, match="no reference part of kind 'tables'"):
+        module.refreshed("<!-- reference: tables reminders.conf -->\n<!-- /reference -->")
