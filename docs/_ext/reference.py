@@ -110,7 +110,7 @@ def _arguments(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
             if action.nargs != 0:
                 name += f" {action.metavar or action.dest.upper()}"
         else:
-            name = action.metavar or action.dest
+            name = str(action.metavar or action.dest)
         if action.default == _os_user():
             # A default of the machine that builds the docs (the user running it) is
             # said in words, not as that machine's value.
