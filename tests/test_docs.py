@@ -563,3 +563,32 @@ def test_reference_pages__a_part_changed_by_hand_is_rendered_anew_and_an_unknown
     assert module.refreshed(fresh) == fresh
     with pytest.raises(ValueError, match="no reference part of kind 'tables'"):
         module.refreshed("<!-- reference: tables reminders.conf -->\n<!-- /reference -->")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tutorial__the_message_it_shows_is_the_one_the_console_channel_logs(caplog, settings):
+    """The tutorial's step 4 shows the line its follow-up due in a minute makes: the
+    same follow-up, sent through the console channel, logs that line but for its times
+    and its run's number."""
+    from django.utils import timezone
+
+    from reminders import api
+    from tests.support.jobs import tick
+
+    settings.LANGUAGE_CODE = "en"
+    settings.REMINDERS_CHANNELS = {
+        "console": {"BACKEND": "reminders.senders.console.ConsoleSender"}
+    }
+    settings.REMINDERS_DEFAULT_CHANNEL = "console"
+    caplog.set_level("INFO", logger="reminders.console")
+    payload = {"customer": "Acme Ltd", "subject": "Call back about the quote"}
+    api.schedule("follow_up", "lisi", at=timezone.now(), key="followup:tutorial", payload=payload)
+    assert tick() == 1
+    logged = [r.getMessage() for r in caplog.records if r.name == "reminders.console"]
+    shown = re.findall(r"^to lisi: .*$", page_text("tutorial/first-reminder.md"), re.MULTILINE)
+
+    def times_and_number_left_out(line: str) -> str:
+        return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?|#\d+", "…", line)
+
+    assert len(logged) == len(shown) == 1
+    assert times_and_number_left_out(shown[0]) == times_and_number_left_out(logged[0])
