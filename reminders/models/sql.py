@@ -93,11 +93,8 @@ def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[in
     if objs:
         model = type(objs[0])
         fields = _inserted(model)
-        params += [
-            field.get_db_prep_save(field.pre_save(obj, True), connection)
-            for obj in objs
-            for field in fields
-        ]
+        prepared = _Prepared(connection)
+        params += [prepared(field, obj) for obj in objs for field in fields]
         main = _insert_sql(model, alias, len(objs), True) + "".join(f", {c}" for c in counts)
     else:
         main = f"SELECT 0, {', '.join(counts) or '0'}"
