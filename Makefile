@@ -13,7 +13,7 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: run test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench soak clean \
+.PHONY: run sandbox test lint dist docs typecheck migrations-check test-sqlite test-postgres test-mariadb test-django6 bench soak clean \
 	ci-sqlite ci-postgres-processes ci-mariadb-processes ci-lint ci-dist ci-docs ci-typecheck \
 	ci-migrations-check ci-postgres-rest ci-mariadb-rest ci-django6
 
@@ -34,6 +34,14 @@ $(STAMP): $(RUN_STAMP)
 
 run: $(RUN_STAMP)
 	bash bin/run-dev
+
+# The local WeCom sandbox alone, for a CRM in development (docs/how-to/add-to-crm.md): its
+# development credentials, and a click on a card posted to CALLBACK_URL, a CRM's
+# runserver. Ctrl-C stops it.
+SANDBOX_PORT ?= 8900
+CALLBACK_URL ?= http://127.0.0.1:8000/reminders/wecom/callback
+sandbox: $(RUN_STAMP)
+	@$(PY) manage.py wecom_sandbox --port $(SANDBOX_PORT) --callback-url $(CALLBACK_URL)
 
 # `make test` is every step below in two lanes at once, each lane one step after another
 # (ci-*): the tests of real processes mostly wait (for processes, a sandbox, a database

@@ -592,3 +592,53 @@ def test_tutorial__the_message_it_shows_is_the_one_the_console_channel_logs(capl
 
     assert len(logged) == len(shown) == 1
     assert times_and_number_left_out(shown[0]) == times_and_number_left_out(logged[0])
+
+
+@pytest.mark.parametrize("page", ["how-to/sandbox.md", "how-to/add-to-crm.md"])
+def test_sandbox_settings__they_pass_the_system_checks_as_given(page, settings, db):
+    """The settings a page gives for sending to the local sandbox are enough on their
+    own: with them, no system check of the engine reports an error (its channel is
+    configured, its credentials given), and follow-ups go as cards with buttons (no
+    ``reminders.W008``: the callback is configured for the channel's app)."""
+    from django.core import checks
+
+    [fragment] = [
+        example
+        for example in examples(DOCS / page)
+        if example.mode == "file" and example.file.endswith("settings.py")
+    ]
+    namespace: dict[str, Any] = {"INSTALLED_APPS": []}
+    exec(_compiled(fragment), namespace)  # noqa: S102
+    given = {name: value for name, value in namespace.items() if name.startswith(PREFIXES)}
+    assert {"WECOM_API_BASE", "WECOM_CORP_ID", "REMINDERS_DEFAULT_CHANNEL"} <= set(given)
+    for name, value in given.items():
+        setattr(settings, name, value)
+    found = [
+        message
+        for message in checks.run_checks(include_deployment_checks=False)
+        if message.id and message.id.startswith(("reminders.", "ops."))
+    ]
+    errors = [str(message) for message in found if message.is_serious()]
+    assert errors == []
+    assert "reminders.W008" not in {message.id for message in found}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_add_to_crm__the_line_it_shows_is_the_one_a_send_logs(caplog, settings):
+    """The line the page shows ``run_reminders`` logging is the one a follow-up sent on
+    a channel named ``wecom`` logs, but for the run's number."""
+    from django.utils import timezone
+
+    from reminders import api
+    from tests.support.jobs import tick
+
+    settings.REMINDERS_CHANNELS = {"wecom": {"BACKEND": "reminders.senders.memory.MemorySender"}}
+    settings.REMINDERS_DEFAULT_CHANNEL = "wecom"
+    caplog.set_level("INFO", logger="reminders")
+    payload = {"customer": "Acme Ltd", "subject": "Send the quote"}
+    task = api.schedule("follow_up", "lisi", at=timezone.now(), payload=payload)
+    assert tick() == 1
+    [shown] = re.findall(r"^run \d+ .*$", page_text("how-to/add-to-crm.md"), re.MULTILINE)
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("run ")]
+    run_number = str(task.runs.get().pk)
+    assert logged == [re.sub(r"^run \d+", f"run {run_number}", shown)]

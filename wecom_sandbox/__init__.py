@@ -25,6 +25,8 @@ from .clicks import ClickRefused
 from .client import SandboxClient
 from .config import (
     DEV_AGENT_ID,
+    DEV_CALLBACK_AES_KEY,
+    DEV_CALLBACK_TOKEN,
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     DEV_ROBOT_KEY,
@@ -38,6 +40,8 @@ from .server import WeComSandbox
 
 __all__ = [
     "DEV_AGENT_ID",
+    "DEV_CALLBACK_AES_KEY",
+    "DEV_CALLBACK_TOKEN",
     "DEV_CORP_ID",
     "DEV_CORP_SECRET",
     "DEV_ROBOT_KEY",

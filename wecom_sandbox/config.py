@@ -17,6 +17,10 @@ DEV_CORP_ID = "ww-sandbox-corp"
 DEV_CORP_SECRET = "sandbox-secret"  # noqa: S105 - a fixed dev value, never a real secret
 DEV_AGENT_ID = 1000002
 DEV_ROBOT_KEY = "sandbox-robot"
+# The callback's, with which it signs and encrypts a click as WeCom does with those set in
+# its admin console: a CRM in development sets the same two (docs/how-to/add-to-crm.md).
+DEV_CALLBACK_TOKEN = "sandbox-callback-token"  # noqa: S105 - a fixed dev value
+DEV_CALLBACK_AES_KEY = "sandboxCallbackKeyForLocalDevelopment000000"
 
 USER_LIMITS = (Window(30, 60.0), Window(1000, 3600.0))
 ROBOT_LIMIT = Window(20, 60.0)

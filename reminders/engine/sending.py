@@ -133,6 +133,13 @@ def send_reserved(
         outcome = job.outcome = _call(job)
         if isinstance(outcome, SendResult):
             done.append((job, outcome))
+            logger.info(
+                "run %s (%s to %s) sent on %s",
+                job.run.pk,
+                job.run.task.kind,
+                job.run.task.recipient,
+                job.channel,
+            )
         elif isinstance(outcome, ThrottledSendError):
             record_throttled(job, outcome)
             until = ratelimit.pause(f"{job.scope}:channel", outcome.pause_seconds, outcome.message)

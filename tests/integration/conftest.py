@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from reminders.models import Priority, ScheduledTask
+from tests.support.crm_venv import crm_venv
 from tests.support.pgcluster import Cluster, binaries, throwaway_cluster
 from tests.support.processes import (
     ReminderProcess,
@@ -33,6 +34,15 @@ def own_postgres() -> Iterator[Cluster]:
         pytest.skip("PostgreSQL's server binaries are not installed")
     with throwaway_cluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def crm_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv with the wheel ``make dist`` built ``pip install``-ed with the extras
+    the server under test needs, as a CRM installs the release it pins; its Python.
+    Without that wheel (the test run alone) or with one older than the checkout, a wheel
+    built now (``tests.support.crm_venv.built_wheel``)."""
+    return crm_venv(tmp_path_factory.mktemp("crm-venv"), connection.vendor)
 
 
 @pytest.fixture

@@ -24,12 +24,10 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import tomllib
 import uuid
-import venv
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ import pytest
 import redis
 from django.db import connection
 
+from tests.support.crm_venv import run
 from tests.support.processes import (
     KNOBS,
     REPO,
@@ -66,61 +65,12 @@ pytestmark = [
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "crm_project"
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-# The driver each server needs, as the package's extras name it.
-EXTRAS = {"sqlite": "redis", "postgresql": "redis,postgres", "mysql": "redis,mysql"}
-COMMAND_TIMEOUT = 180
 # Whether django-q2's admin is registered, and the cluster django-q2 would run.
 DJANGO_Q_STATE = (
     "from django.contrib import admin; from django_q.conf import Conf; "
     "from django_q.models import Schedule; "
     "print(admin.site.is_registered(Schedule), Conf.CLUSTER_NAME)"
 )
-
-
-def built_wheel(root: Path) -> Path:
-    """The wheel ``make dist`` built, ``dist/django_wecom_reminders-<version>-*.whl``, when
-    it is newer than every file it is built from; else one built now into ``root`` from a
-    copy of the working tree (what git would commit), as ``make dist`` builds it."""
-    with (REPO / "pyproject.toml").open("rb") as f:
-        project = tomllib.load(f)["project"]
-    # The wheel's file name spells the distribution's name with underscores.
-    pattern = f"{project['name'].replace('-', '_')}-{project['version']}-*.whl"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    names = [name for name in listed.split("\0") if name and (REPO / name).is_file()]
-    built = sorted((REPO / "dist").glob(pattern))
-    sources = [name for name in names if name.startswith(("reminders/", "ops/", "pyproject"))]
-    newest = max((REPO / name).stat().st_mtime for name in sources)
-    if len(built) == 1 and built[0].stat().st_mtime >= newest:
-        return built[0]
-    source = root / "source"
-    for name in names:
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, source / name)
-    run([sys.executable, "-m", "build", "--wheel", "--outdir", root / "dist", source], cwd=root)
-    [wheel] = (root / "dist").glob(pattern)
-    return wheel
-
-
-@pytest.fixture(scope="session")
-def crm_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with the wheel ``make dist`` built ``pip install``-ed with the extras
-    the server under test needs (``pip install "<wheel>[redis,postgres]"`` on PostgreSQL),
-    as a CRM installs the release it pins; its Python. Without that wheel (the test run
-    alone) or with one older than the checkout, a wheel built now (``built_wheel``)."""
-    root = tmp_path_factory.mktemp("crm-venv")
-    wheel = built_wheel(root)
-    venv.create(root / "venv", with_pip=True)
-    python = root / "venv" / "bin" / "python"
-    run(
-        [python, "-m", "pip", "install", "--quiet", f"{wheel}[{EXTRAS[connection.vendor]}]"],
-        cwd=root,
-    )
-    return python
 
 
 @pytest.fixture(scope="module")
@@ -232,20 +182,6 @@ def crm(
 
 def ignore_caches(directory: str, names: list[str]) -> set[str]:
     return {name for name in names if name == "__pycache__"}
-
-
-def run(args: list[Any], *, cwd: Path, env: Mapping[str, str] | None = None) -> Any:
-    done = subprocess.run(
-        [str(arg) for arg in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}{done.stderr}"
-    return done
 
 
 def stop(process: ReminderProcess) -> int:

@@ -12,6 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import psutil
@@ -66,8 +67,19 @@ def assert_stops_in_time(service: dict[str, list[str]]) -> None:
     assert timeout >= unit_grace(service) + MARGIN_SECONDS
 
 
-def test_systemd_unit__stop_timeout_exceeds_the_grace():
-    service = unit(DEPLOY / "reminders.service")
+def how_to_unit(tmp_path: Path) -> Path:
+    """The systemd unit docs/how-to/add-to-crm.md gives a CRM, as a file."""
+    page = (REPO / "docs" / "how-to" / "add-to-crm.md").read_text()
+    [block] = re.findall(r"```ini\n(.*?)```", page, re.DOTALL)
+    path = tmp_path / "crm-reminders.service"
+    path.write_text(textwrap.dedent(block))
+    return path
+
+
+@pytest.mark.parametrize("where", ["ops/deploy", "docs/how-to/add-to-crm.md"])
+def test_systemd_unit__stop_timeout_exceeds_the_grace(where, tmp_path):
+    path = DEPLOY / "reminders.service" if where == "ops/deploy" else how_to_unit(tmp_path)
+    service = unit(path)
     assert service["ExecStart"][0].endswith("manage.py run_reminders")
     assert_stops_in_time(service)
     # SIGTERM to every process, which the clusters are built for; SIGKILL only after.

@@ -14,6 +14,8 @@ from django.utils.translation import gettext_noop
 from reminders.management.base import TranslatedCommand
 from wecom_sandbox import (
     DEV_AGENT_ID,
+    DEV_CALLBACK_AES_KEY,
+    DEV_CALLBACK_TOKEN,
     DEV_CORP_ID,
     DEV_CORP_SECRET,
     DEV_ROBOT_KEY,
@@ -209,12 +211,18 @@ def _add_callback_arguments(parser: CommandParser) -> None:
     parser.add_argument(
         "--callback-token",
         default=None,
-        help=_("the callback's token (default: WECOM_CALLBACK_TOKEN; never printed)"),
+        help=_(
+            "the callback's token (default: WECOM_CALLBACK_TOKEN, else a development token; "
+            "never printed)"
+        ),
     )
     parser.add_argument(
         "--callback-aes-key",
         default=None,
-        help=_("the callback's EncodingAESKey (default: WECOM_CALLBACK_AES_KEY; never printed)"),
+        help=_(
+            "the callback's EncodingAESKey (default: WECOM_CALLBACK_AES_KEY, else a development "
+            "key; never printed)"
+        ),
     )
 
 
@@ -300,16 +308,8 @@ class Command(TranslatedCommand):
             if token or key:
                 raise CommandError(_("--callback-token and --callback-aes-key need --callback-url"))
             return {}
-        token = token or getattr(settings, "WECOM_CALLBACK_TOKEN", "") or ""
-        key = key or getattr(settings, "WECOM_CALLBACK_AES_KEY", "") or ""
-        if not (token and key):
-            raise CommandError(
-                _(
-                    "--callback-url needs the callback's token and EncodingAESKey: "
-                    "--callback-token and --callback-aes-key, or the settings "
-                    "WECOM_CALLBACK_TOKEN and WECOM_CALLBACK_AES_KEY"
-                )
-            )
+        token = token or getattr(settings, "WECOM_CALLBACK_TOKEN", "") or DEV_CALLBACK_TOKEN
+        key = key or getattr(settings, "WECOM_CALLBACK_AES_KEY", "") or DEV_CALLBACK_AES_KEY
         return {"callback_url": url, "callback_token": token, "callback_aes_key": key}
 
     def _ready(self, sandbox: WeComSandbox, base_url: str, options: dict[str, Any]) -> None:
