@@ -6,13 +6,37 @@ if it has one, stays its own (see the django-q2 block below).
 """
 
 from pathlib import Path
+from typing import Any
 
 import django
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+
+class Env(environ.Env):
+    """django-environ's, but a value that does not parse names its variable: the
+    process stops with ``environment variable PREPARE_THRESHOLD: 'abc' is not an
+    integer (...)``, not only Python's ``invalid literal for int()``."""
+
+    def get_value(
+        self,
+        var: str,
+        cast: Any = None,
+        default: Any = environ.Env.NOTSET,
+        parse_default: bool = False,
+    ) -> Any:
+        try:
+            return super().get_value(var, cast, default, parse_default)
+        except (ValueError, TypeError) as exc:
+            expected = {int: "an integer", float: "a number"}.get(cast, "valid")
+            raise ImproperlyConfigured(
+                f"environment variable {var}: {self.ENVIRON.get(var)!r} is not {expected} ({exc})"
+            ) from None
+
+
+env = Env()
 environ.Env.read_env(BASE_DIR / ".env")
 
 SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me")
@@ -89,7 +113,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # off, which a transaction-mode pooler in front of PostgreSQL needs.
     threshold = env.str("PREPARE_THRESHOLD", default="5")
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
-        "prepare_threshold", int(threshold) if threshold else None
+        "prepare_threshold", env.int("PREPARE_THRESHOLD", default=5) if threshold else None
     )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
