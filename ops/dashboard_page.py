@@ -28,6 +28,7 @@ from django.utils.translation import pgettext
 from reminders import kinds as kind_registry
 from reminders.models import QUIET_CODE, Priority, SendLog, TaskRun
 
+from . import dashboard_health
 from .conf import settings as conf
 from .stats import (
     PENDING,
@@ -43,6 +44,7 @@ from .stats import (
     zone_name,
 )
 from .stats import format as fmt
+from .stats.wave import app_paces
 from .svg import Series, bar_chart, line_chart, stacked_bar_chart
 
 # Every status but cancelled: the runs a day's plan holds.
@@ -137,8 +139,10 @@ def _count_cells(
 def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, Any]:
     links = RunLinks(site, request)
     start, end = stats.start, stats.end
+    failed = (TaskRun.Status.FAILED, TaskRun.Status.EXPIRED, TaskRun.Status.UNKNOWN)
     return {
         "stats": stats,
+        "health": dashboard_health.parts(stats, site, request, links.due(start, end, failed)),
         "columns": [label for _key, label, _s in columns()],
         "totals": _count_cells(stats.totals, links, start, end),
         "totals_rate": fmt.rate(stats.totals.success_rate),
@@ -440,6 +444,10 @@ def _wave_chart(wave: Wave) -> SafeString:
         ],
         x_label=_("minute (%(zone)s)") % {"zone": zone_name()},
         y_label=_("runs"),
+        limits=[
+            (_("%(channels)s: %(pace)s a minute") % {"channels": names, "pace": f"{pace:g}"}, pace)
+            for names, pace in app_paces()
+        ],
     )
 
 

@@ -287,14 +287,33 @@ def stacked_bar_chart(
     x_label: str,
     y_label: str,
     fmt: Callable[[float], str] = lambda v: f"{v:g}",
+    limits: Sequence[tuple[str, float]] = (),
 ) -> SafeString:
-    """The series stacked in each category, the first at the bottom; the axis reaches the
-    tallest stack."""
+    """The series stacked in each category, the first at the bottom; ``limits``, each a
+    dashed line across the plot with its label (a provider's pace, say). The axis reaches
+    the tallest stack and the highest limit: how far the bars stay under a limit is
+    what the line is there to show."""
     totals = [sum(one.values[i] or 0.0 for one in series) for i in range(len(labels))]
-    top, step = nice_ceiling(max(totals, default=0.0))
+    top, step = nice_ceiling(max([*totals, *(limit for _name, limit in limits)], default=0.0))
     frame = _Frame(labels, top, step)
     width = frame.band * 0.8
     parts = [_axes(frame, x_label, y_label, fmt), _legend(series)]
+    for name, limit in limits:
+        level = _num(frame.y(limit))
+        parts.append(
+            format_html(
+                '<line class="limit" x1="{}" y1="{}" x2="{}" y2="{}"><title>{}</title></line>'
+                '<text class="limit" x="{}" y="{}" text-anchor="end">{}</text>',
+                LEFT,
+                level,
+                WIDTH - RIGHT,
+                level,
+                name,
+                WIDTH - RIGHT,
+                _num(frame.y(limit) - 4),
+                name,
+            )
+        )
     base = [0.0] * len(labels)
     for s, one in enumerate(series):
         for i, value in enumerate(one.values):

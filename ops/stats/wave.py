@@ -65,13 +65,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncMinute
 from django.utils.module_loading import import_string
 
 from reminders import calendars, kinds
 from reminders.conf import settings as reminders_conf
+from reminders.exceptions import RemindersError
 from reminders.models import QUIET_CODE, ScheduledTask, TaskRun
+from reminders.senders import get_sender
 
 from ..conf import settings as conf
 from ..statistics import BEIJING, beijing_day_bounds, our_count
@@ -332,6 +335,27 @@ def quota_channels() -> tuple[str, ...]:
         if getattr(backend, "spends_app_quota", False):
             found.append(alias)
     return tuple(sorted(found))
+
+
+def app_paces() -> list[tuple[str, float]]:
+    """The pace of each WeCom app the quota's channels send as, in messages a minute: its
+    channel's ``rate_limit`` (else ``WECOM_RATE_LIMIT``), the most the engine sends it
+    and what WeCom would refuse beyond (45009). One per app (``rate_scope``: aliases of
+    one app share it), named by its channels; none for an app with no pace set, or a
+    channel that cannot be built (the reminders system checks say why)."""
+    paces: dict[str, tuple[list[str], float]] = {}
+    for alias in quota_channels():
+        try:
+            sender = get_sender(alias)
+            paced = sender.channel_rate() is not None
+        except (RemindersError, ImproperlyConfigured, ValueError, TypeError):
+            continue
+        if paced:
+            names, _pace = paces.setdefault(
+                sender.rate_scope, ([], float(sender.options["rate_limit"]) * 60)
+            )
+            names.append(alias)
+    return [(", ".join(names), pace) for names, pace in paces.values()]
 
 
 def beijing_today(now: datetime) -> date:

@@ -293,3 +293,83 @@ def test_viewer__sees_the_failures_and_is_offered_no_retry(
     actions = page.locator("select[name=action] option").all_inner_texts()
     assert not [action for action in actions if "retry" in action.lower()], actions
     assert statuses(day.failed) == ["failed"] * 3
+
+
+def health_parts(page: Page) -> dict[str, tuple[str, str]]:
+    """The first screen's parts as shown: key -> (state class, its text on one line)."""
+    shown = {}
+    for item in page.locator("ul.health > li").all():
+        text = " ".join(item.inner_text().split())
+        shown[str(item.get_attribute("data-part"))] = (str(item.get_attribute("class")), text)
+    return shown
+
+
+@pytest.mark.parametrize(
+    ("locale", "words"),
+    [
+        (
+            "en-US",
+            {
+                "heading": "Is anything wrong?",
+                "wrong": "Needs attention",
+                "help": "How these are counted",
+            },
+        ),
+        ("zh-CN", {"heading": "有没有问题？", "wrong": "需要处理", "help": "这些数字如何计算"}),  # noqa: RUF001
+    ],
+)
+def test_first_screen__says_what_is_wrong_and_leads_to_it(
+    live_server: Any, browser: Any, failed_today: Day, locale: str, words: dict[str, str]
+) -> None:
+    """In the operator's language: the health strip is the first thing on the page and
+    fits the first screen; the day's failures are marked and lead to those runs; the
+    explanations are collapsed; the charts span the page."""
+    from tests.browser.conftest import STEP_TIMEOUT_MS, VIEWPORT
+
+    make_user("olga", OPERATOR)
+    context = browser.new_context(viewport=VIEWPORT, locale=locale)
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server.url}/admin/login/?next={failed_today.dashboard}")
+        page.fill("#id_username", "olga")
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_url(re.compile(re.escape(DASHBOARD)))
+
+        heading = page.locator("#content-main h2").first
+        assert heading.inner_text() == words["heading"]
+        strip = page.locator("ul.health").bounding_box()
+        assert strip is not None and strip["y"] + strip["height"] <= VIEWPORT["height"]
+        parts = health_parts(page)
+        assert list(parts) == ["failures", "schedulers", "calendars", "quota", "alerts"]
+        state, text = parts["failures"]
+        assert state == "wrong"
+        assert words["wrong"] in text and " 3 " in f" {text} "
+        # The engine's passes of this test beat as a scheduler does: one ticking.
+        assert parts["schedulers"][0] == "well"
+
+        # The explanations wait behind their summaries.
+        helps = page.locator("details.help")
+        assert helps.count() >= 1
+        assert helps.first.locator("summary").inner_text() == words["help"]
+        assert not helps.first.evaluate("(element) => element.open")
+        assert not page.locator("details.help p.note").first.is_visible()
+
+        # The charts are as wide as the page lets them be: readable without zooming.
+        widths = [
+            box["width"]
+            for box in (c.bounding_box() for c in page.locator("svg.chart").all())
+            if box
+        ]
+        assert widths and min(widths) >= 700, widths
+
+        # The failures part leads to exactly the day's failed runs.
+        page.locator("ul.health > li[data-part=failures] a").click()
+        page.wait_for_url(re.compile(re.escape(RUNS)))
+        query = parse_qs(urlsplit(page.url).query)
+        assert query["status__in"] == ["failed,expired,unknown"]
+        rows = page.locator("#result_list tbody tr")
+        assert rows.count() == len(failed_today.failed) == 3
+    finally:
+        context.close()

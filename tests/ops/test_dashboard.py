@@ -368,8 +368,9 @@ def test_page_query_count_does_not_grow_with_the_data(admin_client, world):
 
     page(admin_client)  # the calendars' entries, read once in a while per process
     first = queries()
-    # ops.stats' queries (the recalls' count among them), and the request's session and user.
-    assert first == (19 if connection.vendor == "postgresql" else 17) + 2
+    # ops.stats' queries (the recalls' count among them), the health strip's two (the
+    # calendars in use, the alerts of the last 24 hours), and the request's session and user.
+    assert first == (19 if connection.vendor == "postgresql" else 17) + 2 + 2
     more = World()
     more.task("x", "inquiry_timeout", "console", "low")
     for n in range(200):

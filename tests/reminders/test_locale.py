@@ -107,6 +107,7 @@ TRANSLATED = {
         "ops/conf.py",
         "ops/dashboard.py",
         "ops/dashboard_page.py",
+        "ops/dashboard_health.py",
         "ops/health.py",
         "ops/management/commands/ops_alerts.py",
         "ops/management/commands/ops_roles.py",
