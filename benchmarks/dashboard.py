@@ -74,7 +74,7 @@ INSERT INTO reminders_taskrun
     (task_id, occurrence, run_date, due_at, status, priority, ledger_key, attempts, crashes,
      next_attempt_at, lease_owner, lease_token, lease_expires_at, started_at, finished_at,
      duration, error_code, error_message, is_compensation, deadline, stuck_reported_at,
-     created_at)
+     created_at, job_failures, is_manual, requested_by, handled_by, day_source, day_note)
 SELECT t.id, r.occurrence, (r.occurrence AT TIME ZONE 'Asia/Shanghai')::date, r.due,
        r.status, (t.id %% 3)::smallint, t.id || ':' || r.i, 1, 0,
        CASE WHEN r.status IN ('scheduled', 'retrying') THEN r.due END,
@@ -92,7 +92,8 @@ SELECT t.id, r.occurrence, (r.occurrence AT TIME ZONE 'Asia/Shanghai')::date, r.
        CASE WHEN r.status IN ('failed', 'unknown', 'expired', 'skipped')
             THEN 'error ' || (r.i %% 10) || ': what the provider said about run ' || r.i
             ELSE '' END,
-       false, r.due + interval '2 hours', NULL, r.occurrence - interval '1 hour'
+       false, r.due + interval '2 hours', NULL, r.occurrence - interval '1 hour',
+       0, false, '', '', '', ''
 FROM (
     SELECT s.i, s.occurrence, s.occurrence + s.stagger AS due,
            CASE WHEN s.occurrence + s.stagger > now() - interval '2 minutes' THEN
