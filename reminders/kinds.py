@@ -35,7 +35,7 @@ from .messages.stamps import STAMPED_FIELDS as STAMPED_FIELDS
 from .messages.stamps import makeup_line as makeup_line
 from .messages.stamps import stamp as stamp
 from .messages.stamps import stamped, tail
-from .registry import Kind, get, label, names, policy, register
+from .registry import Kind, PayloadField, get, label, names, policy, register
 from .registry import _registry as _registry
 from .schedule.policies import Policy
 
@@ -43,6 +43,7 @@ __all__ = [
     "STAMPED_FIELDS",
     "Content",
     "Kind",
+    "PayloadField",
     "Policy",
     "builder",
     "buttons",
@@ -85,6 +86,19 @@ def render(task: ScheduledTask, run: TaskRun) -> Content:
     return content
 
 
+# The payload keys the built-in kinds read (``messages.wording``), as the admin shows them.
+CUSTOMER = PayloadField("customer", _("Customer"), _("Who it is about, as the CRM names them."))
+SUBJECT = PayloadField("subject", _("Subject"), _("What is to be done, in a line."))
+RECORD_URL = PayloadField(
+    "url", _("Link"), _("The record in the CRM (http or https); the message links to it."), "url"
+)
+REPORT_URL = PayloadField(
+    "url",
+    _("Link"),
+    _("Where the report is written (http or https); empty: REMINDERS_REPORT_URL."),
+    "url",
+)
+
 register(
     Kind(
         "daily_report",
@@ -99,6 +113,7 @@ register(
             mandatory=True,
         ),
         content_override=True,
+        fields=(REPORT_URL,),
     )
 )
 register(
@@ -115,6 +130,7 @@ register(
             mandatory=True,
         ),
         content_override=True,
+        fields=(REPORT_URL,),
     )
 )
 register(
@@ -124,6 +140,7 @@ register(
         wording.birthday,
         Policy(priority="high", send_by="12:00", missed="skip"),
         content_override=True,
+        fields=(PayloadField("name", _("Name"), _("How the greeting addresses them.")),),
     )
 )
 register(
@@ -133,6 +150,7 @@ register(
         wording.follow_up,
         Policy(max_lateness_seconds=2 * 3600),
         content_override=True,
+        fields=(CUSTOMER, SUBJECT, RECORD_URL),
     )
 )
 register(
@@ -147,6 +165,26 @@ register(
             breaks_quiet_hours=True,
         ),
         content_override=True,
+        fields=(
+            CUSTOMER,
+            SUBJECT,
+            PayloadField(
+                "minutes", _("Minutes waited"), _("How long the inquiry has waited."), "number"
+            ),
+            RECORD_URL,
+            PayloadField(
+                "owner",
+                _("Owner"),
+                _("The member told when someone else takes the inquiry on."),
+                "member",
+            ),
+            PayloadField(
+                "escalated_from",
+                _("Escalated from"),
+                _("The member it first went to: the message says it is an escalation."),
+                "member",
+            ),
+        ),
     )
 )
 register(
@@ -161,5 +199,11 @@ register(
             breaks_quiet_hours=True,
         ),
         content_override=True,
+        fields=(
+            PayloadField("taken_by", _("Taken on by"), _("Who took the inquiry on."), "member"),
+            CUSTOMER,
+            SUBJECT,
+            RECORD_URL,
+        ),
     )
 )

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy as _
+
 from .conf import settings as conf
 from .exceptions import UnknownKind
 from .messages.content import Built
@@ -23,6 +25,35 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class PayloadField:
+    """One key of a kind's payload that its builder reads, as the admin's task form
+    shows it: a field of its own, with its label and help, beside the JSON that keeps
+    a CRM's other keys.
+
+    ``type`` says how the form reads it: ``text`` (one line), ``long_text`` (several),
+    ``url``, ``member`` (one WeCom member id), ``number`` (a whole number, stored as
+    one), ``language`` (one of ``settings.LANGUAGES``). The form only reads and stores
+    it: what is valid is the builder's to say, when the form renders the message as the
+    send would (a refusal that names ``payload["<name>"]`` is shown on this field).
+    """
+
+    name: str
+    label: str | _StrPromise
+    help: str | _StrPromise = ""
+    type: str = "text"
+
+    TYPES = ("text", "long_text", "url", "member", "number", "language")
+
+    def __post_init__(self) -> None:
+        if self.type not in self.TYPES:
+            raise ValueError(
+                f"PayloadField {self.name!r}: type {self.type!r} is not one of {self.TYPES}"
+            )
+        if not self.name.isidentifier():
+            raise ValueError(f"PayloadField {self.name!r}: the name must be an identifier")
+
+
+@dataclass(frozen=True)
 class Kind:
     """A kind of task: its name, its label (the admin's), its default builder (what
     ``render`` returns a message from: ``reminders.messages.builders``) and its policy.
@@ -30,6 +61,9 @@ class Kind:
     ``content_override``: ``payload["content"]``, when set, is the message (as text)
     instead of what any builder of the kind writes. The six built-in kinds have it; a
     CRM's kind reads its payload itself unless it asks for it.
+
+    ``fields``: the payload keys its builder reads (``PayloadField``), which the
+    admin's form shows as fields; a CRM's kind declares its own the same way.
     """
 
     name: str
@@ -39,7 +73,29 @@ class Kind:
     # When its messages go; ``REMINDERS_KINDS`` overrides it field by field.
     policy: Policy = field(default_factory=Policy)
     content_override: bool = False
+    fields: tuple[PayloadField, ...] = ()
 
+    def payload_fields(self) -> tuple[PayloadField, ...]:
+        """Its own fields, then the two every kind's message reads through
+        ``kinds.render``: ``content`` (where ``content_override`` lets the CRM's own
+        text be the message) and ``lang``."""
+        common = [LANGUAGE] if not self.content_override else [CONTENT, LANGUAGE]
+        own = {one.name for one in self.fields}
+        return (*self.fields, *(one for one in common if one.name not in own))
+
+
+CONTENT = PayloadField(
+    "content",
+    _("Own text"),
+    _("Sent as the message instead of the kind's wording, as written (the stamp is added)."),
+    "long_text",
+)
+LANGUAGE = PayloadField(
+    "lang",
+    _("Language"),
+    _("The message's language; empty: the site's (LANGUAGE_CODE)."),
+    "language",
+)
 
 _registry: dict[str, Kind] = {}
 

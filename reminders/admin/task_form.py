@@ -9,14 +9,24 @@ the kind's (NULL); "every day" is stored as ``""``. The form runs the checks
 ``api.schedule`` runs after the task's ``full_clean`` (``validation.check_sendable``),
 each in a savepoint: a builder whose query fails is an error on the form, and the page's
 transaction goes on (PostgreSQL would otherwise abort it).
+
+The payload is entered as fields: one per key a registered kind declares
+(``Kind.payload_fields``), each marked with the kinds that read it, so that the page shows
+those of the kind chosen (``payload_form_fields``). The JSON keeps the other keys, a
+CRM's own; a key given both ways, differently, is refused on its field. The payload
+saved is the JSON's keys and the chosen kind's fields that are filled; the fields of
+other kinds are not read. A builder's refusal that names ``payload["<key>"]`` is shown
+on that key's field.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, time
 from typing import Any, cast
 
 from django import forms
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -26,10 +36,54 @@ from ..conf import settings as conf
 from ..exceptions import UnknownKind
 from ..intake import validation
 from ..models import Priority, ScheduledTask
+from ..registry import PayloadField
 from ..schedule import timing
 
 # Saving a task with any of these changed re-plans it, as ``reminders.api.schedule`` does.
 SCHEDULE_FIELDS = ("cron", "run_at", "timezone")
+# A payload key's form field is named so: ``payload_customer``.
+PAYLOAD_PREFIX = "payload_"
+# How a builder's refusal names a payload key.
+NAMED_KEY = re.compile(r'payload\["(\w+)"\]')
+
+
+def payload_form_fields() -> dict[str, forms.Field]:
+    """A form field for each payload key a registered kind declares, named
+    ``payload_<key>`` (a key two kinds read is one field, as the first declares it), its
+    widget marked with the kinds that read it (``data-kinds``) for the page to show
+    those of the kind chosen."""
+    found: dict[str, tuple[PayloadField, list[str]]] = {}
+    for name in kinds.names():
+        for one in kinds.get(name).payload_fields():
+            found.setdefault(one.name, (one, []))[1].append(name)
+    return {
+        PAYLOAD_PREFIX + key: _payload_field(one, used_by) for key, (one, used_by) in found.items()
+    }
+
+
+def _payload_field(one: PayloadField, used_by: list[str]) -> forms.Field:
+    attrs = {"data-kinds": " ".join(used_by), "class": "vTextField"}
+    common: dict[str, Any] = {"label": one.label, "help_text": one.help, "required": False}
+    if one.type == "number":
+        return forms.IntegerField(
+            min_value=0,
+            widget=forms.NumberInput(attrs={"data-kinds": attrs["data-kinds"]}),
+            **common,
+        )
+    if one.type == "language":
+        choices = [("", _("the site's language")), *django_settings.LANGUAGES]
+        return forms.ChoiceField(
+            choices=choices,
+            widget=forms.Select(attrs={"data-kinds": attrs["data-kinds"]}),
+            **common,
+        )
+    if one.type == "long_text":
+        widget: forms.Widget = forms.Textarea(attrs={**attrs, "rows": 3})
+    elif one.type == "url":
+        widget = forms.URLInput(attrs=attrs)
+    else:
+        widget = forms.TextInput(attrs=attrs)
+    return forms.CharField(widget=widget, strip=True, **common)
 
 
 def _choices_with(current: str | None, choices: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -142,16 +196,67 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
         if "calendar" in self.fields:
             self.fields["calendar"] = _calendar_field(self.instance.calendar)
             self.initial["calendar"] = _calendar_choice(self.instance.calendar)
+        if "payload" in self.fields:
+            self._payload_initial()
+
+    def _payload_initial(self) -> None:
+        """The stored payload in the fields of the task's kind; the other keys in the
+        JSON."""
+        payload = self.instance.payload if isinstance(self.instance.payload, dict) else {}
+        others = dict(payload)
+        for one in self._declared(self.instance.kind):
+            if PAYLOAD_PREFIX + one.name in self.fields and one.name in others:
+                self.initial[PAYLOAD_PREFIX + one.name] = others.pop(one.name)
+        self.initial["payload"] = others
+        payload_field = self.fields["payload"]
+        payload_field.label = _("other payload keys (JSON)")
+        payload_field.required = False
+        payload_field.help_text = _(
+            "Keys of the CRM's own beyond the fields above, as a JSON object: {} for none."
+        )
+
+    @staticmethod
+    def _declared(kind: str | None) -> tuple[PayloadField, ...]:
+        try:
+            return kinds.get(kind or "").payload_fields()
+        except UnknownKind:
+            return ()
 
     def clean(self) -> dict[str, Any]:
         super().clean()
         cleaned = self.cleaned_data
+        if "payload" in self.fields and "payload" not in self.errors:
+            self._clean_payload(cleaned)
         if not cleaned.get("priority"):
             try:
                 cleaned["priority"] = kinds.policy(cleaned.get("kind") or "").priority
             except UnknownKind:
                 cleaned["priority"] = Priority.NORMAL  # the kind's own error is on its field
         return cleaned
+
+    def _clean_payload(self, cleaned: dict[str, Any]) -> None:
+        """The payload saved: the JSON's keys and the chosen kind's filled fields."""
+        others = cleaned.get("payload")
+        if others in (None, ""):
+            others = {}
+        if not isinstance(others, dict):
+            self.add_error("payload", _('It must be a JSON object: {"key": "value"}.'))
+            return
+        payload = dict(others)
+        for one in self._declared(cleaned.get("kind")):
+            name = PAYLOAD_PREFIX + one.name
+            value = cleaned.get(name)
+            if value in (None, "") or name in self.errors:
+                continue
+            if one.name in others and others[one.name] != value:
+                self.add_error(
+                    name,
+                    _("The JSON below gives %(key)s too, as %(value)s: keep one.")
+                    % {"key": one.name, "value": others[one.name]},
+                )
+                continue
+            payload[one.name] = value
+        cleaned["payload"] = payload
 
     def _post_clean(self) -> None:
         # The ModelForm builds the task and runs its full_clean; then come the checks that
@@ -160,4 +265,17 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
         try:
             validation.check_sendable(self.instance, skip=set(self.errors), savepoints=True)
         except ValidationError as exc:
-            self.add_error(None, exc)
+            self._add_sendable_errors(exc)
+
+    def _add_sendable_errors(self, exc: ValidationError) -> None:
+        """The checks' errors, each one naming a payload key on that key's field."""
+        by_field = exc.error_dict if hasattr(exc, "error_dict") else {None: exc.error_list}
+        for field_name, errors in by_field.items():
+            for error in errors:
+                text = " ".join(error.messages)
+                named = NAMED_KEY.search(text)
+                target = PAYLOAD_PREFIX + named.group(1) if named else None
+                if target in self.fields and target not in self.errors:
+                    self.add_error(target, error)
+                else:
+                    self.add_error(field_name if field_name in self.fields else None, error)

@@ -54,8 +54,9 @@ from ..models import ScheduledTask
 from ..schedule import cron_text, readable
 from . import display, preview
 from .filters import KindListFilter
+from .live_preview import LivePreviewMixin
 from .run_now import RunNowMixin
-from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm
+from .task_form import SCHEDULE_FIELDS, ScheduledTaskForm, payload_form_fields
 
 
 def in_task_zone(name: str, description: Any) -> Callable[[Any, ScheduledTask], str]:
@@ -114,7 +115,7 @@ class PreviewingForm(forms.ModelForm):
 
 
 @admin.register(ScheduledTask)
-class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
+class ScheduledTaskAdmin(LivePreviewMixin, RunNowMixin, admin.ModelAdmin):
     form = ScheduledTaskForm
     list_display = (
         "kind_label",
@@ -257,7 +258,22 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         return display.recent_runs(task, timezone.now()) if task.pk else "-"
 
     def get_fieldsets(self, request: HttpRequest, obj: ScheduledTask | None = None) -> Any:
-        fieldsets = super().get_fieldsets(request, obj)
+        # The payload as fields, the kinds' keys, then the JSON of the other keys.
+        payload = (*payload_form_fields(), "payload")
+        fieldsets: list[tuple[Any, dict[str, Any]]] = [
+            (
+                name,
+                {
+                    **opts,
+                    "fields": tuple(
+                        part
+                        for field in opts["fields"]
+                        for part in (payload if field == "payload" else (field,))
+                    ),
+                },
+            )
+            for name, opts in super().get_fieldsets(request, obj)
+        ]
         if obj is None:  # nothing to preview or list before it is saved
             saved_only = {"schedule_in_words", "recent_runs"}
             return [
@@ -286,7 +302,9 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
         change: bool = False,
         **kwargs: Any,
     ) -> Any:
-        form = super().get_form(request, obj, change, **kwargs)
+        # The payload's fields are the registered kinds': declared on the form per request.
+        with_payload = type(self.form.__name__, (self.form,), payload_form_fields())
+        form = super().get_form(request, obj, change, **{"form": with_payload, **kwargs})
         if not hasattr(request, "reminders_preview"):
             return form
         return type("Previewing" + form.__name__, (PreviewingForm, form), {"request": request})
@@ -302,6 +320,11 @@ class ScheduledTaskAdmin(RunNowMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         context["reminders_preview"] = getattr(request, "reminders_preview", "")
         context["reminders_preview_button"] = PREVIEW
+        context["reminders_live_preview_url"] = (
+            reverse("admin:reminders_scheduledtask_preview", args=[quote(obj.pk)])
+            if obj is not None
+            else reverse("admin:reminders_scheduledtask_preview_add")
+        )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description=_("runs"))

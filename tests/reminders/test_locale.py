@@ -46,6 +46,7 @@ TRANSLATED = {
         "reminders/admin/preview.py",
         "reminders/admin/filters.py",
         "reminders/admin/run_now.py",
+        "reminders/admin/live_preview.py",
         "reminders/admin/calendar.py",
         "reminders/admin/preferences.py",
         "reminders/admin/digests.py",
