@@ -89,13 +89,14 @@ def render(task: ScheduledTask, run: TaskRun) -> Content:
 # The payload keys the built-in kinds read (``messages.wording``), as the admin shows them.
 CUSTOMER = PayloadField("customer", _("Customer"), _("Who it is about, as the CRM names them."))
 SUBJECT = PayloadField("subject", _("Subject"), _("What is to be done, in a line."))
-RECORD_URL = PayloadField(
-    "url", _("Link"), _("The record in the CRM (http or https); the message links to it."), "url"
-)
-REPORT_URL = PayloadField(
+# One key, one field on the form: the help says what each kind does with it.
+URL = PayloadField(
     "url",
     _("Link"),
-    _("Where the report is written (http or https); empty: REMINDERS_REPORT_URL."),
+    _(
+        "What the message links to (http or https): the record in the CRM; for a report, "
+        "where it is written (empty: REMINDERS_REPORT_URL)."
+    ),
     "url",
 )
 
@@ -113,7 +114,7 @@ register(
             mandatory=True,
         ),
         content_override=True,
-        fields=(REPORT_URL,),
+        fields=(URL,),
     )
 )
 register(
@@ -130,7 +131,7 @@ register(
             mandatory=True,
         ),
         content_override=True,
-        fields=(REPORT_URL,),
+        fields=(URL,),
     )
 )
 register(
@@ -150,7 +151,7 @@ register(
         wording.follow_up,
         Policy(max_lateness_seconds=2 * 3600),
         content_override=True,
-        fields=(CUSTOMER, SUBJECT, RECORD_URL),
+        fields=(CUSTOMER, SUBJECT, URL),
     )
 )
 register(
@@ -171,7 +172,7 @@ register(
             PayloadField(
                 "minutes", _("Minutes waited"), _("How long the inquiry has waited."), "number"
             ),
-            RECORD_URL,
+            URL,
             PayloadField(
                 "owner",
                 _("Owner"),
@@ -203,7 +204,7 @@ register(
             PayloadField("taken_by", _("Taken on by"), _("Who took the inquiry on."), "member"),
             CUSTOMER,
             SUBJECT,
-            RECORD_URL,
+            URL,
         ),
     )
 )

@@ -53,9 +53,14 @@ def payload_form_fields() -> dict[str, forms.Field]:
     widget marked with the kinds that read it (``data-kinds``) for the page to show
     those of the kind chosen."""
     found: dict[str, tuple[PayloadField, list[str]]] = {}
-    for name in kinds.names():
-        for one in kinds.get(name).payload_fields():
-            found.setdefault(one.name, (one, []))[1].append(name)
+    # The kinds' own keys first, then those every kind reads (its own text, the language).
+    for common in (False, True):
+        for name in kinds.names():
+            kind = kinds.get(name)
+            own = {one.name for one in kind.fields}
+            for one in kind.payload_fields():
+                if (one.name not in own) == common:
+                    found.setdefault(one.name, (one, []))[1].append(name)
     return {
         PAYLOAD_PREFIX + key: _payload_field(one, used_by) for key, (one, used_by) in found.items()
     }
