@@ -29,6 +29,9 @@ import time
 from html import escape
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
+
 from . import words
 from .ledger import LedgerEntry
 
@@ -60,25 +63,54 @@ def render(
     refresh: int,
 ) -> bytes:
     head = f'<meta http-equiv="refresh" content="{refresh}">' if refresh > 0 else ""
-    summary = ", ".join(f"{escape(k)}: {v}" for k, v in counters.items()) or "nothing yet"
+    summary = ", ".join(f"{escape(k)}: {v}" for k, v in counters.items()) or escape(
+        _("nothing yet")
+    )
     clickable = bool(settings.get("callback"))
     rows = "\n".join(_row(entry, clickable) for entry in entries) or (
-        '<tr><td colspan="6" class="muted">No messages yet.</td></tr>'
+        f'<tr><td colspan="6" class="muted">{escape(_("No messages yet."))}</td></tr>'
+    )
+    none = _("none")
+    title = escape(_("WeCom sandbox"))
+    point = escape(_("Point the sender at it with %(setting)s.")).replace(
+        "%(setting)s", f"<code>WECOM_API_BASE={escape(base_url)}</code>"
+    )
+    who = (
+        escape(_("Corp id %(corp)s, agent id %(agent)s, robots %(robots)s."))
+        .replace("%(corp)s", f"<code>{escape(settings['corp_id'])}</code>")
+        .replace("%(agent)s", f"<code>{settings['agent_id']}</code>")
+        .replace("%(robots)s", escape(", ".join(settings["robots"]) or none))
+    )
+    invalid = escape(
+        _("Invalid users: %(users)s.") % {"users": ", ".join(settings["invalid_users"]) or none}
+    )
+    callback = escape(_("Callback: %(callback)s.")).replace(
+        "%(callback)s", _callback(settings.get("callback"))
+    )
+    heads = "".join(
+        f"<th>{escape(head)}</th>"
+        for head in (
+            "#",
+            pgettext("sandbox messages column", "time"),
+            pgettext("sandbox messages column", "to"),
+            pgettext("sandbox messages column", "type"),
+            pgettext("sandbox messages column", "outcome"),
+            pgettext("sandbox messages column", "content"),
+        )
     )
     html = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>WeCom sandbox</title>{head}<style>{STYLE}</style></head>
+<html><head><meta charset="utf-8"><title>{title}</title>{head}<style>{STYLE}</style></head>
 <body>
-<h1>WeCom sandbox</h1>
-<p>Point the sender at it with <code>WECOM_API_BASE={escape(base_url)}</code>.
-Corp id <code>{escape(settings["corp_id"])}</code>, agent id <code>{settings["agent_id"]}</code>,
-robots {escape(", ".join(settings["robots"]) or "none")}.</p>
-<p>Limits:</p>{_listed("limits", words.limits(settings))}
-<p>Faults pending:{_pending(words.faults(settings))}
-<p>Invalid users: {escape(", ".join(settings["invalid_users"]) or "none")}.
-Callback: {_callback(settings.get("callback"))}.</p>
+<h1>{title}</h1>
+<p>{point}
+{who}</p>
+<p>{escape(_("Limits:"))}</p>{_listed("limits", words.limits(settings))}
+<p>{escape(_("Faults pending:"))}{_pending(words.faults(settings))}
+<p>{invalid}
+{callback}</p>
 <p class="muted">{summary}. JSON: <a href="/sandbox/messages">messages</a>,
 <a href="/sandbox/stats">stats</a>, <a href="/sandbox/control">control</a>.</p>
-<table><tr><th>#</th><th>time</th><th>to</th><th>type</th><th>outcome</th><th>content</th></tr>
+<table><tr>{heads}</tr>
 {rows}
 </table></body></html>"""
     return html.encode()
@@ -94,20 +126,23 @@ def refused(status: int, error: str) -> bytes:
 
 
 def _listed(css: str, phrases: list[str]) -> str:
-    items = "".join(f"<li>{escape(phrase)}.</li>" for phrase in phrases)
+    # A phrase as a sentence: its stop is the language's ("." or "。").
+    items = "".join(
+        f"<li>{escape(_('%(phrase)s.') % {'phrase': phrase})}</li>" for phrase in phrases
+    )
     return f'<ul class="{css}">{items}</ul>'
 
 
 def _pending(faults: list[str]) -> str:
     """The rest of the "Faults pending:" paragraph: none, or the list of them."""
     if not faults:
-        return " none; every send is answered as WeCom answers it.</p>"
+        return f" {escape(_('none; every send is answered as WeCom answers it.'))}</p>"
     return f"</p>{_listed('faults', faults)}"
 
 
 def _callback(callback: dict[str, Any] | None) -> str:
     if not callback:
-        return "none (start the sandbox with --callback-url to click a card's buttons)"
+        return escape(_("none (start the sandbox with --callback-url to click a card's buttons)"))
     return f"<code>{escape(str(callback['url']))}</code>"
 
 
@@ -170,9 +205,9 @@ def _card_cell(entry: LedgerEntry, card: dict[str, Any], clickable: bool) -> str
     everyone = update is not None and set(entry.delivered_to) <= set(entry.updated_for)
     why_not = ""
     if entry.recalled:
-        why_not = "recalled: nothing to click"
+        why_not = _("recalled: nothing to click")
     elif not clickable:
-        why_not = "no callback configured: start the sandbox with --callback-url to click"
+        why_not = _("no callback configured: start the sandbox with --callback-url to click")
     parts = []
     new_card = update.get("template_card") if update else None
     if not (everyone and isinstance(new_card, dict)):
@@ -255,7 +290,7 @@ def _buttons(
         )
     html.append("</form>")
     if why_not:
-        css = "no-callback" if "callback" in why_not else "hint"
+        css = "no-callback" if "--callback-url" in why_not else "hint"
         html.append(f'<div class="{css} muted">{escape(why_not)}</div>')
     return "".join(html)
 

@@ -22,6 +22,10 @@ from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import parse_qsl
 
+from django.conf import settings
+from django.utils import translation
+from django.utils.translation import trans_real
+
 from . import clicks, controls, page
 from .config import (
     CALLBACK_TIMEOUT,
@@ -116,6 +120,9 @@ class Handler(BaseHTTPRequestHandler):
         route = ROUTES.get(path)
         if route is None:
             reply = Reply(error_body(404, f"no such endpoint: {path}"), status=404)
+        elif path in PAGES:
+            with _in_language(self.fields.get("accept-language", "")):
+                reply = route(self.server, method, query, body)
         else:
             reply = route(self.server, method, query, body)
         self._write(reply, path)
@@ -233,6 +240,25 @@ def _api(post_only: bool, call: Callable[[SandboxState, dict[str, str], bytes], 
         return call(server.state, query, body)
 
     return route
+
+
+# What a person reads: in their browser's language (``Accept-Language``) where the project
+# declares it (``settings.LANGUAGES``), else ``LANGUAGE_CODE``. WeCom's API answers stay as
+# WeCom gives them, whatever was asked.
+PAGES = ("/", "/sandbox/", "/sandbox/click")
+
+
+def _in_language(accept: str) -> contextlib.AbstractContextManager[None]:
+    if not settings.configured:
+        return contextlib.nullcontext()
+    for code, _quality in trans_real.parse_accept_lang_header(accept):
+        if code == "*":
+            break
+        try:
+            return translation.override(translation.get_supported_language_variant(code))
+        except LookupError:
+            continue
+    return translation.override(settings.LANGUAGE_CODE)
 
 
 def _page(server: SandboxHTTPServer, method: str, query: dict[str, str], body: bytes) -> Reply:

@@ -139,6 +139,8 @@ TRANSLATED = {
     ],
     SANDBOX_PO: [
         "wecom_sandbox/management/commands/wecom_sandbox.py",
+        "wecom_sandbox/page.py",
+        "wecom_sandbox/words.py",
     ],
 }
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sdr]")

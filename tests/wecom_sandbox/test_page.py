@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001
 """The page at ``/sandbox/`` says in words which limits hold and which faults are
 pending, as a person reads them: never a Python dict or ``30/60``."""
 
@@ -12,9 +13,11 @@ from tests.support.sandbox import running_sandbox
 from wecom_sandbox import FaultRates, WeComSandbox
 
 
-def page_text(sandbox: WeComSandbox) -> str:
-    """The page's words: its style and tags dropped, entities read, spaces collapsed."""
-    html = requests.get(f"{sandbox.base_url}/sandbox/?refresh=0", timeout=10).text
+def page_text(sandbox: WeComSandbox, language: str = "") -> str:
+    """The page's words, asked in ``language`` (``Accept-Language``; none: no header):
+    its style and tags dropped, entities read, spaces collapsed."""
+    headers = {"Accept-Language": language} if language else {}
+    html = requests.get(f"{sandbox.base_url}/sandbox/?refresh=0", headers=headers, timeout=10).text
     words = re.sub(r"<[^>]+>", " ", re.sub(r"<style>.*?</style>", "", html, flags=re.S))
     return " ".join(unescape(words).split())
 
@@ -83,3 +86,35 @@ def test_page__states_the_limits_in_words():
     ):
         assert words in unlimited
     assert "30/60" not in limited
+
+
+def test_page__in_the_browser_s_language_else_the_site_s(settings):
+    """A person reads the page in their browser's language where the project declares it;
+    the words are the same limits and faults, the numbers unchanged."""
+    settings.LANGUAGE_CODE = "en-us"
+    with running_sandbox(rate_limit=10, rate_burst=20, token_ttl=600) as sandbox:
+        sandbox.control(busy=2, errcodes=[60020, 45009], delay=1.5)
+        chinese = page_text(sandbox, "zh-CN,zh;q=0.9,en;q=0.8")
+        english = page_text(sandbox, "en-US,en;q=0.9")
+        undeclared = page_text(sandbox, "fr-FR")
+        none = page_text(sandbox)
+        api = requests.get(
+            f"{sandbox.base_url}/sandbox/control", headers={"Accept-Language": "zh-CN"}, timeout=10
+        )
+
+    for words in (
+        "企业微信沙箱",
+        "限制：",
+        "每个成员：最多 每分钟 30 条、每小时 1,000 条（errcode 45009）",
+        "应用发送：所有成员合计每秒最多 10 条，突发最多 20 条（errcode 45009）",
+        "接下来 2 次发送应答系统繁忙（errcode -1）",
+        "接下来 2 次发送依次应答 errcode 60020，然后 45009",
+        "每个应答都晚 1.5 秒",
+    ):
+        assert words in chinese
+    assert "each member" not in chinese
+    assert "each member: at most 30 messages a minute and 1,000 an hour" in english
+    # A language the project does not declare, or none asked: the site's.
+    assert undeclared == none == english
+    # WeCom's API answers as WeCom does, whatever the language asked.
+    assert "限制" not in api.text
