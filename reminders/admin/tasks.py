@@ -240,10 +240,8 @@ class ScheduledTaskAdmin(LivePreviewMixin, RunNowMixin, admin.ModelAdmin):
     def schedule_in_words(self, task: ScheduledTask) -> str:
         if task.cron:
             return cron_text.describe(task.cron)
-        return gettext("Once, at %(when)s (%(zone)s)") % {
-            "when": self.schedule(task),
-            "zone": task.timezone,
-        }
+        # The time says its zone already: "12-06 21:19 (Asia/Shanghai)".
+        return gettext("Once, at %(when)s") % {"when": self.schedule(task)}
 
     @admin.display(description=_("next occurrences"))
     def upcoming(self, task: ScheduledTask) -> str:

@@ -1,3 +1,4 @@
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -627,3 +628,10 @@ def test_retry_action__a_run_in_doubt_of_a_cancelled_task_says_what_the_admin_al
     )
     run.refresh_from_db()
     assert (run.status, run.handled_by) == ("unknown", "admin")
+
+
+def test_a_one_shot_s_schedule_in_words_names_its_zone_once(admin_client, make_task):
+    task = make_task("follow_up", "lisi", tz="Asia/Shanghai")
+    page = admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[task.pk]))
+    [said] = re.findall(r"Once, at [^<]*", page.content.decode())
+    assert said.count("(Asia/Shanghai)") == 1, said
