@@ -67,28 +67,33 @@ def payload_form_fields() -> dict[str, forms.Field]:
 
 
 def _payload_field(one: PayloadField, used_by: list[str]) -> forms.Field:
-    attrs = {"data-kinds": " ".join(used_by), "class": "vTextField"}
+    marked = {"data-kinds": " ".join(used_by)}
     common: dict[str, Any] = {"label": one.label, "help_text": one.help, "required": False}
     if one.type == "number":
-        return forms.IntegerField(
-            min_value=0,
-            widget=forms.NumberInput(attrs={"data-kinds": attrs["data-kinds"]}),
-            **common,
-        )
+        return forms.IntegerField(min_value=0, widget=forms.NumberInput(attrs=marked), **common)
     if one.type == "language":
         choices = [("", _("the site's language")), *django_settings.LANGUAGES]
-        return forms.ChoiceField(
-            choices=choices,
-            widget=forms.Select(attrs={"data-kinds": attrs["data-kinds"]}),
-            **common,
-        )
+        return forms.ChoiceField(choices=choices, widget=forms.Select(attrs=marked), **common)
+    text = {**marked, "class": "vTextField"}
+    widget: forms.Widget
     if one.type == "long_text":
-        widget: forms.Widget = forms.Textarea(attrs={**attrs, "rows": 3})
+        widget = forms.Textarea(attrs={**text, "rows": 3})
     elif one.type == "url":
-        widget = forms.URLInput(attrs=attrs)
+        widget = forms.URLInput(attrs=text)
     else:
-        widget = forms.TextInput(attrs=attrs)
+        widget = forms.TextInput(attrs=text)
     return forms.CharField(widget=widget, strip=True, **common)
+
+
+def _shown_as_is(one: PayloadField, value: Any) -> bool:
+    """Whether ``value``, stored under ``one``'s key, reads back unchanged from its field:
+    else it stays in the JSON, so that saving the form never changes it unseen (an
+    explicit ``""``, a number stored as text, a language no longer declared)."""
+    if one.type == "number":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if one.type == "language":
+        return value in dict(django_settings.LANGUAGES)
+    return isinstance(value, str) and value != "" and value == value.strip()
 
 
 def _choices_with(current: str | None, choices: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -210,8 +215,9 @@ class ScheduledTaskForm(RunAtInTaskZoneForm):
         payload = self.instance.payload if isinstance(self.instance.payload, dict) else {}
         others = dict(payload)
         for one in self._declared(self.instance.kind):
-            if PAYLOAD_PREFIX + one.name in self.fields and one.name in others:
-                self.initial[PAYLOAD_PREFIX + one.name] = others.pop(one.name)
+            name = PAYLOAD_PREFIX + one.name
+            if name in self.fields and one.name in others and _shown_as_is(one, others[one.name]):
+                self.initial[name] = others.pop(one.name)
         self.initial["payload"] = others
         payload_field = self.fields["payload"]
         payload_field.label = _("other payload keys (JSON)")

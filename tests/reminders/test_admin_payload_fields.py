@@ -89,6 +89,29 @@ def test_the_change_form_shows_stored_keys_in_their_fields_and_the_rest_as_json(
     assert form.initial["payload"] == {"crm_id": 7}
 
 
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"kind": "daily_report", "payload": {"url": ""}},  # explicitly no link
+        {"kind": "inquiry_timeout", "payload": {"minutes": "45"}},  # a number as text
+        {"kind": "follow_up", "payload": {"lang": "fr"}},  # a language not declared
+        {"kind": "follow_up", "payload": {"customer": " Acme "}},  # spaces the field strips
+    ],
+)
+def test_a_stored_value_its_field_cannot_show_as_is_stays_in_the_json(admin_client, stored):
+    task = ScheduledTask.objects.create(
+        kind=stored["kind"], recipient="lisi", cron="0 9 * * *", timezone="Asia/Shanghai",
+        payload=stored["payload"], priority="normal", channel="memory",
+    )  # fmt: skip
+    form = (
+        admin_client.get(reverse("admin:reminders_scheduledtask_change", args=[task.pk]))
+        .context["adminform"]
+        .form
+    )
+    assert form.initial["payload"] == stored["payload"]
+    assert not any(name.startswith("payload_") for name in form.initial)
+
+
 def test_a_number_field_is_stored_as_a_number(admin_client):
     response = admin_client.post(
         ADD,
