@@ -338,11 +338,12 @@ def quota_channels() -> tuple[str, ...]:
 
 
 def app_paces() -> list[tuple[str, float]]:
-    """The pace of each WeCom app the quota's channels send as, in messages a minute: its
-    channel's ``rate_limit`` (else ``WECOM_RATE_LIMIT``): the most the engine sends it,
-    set under what WeCom takes (beyond, WeCom answers 45009). One per app (``rate_scope``: aliases of
-    one app share it), named by its channels; none for an app with no pace set, or a
-    channel that cannot be built (the reminders system checks say why)."""
+    """The pace of each WeCom app the quota's channels send as, in messages a minute:
+    its channel's ``rate_limit`` (else ``WECOM_RATE_LIMIT``), the most the engine sends
+    it, set under what WeCom takes (beyond, WeCom answers 45009). One per app
+    (``rate_scope``: aliases of one app share it), named by its channels; none for an
+    app with no pace set, or a channel that cannot be built (the reminders system checks
+    say why)."""
     paces: dict[str, tuple[list[str], float]] = {}
     for alias in quota_channels():
         try:
