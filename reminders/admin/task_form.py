@@ -51,23 +51,28 @@ def payload_form_fields() -> dict[str, forms.Field]:
     """A form field for each payload key a registered kind declares, named
     ``payload_<key>`` (a key two kinds read is one field, as the first declares it), its
     widget marked with the kinds that read it (``data-kinds``) for the page to show
-    those of the kind chosen."""
-    found: dict[str, tuple[PayloadField, list[str]]] = {}
+    those of the kind chosen, in its order."""
+    found: dict[str, tuple[PayloadField, dict[str, int]]] = {}
     # The kinds' own keys first, then those every kind reads (its own text, the language).
     for common in (False, True):
         for name in kinds.names():
             kind = kinds.get(name)
             own = {one.name for one in kind.fields}
-            for one in kind.payload_fields():
+            for place, one in enumerate(kind.payload_fields()):
                 if (one.name not in own) == common:
-                    found.setdefault(one.name, (one, []))[1].append(name)
+                    found.setdefault(one.name, (one, {}))[1][name] = place
     return {
-        PAYLOAD_PREFIX + key: _payload_field(one, used_by) for key, (one, used_by) in found.items()
+        PAYLOAD_PREFIX + key: _payload_field(one, places) for key, (one, places) in found.items()
     }
 
 
-def _payload_field(one: PayloadField, used_by: list[str]) -> forms.Field:
-    marked = {"data-kinds": " ".join(used_by)}
+def _payload_field(one: PayloadField, places: dict[str, int]) -> forms.Field:
+    """The form field of ``one``, marked with the kinds that read it and where it comes
+    in each kind's own order (``data-places``: the page orders the chosen kind's so)."""
+    marked = {
+        "data-kinds": " ".join(places),
+        "data-places": " ".join(f"{kind}:{place}" for kind, place in places.items()),
+    }
     common: dict[str, Any] = {"label": one.label, "help_text": one.help, "required": False}
     if one.type == "number":
         return forms.IntegerField(min_value=0, widget=forms.NumberInput(attrs=marked), **common)

@@ -119,11 +119,22 @@ def test_a_follow_up_filled_in__its_card_beside_the_form__saved__the_same_card_s
     page = add_form(browser, live_server.url, locale)
     try:
         page.select_option("#id_kind", "follow_up")
-        # The follow-up's fields, and only those with the two every kind has.
-        shown = shown_rows(page)
-        assert set(shown) == {"payload_customer", "payload_subject", "payload_url",
-                              "payload_content", "payload_lang"}  # fmt: skip
-        assert shown[-2:] == ["payload_content", "payload_lang"]  # those of every kind last
+        # The follow-up's fields, in its own order, then the two every kind has.
+        assert shown_rows(page) == [
+            "payload_customer",
+            "payload_subject",
+            "payload_url",
+            "payload_content",
+            "payload_lang",
+        ]
+        page.select_option("#id_kind", "inquiry_timeout")
+        assert shown_rows(page)[:4] == [
+            "payload_customer",
+            "payload_subject",
+            "payload_minutes",
+            "payload_url",
+        ]
+        page.select_option("#id_kind", "follow_up")
         assert (
             page.locator("label[for=id_payload_customer]")
             .inner_text()
