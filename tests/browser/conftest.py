@@ -18,10 +18,12 @@ Django's check.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import django
 import pytest
@@ -30,6 +32,8 @@ from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
 from reminders.engine.worker import ReminderWorker
 from tests.support.jobs import run_queued
+from tests.support.sandbox import running_sandbox, wecom_settings
+from wecom_sandbox import WeComSandbox
 
 # Each step waits at most this long (ms) for an element or a page: a page of this app
 # answers in well under a second on the test database, so a longer wait is a failure.
@@ -47,6 +51,12 @@ MARKS = [
         "runs it everywhere): the pages do not depend on the database, and it costs seconds",
     ),
 ]
+
+
+# The callback's credentials the browser tests' sandbox signs clicks with.
+CALLBACK_TOKEN = "browser-callback-token"
+CALLBACK_KEY = "bRowserCallbackKey0123456789abcdefghijklmnO"
+PASSWORD = "a-browser-test-password"
 
 
 def engine_pass(now: datetime | None = None) -> int:
@@ -95,3 +105,38 @@ def new_page(browser: Browser) -> Iterator[Page]:
         yield context.new_page()
     finally:
         context.close()
+
+
+@pytest.fixture
+def callback_sandbox(settings: Any, live_server: Any) -> Iterator[WeComSandbox]:
+    """The app on the live server, with its callback set up; a sandbox that sends the
+    clicks on its page's cards there, as WeCom does; the ``wecom`` channel pointed at it
+    (so that a follow-up is a card with buttons)."""
+    callback = f"{live_server.url}/reminders/wecom/callback"
+    with running_sandbox(
+        callback_url=callback, callback_token=CALLBACK_TOKEN, callback_aes_key=CALLBACK_KEY
+    ) as box:
+        for name, value in wecom_settings(box.base_url).items():
+            setattr(settings, name, value)
+        settings.WECOM_CALLBACK_TOKEN = CALLBACK_TOKEN
+        settings.WECOM_CALLBACK_AES_KEY = CALLBACK_KEY
+        settings.WECOM_TIMEOUT = 2.0
+        settings.REMINDERS_CHANNELS = {
+            **settings.REMINDERS_CHANNELS,
+            "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
+        }
+        yield box
+
+
+def signed_in(browser: Browser, base: str, url: str, username: str, locale: str) -> Page:
+    """``url`` in a context of its own in ``locale``, reached through the admin's login
+    form as ``username`` (password ``PASSWORD``); the caller closes its context."""
+    context = browser.new_context(viewport=VIEWPORT, locale=locale)
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    page = context.new_page()
+    page.goto(f"{base}/admin/login/?next={url}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(re.compile(re.escape(url.partition("?")[0])))
+    return page

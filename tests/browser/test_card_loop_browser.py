@@ -16,11 +16,9 @@ Django only, as the dashboard's browser test is, and for the same reasons.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from playwright.sync_api import Page
@@ -28,34 +26,13 @@ from playwright.sync_api import Page
 from ops.roles import OPERATOR
 from reminders import api
 from reminders.models import RunAction, ScheduledTask, SendLog, TaskRun
-from tests.browser.conftest import MARKS, engine_pass
+from tests.browser.conftest import MARKS, PASSWORD, engine_pass
 from tests.crm.models import Inquiry
-from tests.support.sandbox import running_sandbox, wecom_settings
 from wecom_sandbox import WeComSandbox
 
 pytestmark = MARKS
 
-TOKEN = "browser-callback-token"
-KEY = "bRowserCallbackKey0123456789abcdefghijklmnO"
-PASSWORD = "a-browser-test-password"
 SALES, OWNER, MANAGER = "sales.li", "sales.wang", "sales.boss"
-
-
-@pytest.fixture
-def loop(settings: Any, live_server: Any) -> Iterator[WeComSandbox]:
-    """The app on the live server, with its callback set up; a sandbox that sends the
-    clicks on its page's cards there, as WeCom does; the ``wecom`` channel pointed at it."""
-    callback = f"{live_server.url}/reminders/wecom/callback"
-    with running_sandbox(callback_url=callback, callback_token=TOKEN, callback_aes_key=KEY) as box:
-        for name, value in wecom_settings(box.base_url).items():
-            setattr(settings, name, value)
-        settings.WECOM_CALLBACK_TOKEN, settings.WECOM_CALLBACK_AES_KEY = TOKEN, KEY
-        settings.WECOM_TIMEOUT = 2.0
-        settings.REMINDERS_CHANNELS = {
-            **settings.REMINDERS_CHANNELS,
-            "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
-        }
-        yield box
 
 
 def entry_of(box: WeComSandbox, recipient: str) -> int:
@@ -73,9 +50,9 @@ def click(page: Page, box: WeComSandbox, entry: int, key: str) -> None:
 
 
 def test_done_and_take_close_the_loop_and_an_operator_recalls(
-    new_page: Page, loop: WeComSandbox, live_server: Any, db: None
+    new_page: Page, callback_sandbox: WeComSandbox, live_server: Any, db: None
 ) -> None:
-    page, now = new_page, timezone.now()
+    page, now, loop = new_page, timezone.now(), callback_sandbox
     follow_up = api.schedule(
         "follow_up",
         SALES,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,15 +32,11 @@ from playwright.sync_api import Browser, Page
 
 from reminders.models import ScheduledTask
 from reminders.schedule import timing
-from tests.browser.conftest import MARKS, STEP_TIMEOUT_MS, VIEWPORT, engine_pass
-from tests.support.sandbox import running_sandbox, wecom_settings
+from tests.browser.conftest import MARKS, PASSWORD, engine_pass, signed_in
 from wecom_sandbox import WeComSandbox
 
 pytestmark = MARKS
 
-PASSWORD = "a-browser-test-password"
-TOKEN = "browser-callback-token"
-KEY = "bRowserCallbackKey0123456789abcdefghijklmnO"
 ZONE = "Asia/Shanghai"
 # What each language's page says where the test reads words; the message's language
 # (the task's: payload["lang"], else the site's, English here) and its "Done" button.
@@ -59,35 +54,6 @@ WORDS = {
         "button": "已完成",
     },
 }
-
-
-@pytest.fixture
-def wecom(settings: Any, live_server: Any) -> Iterator[WeComSandbox]:
-    """The ``wecom`` channel pointed at a sandbox, with the callback configured."""
-    callback = f"{live_server.url}/reminders/wecom/callback"
-    with running_sandbox(callback_url=callback, callback_token=TOKEN, callback_aes_key=KEY) as box:
-        for name, value in wecom_settings(box.base_url).items():
-            setattr(settings, name, value)
-        settings.WECOM_CALLBACK_TOKEN, settings.WECOM_CALLBACK_AES_KEY = TOKEN, KEY
-        settings.WECOM_TIMEOUT = 2.0
-        settings.REMINDERS_CHANNELS = {
-            **settings.REMINDERS_CHANNELS,
-            "wecom": {"BACKEND": "reminders.senders.wecom.WeComSender"},
-        }
-        yield box
-
-
-def add_form(browser: Browser, base: str, locale: str) -> Page:
-    context = browser.new_context(viewport=VIEWPORT, locale=locale)
-    context.set_default_timeout(STEP_TIMEOUT_MS)
-    page = context.new_page()
-    url = reverse("admin:reminders_scheduledtask_add")
-    page.goto(f"{base}/admin/login/?next={url}")
-    page.fill("#id_username", "olga")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(re.compile(re.escape(url)))
-    return page
 
 
 def preview_text(page: Page) -> str:
@@ -112,11 +78,13 @@ def screenshot(page: Page, locale: str) -> None:
 
 @pytest.mark.parametrize("locale", ["en-US", "zh-CN"])
 def test_a_follow_up_filled_in__its_card_beside_the_form__saved__the_same_card_sent(
-    live_server: Any, browser: Browser, wecom: WeComSandbox, locale: str
+    live_server: Any, browser: Browser, callback_sandbox: WeComSandbox, locale: str
 ) -> None:
     User.objects.create_superuser("olga", password=PASSWORD)
     words = WORDS[locale]
-    page = add_form(browser, live_server.url, locale)
+    wecom = callback_sandbox
+    add = reverse("admin:reminders_scheduledtask_add")
+    page = signed_in(browser, live_server.url, add, "olga", locale)
     try:
         page.select_option("#id_kind", "follow_up")
         # The follow-up's fields, in its own order, then the two every kind has.

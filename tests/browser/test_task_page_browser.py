@@ -17,7 +17,6 @@ written.
 from __future__ import annotations
 
 import os
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,26 +29,17 @@ from playwright.sync_api import Browser, Page
 from reminders import api
 from reminders.models import ScheduledTask
 from reminders.schedule import readable
-from tests.browser.conftest import MARKS, STEP_TIMEOUT_MS, VIEWPORT, engine_pass
+from tests.browser.conftest import MARKS, PASSWORD, engine_pass, signed_in
 
 pytestmark = MARKS
 
-PASSWORD = "a-browser-test-password"
 ZONE = "Asia/Shanghai"
 
 
 def task_page(browser: Browser, base: str, task: ScheduledTask, locale: str) -> Page:
     """The task's change page, signed in through the admin's login form, in ``locale``."""
-    context = browser.new_context(viewport=VIEWPORT, locale=locale)
-    context.set_default_timeout(STEP_TIMEOUT_MS)
-    page = context.new_page()
     url = reverse("admin:reminders_scheduledtask_change", args=[task.pk])
-    page.goto(f"{base}/admin/login/?next={url}")
-    page.fill("#id_username", "olga")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(re.compile(re.escape(url)))
-    return page
+    return signed_in(browser, base, url, "olga", locale)
 
 
 def field(page: Page, name: str) -> str:

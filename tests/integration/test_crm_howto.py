@@ -31,20 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import django
-import psutil
 import pytest
 import requests
-from django.db import connection
 from markdown_it import MarkdownIt
 
-from tests.support.crm_venv import run
+from tests.support.crm_venv import IN_ONE_RUN, run
 from tests.support.processes import (
     KNOBS,
     REPO,
     ReminderProcess,
     alive,
     kill_tree,
+    spawn,
     wait_until,
 )
 
@@ -53,11 +51,7 @@ pytestmark = [
     # As the throwaway CRM project (tests/integration/test_crm_project.py): the wheel is
     # installed once, in the PostgreSQL run under Django 5.2. The page's project is on
     # SQLite, as startproject makes it, whichever server the suite runs on.
-    pytest.mark.skipif(
-        not os.environ.get("CRM_PROJECT_ON_EVERY_RUN")
-        and (connection.vendor != "postgresql" or django.VERSION >= (6, 0)),
-        reason="the how-to's CRM is built in the PostgreSQL run under Django 5.2",
-    ),
+    IN_ONE_RUN,
 ]
 
 PAGE = REPO / "docs" / "how-to" / "add-to-crm.md"
@@ -154,20 +148,7 @@ class Project:
                 argv += [f"127.0.0.1:{self.web_port}", "--noreload"]
             cwd, env = self.directory, self.env
         name = argv[2] if argv[1] == "manage.py" else "sandbox"
-        stderr_path = self.directory / f"{name}.stderr"
-        with (self.directory / f"{name}.stdout").open("wb") as out, stderr_path.open("wb") as err:
-            popen = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        process = ReminderProcess(name, popen, stderr_path, env)
-        process.seen[popen.pid] = psutil.Process(popen.pid)
-        return process
+        return spawn(name, argv, cwd=cwd, env=env, workdir=self.directory)
 
     def checkout_env(self) -> dict[str, str]:
         """The checkout's own environment for ``make sandbox``: none of the suite's

@@ -32,13 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import django
-import psutil
 import pytest
 import redis
 from django.db import connection
 
-from tests.support.crm_venv import run
+from tests.support.crm_venv import IN_ONE_RUN, run
 from tests.support.processes import (
     KNOBS,
     REPO,
@@ -46,21 +44,14 @@ from tests.support.processes import (
     alive,
     database_url,
     kill_tree,
+    spawn,
     wait_exit,
     wait_until,
 )
 
 pytestmark = [
     pytest.mark.processes,
-    # The throwaway CRM installs the package's own pins from PyPI whichever Django runs
-    # the suite, and runs on PostgreSQL and Redis as a CRM would: one run is enough, the
-    # suite's on PostgreSQL under its main Django (CRM_PROJECT_ON_EVERY_RUN=1 runs it in
-    # the others too). Skipped elsewhere with this reason, to keep CI short.
-    pytest.mark.skipif(
-        not os.environ.get("CRM_PROJECT_ON_EVERY_RUN")
-        and (connection.vendor != "postgresql" or django.VERSION >= (6, 0)),
-        reason="the throwaway CRM project runs in the PostgreSQL run under Django 5.2",
-    ),
+    IN_ONE_RUN,  # one run is enough: tests.support.crm_venv
 ]
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "crm_project"
@@ -120,22 +111,9 @@ class Crm:
 
     def start(self, name: str, *args: str, settings: str = "own_queue") -> ReminderProcess:
         """A long-running ``manage.py`` command in a session of its own."""
+        argv = [str(self.python), "manage.py", *args]
         env = self.env_for(settings)
-        stderr_path = self.directory / f"{name}.stderr"
-        with (self.directory / f"{name}.stdout").open("wb") as out, stderr_path.open("wb") as err:
-            popen = subprocess.Popen(
-                [self.python, "manage.py", *args],
-                cwd=self.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
-        process = ReminderProcess(name, popen, stderr_path, env)
-        # Taken now, while the pid is surely ours: psutil then refuses to signal a reused pid.
-        process.seen[popen.pid] = psutil.Process(popen.pid)
-        return process
+        return spawn(name, argv, cwd=self.directory, env=env, workdir=self.directory)
 
     def env_for(self, settings: str) -> dict[str, str]:
         module = "crmsite.settings" if settings == "apps_only" else f"crmsite.settings_{settings}"

@@ -143,6 +143,29 @@ class ReminderProcess:
         return f"--- {self.name} (pid {self.pid}, {state}) stderr tail:\n{self.stderr()}"
 
 
+def spawn(
+    name: str, argv: list[str], *, cwd: Path, env: Mapping[str, str], workdir: Path
+) -> ReminderProcess:
+    """``argv`` in a session of its own, so that signals meant for pytest's process group
+    never reach it and a test can signal its group alone; its output in
+    ``workdir/<name>.stdout`` and ``.stderr``."""
+    stderr_path = workdir / f"{name}.stderr"
+    with (workdir / f"{name}.stdout").open("wb") as out, stderr_path.open("wb") as err:
+        popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    process = ReminderProcess(name, popen, stderr_path, dict(env))
+    # Taken now, while the pid is surely ours: psutil then refuses to signal a reused pid.
+    process.seen[popen.pid] = psutil.Process(popen.pid)
+    return process
+
+
 def start_reminders(
     name: str,
     *,
@@ -150,26 +173,12 @@ def start_reminders(
     env: Mapping[str, str],
     args: Iterable[str] = (),
 ) -> ReminderProcess:
-    """``manage.py run_reminders`` in a session of its own, so that signals meant for
-    pytest's process group never reach it and a test can signal its group alone."""
+    """``manage.py run_reminders`` of this repository on the test settings (``spawn``)."""
     child_env = {k: v for k, v in os.environ.items() if k not in KNOBS}
     child_env.update({"PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "tests.settings"})
     child_env.update(env)
-    stderr_path = workdir / f"{name}.stderr"
-    with (workdir / f"{name}.stdout").open("wb") as out, stderr_path.open("wb") as err:
-        popen = subprocess.Popen(
-            [sys.executable, "manage.py", "run_reminders", *args],
-            cwd=REPO,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-    process = ReminderProcess(name, popen, stderr_path, child_env)
-    # Taken now, while the pid is surely ours: psutil then refuses to signal a reused pid.
-    process.seen[popen.pid] = psutil.Process(popen.pid)
-    return process
+    argv = [sys.executable, "manage.py", "run_reminders", *args]
+    return spawn(name, argv, cwd=REPO, env=child_env, workdir=workdir)
 
 
 def wait_until(
