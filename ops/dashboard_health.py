@@ -7,7 +7,7 @@ link to the list or the page where it is acted on:
   to those runs in the admin, where they are retried;
 * the schedulers: those ticking and those stale (or none at all), linked to their table;
 * the working-day calendars: covered far enough ahead, or not (the banner's rule,
-  ``reminders.calendars.coverage.ending``), linked to the calendar days to import;
+  ``reminders.calendars.coverage.is_ending``), linked to the calendar days to import;
 * WeCom's daily quota: today's forecast against it, and tomorrow's, linked to the wave
   ahead (unknown without ``OPS_WECOM_SEATS``: said so, and not marked wrong);
 * ops' alerts of the last 24 hours, and those whose delivery failed, linked to them.
@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib.admin import AdminSite, ModelAdmin
-from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from django.db.models import Count, Q
 from django.http import HttpRequest
@@ -35,7 +34,6 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from reminders.calendars import coverage as calendar_coverage
-from reminders.conf import settings as reminders_conf
 from reminders.models import CalendarDay
 
 from .models import Alert, AlertDelivery
@@ -103,18 +101,11 @@ def _schedulers(stats: Stats) -> Part:
 
 
 def _calendars(stats: Stats, site: AdminSite, request: HttpRequest) -> Part:
-    today = timezone.localdate(stats.now)
-    covered = []
-    for name in calendar_coverage.in_use():
-        try:
-            covered.append(calendar_coverage.coverage(name, today))
-        except ImproperlyConfigured:
-            continue  # the system checks say so
+    covered = calendar_coverage.covered(timezone.localdate(stats.now))
     if not covered:
         return Part("calendars", _("Working-day calendars"), fmt.NOTHING, _("none in use"), ok=True)
     first = min(covered, key=lambda one: one.until)
-    warn = reminders_conf.CALENDAR_WARN_DAYS
-    ending = bool(warn) and first.days_left < warn
+    ending = calendar_coverage.is_ending(first)
     return Part(
         "calendars",
         _("Working-day calendars"),

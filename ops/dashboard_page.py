@@ -44,6 +44,7 @@ from .stats import (
     zone_name,
 )
 from .stats import format as fmt
+from .stats.failures import PROBLEMS
 from .stats.wave import app_paces
 from .svg import Series, bar_chart, line_chart, stacked_bar_chart
 
@@ -139,10 +140,9 @@ def _count_cells(
 def context(stats: Stats, site: AdminSite, request: HttpRequest) -> dict[str, Any]:
     links = RunLinks(site, request)
     start, end = stats.start, stats.end
-    failed = (TaskRun.Status.FAILED, TaskRun.Status.EXPIRED, TaskRun.Status.UNKNOWN)
     return {
         "stats": stats,
-        "health": dashboard_health.parts(stats, site, request, links.due(start, end, failed)),
+        "health": dashboard_health.parts(stats, site, request, links.due(start, end, PROBLEMS)),
         "columns": [label for _key, label, _s in columns()],
         "totals": _count_cells(stats.totals, links, start, end),
         "totals_rate": fmt.rate(stats.totals.success_rate),

@@ -71,19 +71,29 @@ def coverage(name: str, today: date) -> Coverage:
     return Coverage(name, until, (until - today).days, calendars.get(name).uncovered)
 
 
-def ending(today: date | None = None) -> list[Coverage]:
-    """The calendars in use whose coverage ends within ``REMINDERS_CALENDAR_WARN_DAYS``
-    of ``today`` (default: the current local date), or has ended."""
-    within = conf.CALENDAR_WARN_DAYS
-    if within == 0:
-        return []
+def covered(today: date | None = None) -> list[Coverage]:
+    """How far each calendar in use is covered from ``today`` (default: the current local
+    date); one that cannot be read is left out (the system checks say why)."""
     today = today or timezone.localdate()
     found = []
     for name in in_use():
         try:
-            covered = coverage(name, today)
+            found.append(coverage(name, today))
         except ImproperlyConfigured:
-            continue  # the system checks say so
-        if covered.days_left < within:
-            found.append(covered)
+            continue
     return found
+
+
+def is_ending(one: Coverage) -> bool:
+    """Whether ``one`` ends within ``REMINDERS_CALENDAR_WARN_DAYS``, or has ended; never
+    with the warnings off (0)."""
+    within = conf.CALENDAR_WARN_DAYS
+    return within != 0 and one.days_left < within
+
+
+def ending(today: date | None = None) -> list[Coverage]:
+    """The calendars in use whose coverage ends within ``REMINDERS_CALENDAR_WARN_DAYS``
+    of ``today`` (default: the current local date), or has ended."""
+    if conf.CALENDAR_WARN_DAYS == 0:
+        return []
+    return [one for one in covered(today) if is_ending(one)]

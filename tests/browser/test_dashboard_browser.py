@@ -45,7 +45,7 @@ from ops.roles import OPERATOR, VIEWER
 from reminders.engine import planning
 from reminders.models import ScheduledTask, TaskRun
 from reminders.schedule import timing
-from tests.browser.conftest import MARKS, engine_pass
+from tests.browser.conftest import MARKS, PASSWORD, VIEWPORT, engine_pass, signed_in
 from tests.support.sandbox import running_sandbox, wecom_settings
 from wecom_sandbox import WeComSandbox
 
@@ -54,7 +54,6 @@ pytestmark = MARKS
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = "/admin/ops/dashboard/"
 RUNS = "/admin/reminders/taskrun/"
-PASSWORD = "a-browser-test-password"
 RETRY = "Retry selected runs now"
 # WeCom's "not allowed to access from your ip": the app's allow list lacks the server.
 NOT_ALLOWED = "60020"
@@ -324,19 +323,9 @@ def test_first_screen__says_what_is_wrong_and_leads_to_it(
     """In the operator's language: the health strip is the first thing on the page and
     fits the first screen; the day's failures are marked and lead to those runs; the
     explanations are collapsed; the charts span the page."""
-    from tests.browser.conftest import STEP_TIMEOUT_MS, VIEWPORT
-
     make_user("olga", OPERATOR)
-    context = browser.new_context(viewport=VIEWPORT, locale=locale)
-    context.set_default_timeout(STEP_TIMEOUT_MS)
-    page = context.new_page()
+    page = signed_in(browser, live_server.url, failed_today.dashboard, "olga", locale)
     try:
-        page.goto(f"{live_server.url}/admin/login/?next={failed_today.dashboard}")
-        page.fill("#id_username", "olga")
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_url(re.compile(re.escape(DASHBOARD)))
-
         heading = page.locator("#content-main h2").first
         assert heading.inner_text() == words["heading"]
         strip = page.locator("ul.health").bounding_box()
@@ -368,8 +357,8 @@ def test_first_screen__says_what_is_wrong_and_leads_to_it(
         page.locator("ul.health > li[data-part=failures] a").click()
         page.wait_for_url(re.compile(re.escape(RUNS)))
         query = parse_qs(urlsplit(page.url).query)
-        assert query["status__in"] == ["failed,expired,unknown"]
+        assert query["status__in"] == ["failed,unknown,expired"]
         rows = page.locator("#result_list tbody tr")
         assert rows.count() == len(failed_today.failed) == 3
     finally:
-        context.close()
+        page.context.close()

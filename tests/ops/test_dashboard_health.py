@@ -53,7 +53,7 @@ def test_failures__the_day_s_failed_expired_and_in_doubt_runs_linked(admin_clien
     # Two failed and one expired (#5, #6, #14), one in doubt (#7): stats_world.
     assert (part.ok, part.value, part.detail) == (False, "3", "failed or expired; 1 in doubt")
     query = parse_qs(urlsplit(part.link).query)
-    assert query["status__in"] == ["failed,expired,unknown"]
+    assert query["status__in"] == ["failed,unknown,expired"]
     listed = admin_client.get(part.link)
     assert listed.status_code == 200
     shown = {run.pk for run in listed.context["cl"].result_list}
