@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from reminders import kinds
 
-from .models import Alert, AlertDelivery, StatisticsCheck
+from .models import Alert, AlertAction, AlertDelivery, AlertMute, StatisticsCheck, WeComMember
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -32,14 +32,47 @@ class DeliveryInline(admin.TabularInline):
         return False
 
 
+class ActionInline(admin.TabularInline):
+    """The clicks on the alert's cards: who, as which user, when, from where, and what
+    each did (``ops.card_clicks``)."""
+
+    model = AlertAction
+    fk_name = "alert"
+    fields = (
+        "acted_at",
+        "member",
+        "username",
+        "action",
+        "outcome",
+        "detail",
+        "source",
+        "card_state",
+        "card_detail",
+    )
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Alert)
 class AlertAdmin(ReadOnly):
-    list_display = ("created_at", "title", "event_count", "type", "kind_label", "channel")
+    list_display = (
+        "created_at",
+        "title",
+        "event_count",
+        "type",
+        "kind_label",
+        "channel",
+        "handled_by",
+    )
     # By when: a filter on the date range, not ``date_hierarchy``, whose truncation to the
     # site's zone needs MySQL's and MariaDB's time zone tables, which a server may lack.
     list_filter = ("created_at", "type", "channel")
     search_fields = ("title", "group_key")
-    inlines = [DeliveryInline]
+    inlines = [DeliveryInline, ActionInline]
     readonly_fields = (
         "group_key",
         "seq",
@@ -53,6 +86,8 @@ class AlertAdmin(ReadOnly):
         "last_event_at",
         "title",
         "body",
+        "handled_at",
+        "handled_by",
     )
     fields = readonly_fields
 
@@ -66,6 +101,26 @@ class AlertDeliveryAdmin(ReadOnly):
     list_display = ("alert", "channel", "target", "status", "attempts", "sent_at", "error")
     list_filter = ("status", "channel")
     list_select_related = ("alert",)
+
+
+@admin.register(AlertMute)
+class AlertMuteAdmin(admin.ModelAdmin):
+    """Groups held quiet by a card's "Mute 1 hour"; deleting one ends it at once."""
+
+    list_display = ("group_key", "until", "by", "created_at")
+    readonly_fields = ("group_key", "until", "by", "created_at")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(WeComMember)
+class WeComMemberAdmin(admin.ModelAdmin):
+    """Which user a WeCom member acts as when they click an alert card."""
+
+    list_display = ("member", "user")
+    search_fields = ("member", "user__username")
+    raw_id_fields = ("user",)
 
 
 @admin.register(StatisticsCheck)

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.mail import mail_admins
@@ -36,6 +37,9 @@ from django.utils.translation import gettext
 from reminders.senders import BaseSender, Message, get_sender
 
 from .conf import settings as conf
+
+if TYPE_CHECKING:
+    from .models import AlertDelivery
 
 # WeCom's limit for a text message is 2,048 bytes; a little is kept for the sender.
 TEXT_LIMIT = 2000
@@ -66,6 +70,12 @@ class AlertChannel(ABC):
     def deliver(self, title: str, body: str, key: str) -> None:
         """Send one alert; raise when it did not go out. ``key`` identifies the
         delivery (the same on every attempt)."""
+
+    def deliver_alert(self, delivery: AlertDelivery, now: datetime) -> None:
+        """Send ``delivery``'s alert; raise when it did not go out. A channel that sends
+        the alert's title and body as they are needs only ``deliver``; one that shows more
+        of it (``alert_cards.WeComCards``) overrides this."""
+        self.deliver(delivery.alert.title, delivery.alert.body, str(delivery.pk))
 
     def problems(self) -> list[str]:
         """What stops this channel from working, for the system checks (in the language

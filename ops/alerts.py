@@ -46,7 +46,7 @@ from reminders.models import SchedulerHeartbeat, TaskRun
 
 from . import alert_channels, alert_texts, statistics
 from .conf import settings as conf
-from .models import Alert, AlertDelivery, AlertEvent, AlertType
+from .models import Alert, AlertDelivery, AlertEvent, AlertMute, AlertType
 from .stats.wave import quota
 
 logger = logging.getLogger(__name__)
@@ -253,7 +253,11 @@ def open_alerts(now: datetime) -> list[Alert]:
     """An alert for each group with pending events whose window is closed."""
     targets = alert_channels.targets()
     opened = []
+    # A muted group's events wait for the mute's end, and then go together.
+    muted = set(AlertMute.objects.filter(until__gt=now).values_list("group_key", flat=True))
     for key in AlertEvent.objects.pending_groups(now):
+        if key in muted:
+            continue
         alert_type = key.split(":", 1)[0]
         alert = Alert.objects.open_for(
             key, now, conf.window_for(alert_type), alert_texts.render, targets
@@ -286,7 +290,7 @@ def deliver(delivery: AlertDelivery, now: datetime) -> bool:
     alert = delivery.alert
     try:
         channel = alert_channels.build(delivery.channel)
-        channel.deliver(alert.title, alert.body, str(delivery.pk))
+        channel.deliver_alert(delivery, now)
     except Exception as exc:
         error = str(exc) if isinstance(exc, alert_channels.AlertChannelError) else repr(exc)
         delivery.mark_failed(error, now, conf.ALERT_RETRY_DELAYS)

@@ -113,6 +113,22 @@ class Settings:
         return str(self._get("ALERT_LANGUAGE", "") or django_settings.LANGUAGE_CODE)
 
     @property
+    def ADMIN_URL(self) -> str:
+        """The admin's address as ops reach it (``https://crm.example.com/admin/``), for
+        the links of alert cards; ``""``: none is known."""
+        value = self._get("ADMIN_URL", "")
+        if not isinstance(value, str):
+            raise ImproperlyConfigured(
+                _("OPS_ADMIN_URL must be text, got %(value)r.") % {"value": value}
+            )
+        if value and not value.startswith(("https://", "http://")):
+            raise ImproperlyConfigured(
+                _("OPS_ADMIN_URL must be an absolute http(s) address, got %(value)r.")
+                % {"value": value}
+            )
+        return value if not value or value.endswith("/") else value + "/"
+
+    @property
     def ALERT_INTERVAL_SECONDS(self) -> float:
         """Seconds between two steps of ``ops_alerts --loop``."""
         return _number("OPS_ALERT_INTERVAL_SECONDS", self._get("ALERT_INTERVAL_SECONDS", 15))
@@ -280,6 +296,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where alerts go, configured like ``CACHES``: alias -> ``BACKEND`` (an "
         "``ops.alert_channels.AlertChannel``) and ``OPTIONS`` (ops.E002). ``{}``: alerts are "
         "recorded and nobody is told (ops.W001).",
+    ),
+    Setting(
+        "OPS_ADMIN_URL",
+        "",
+        "The admin's absolute address as ops reach it (``https://crm.example.com/admin/``): "
+        "the alert cards' links to the admin (``ops.alert_cards.WeComCards`` needs it).",
     ),
     Setting(
         "OPS_ALERT_WINDOW_SECONDS",

@@ -260,12 +260,19 @@ class Alert(models.Model):
     last_event_at = models.DateTimeField(_("last event"), null=True, blank=True)
     title = models.CharField(_("title"), max_length=255, blank=True)
     body = models.TextField(_("body"), blank=True)
+    # Who marked it handled (from its card, or the admin), and when.
+    handled_at = models.DateTimeField(_("handled"), null=True, blank=True)
+    # db_default: the release before this column inserts alerts without it.
+    handled_by = models.CharField(
+        _("handled by"), max_length=150, blank=True, default="", db_default=""
+    )
 
     objects = AlertQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("alert")
         verbose_name_plural = _("alerts")
+        permissions = [("mute_alert", _("Can mute an alert's group for a while"))]
         constraints = [
             models.UniqueConstraint(fields=["group_key", "seq"], name="ops_alert_once_per_seq"),
         ]
@@ -411,3 +418,19 @@ class StatisticsCheck(models.Model):
     @property
     def difference(self) -> int | None:
         return None if self.theirs is None else self.theirs - self.ours
+
+
+# The cards' models, in their own module.
+from .card_models import AlertAction, AlertCard, AlertMute, WeComMember  # noqa: E402
+
+__all__ = [
+    "Alert",
+    "AlertAction",
+    "AlertCard",
+    "AlertDelivery",
+    "AlertEvent",
+    "AlertMute",
+    "AlertType",
+    "StatisticsCheck",
+    "WeComMember",
+]

@@ -10,7 +10,8 @@
   ``change_quiethours``: every change kept with who and why), and
   edit the working-day calendar
   (``edit_calendarday``: its days and years, entered when the official schedule is
-  published). It may not edit a task's fields (nor cancel it, which is an edit), delete
+  published), and mute an alert's group for an hour from its WeCom card
+  (``ops.mute_alert``). It may not edit a task's fields (nor cancel it, which is an edit), delete
   anything else or add a task.
 
 Neither sees ``ProviderToken``: it holds the providers' access tokens, which are
@@ -79,6 +80,7 @@ ROLES = (
             "reminders.change_preference",
             "reminders.add_quiethours",
             "reminders.change_quiethours",
+            "ops.mute_alert",
         ),
     ),
 )

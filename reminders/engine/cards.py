@@ -39,8 +39,10 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -51,7 +53,7 @@ from ..exceptions import SendError, TransientSendError
 from ..messages.builders import language
 from ..messages.fitting import cut
 from ..models import RunAction, ScheduledTask, SendLog, TaskRun
-from ..models.acting import DONE, SNOOZE, TAKE
+from ..models.acting import DONE, SNOOZE, TAKE, CardClick
 from ..schedule import timing
 from ..senders import get_sender
 from ..senders.template_card import room, width
@@ -65,22 +67,74 @@ LEASE = timedelta(seconds=60)
 # WeCom takes a response code within 72 hours of the click that gave it.
 CODE_LIFETIME = timedelta(hours=72)
 BATCH = 20
-PENDING = RunAction.CardState.PENDING
+PENDING = CardClick.CardState.PENDING
+RUN_ACTIONS = "reminders.runaction"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A card's update: the member it went to, on the channel it went out on; its
+    buttons to read ``replace_name``, or the whole ``card`` it becomes (of the same
+    ``task_id``), which ``detail`` says in words; ``about`` names it in the logs."""
+
+    channel: str
+    recipient: str
+    replace_name: str
+    about: str
+    card: dict[str, Any] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Clicks kept in ``model`` whose cards are updated here: ``change(click)`` says
+    how (``related``: what it reads, for ``select_related``)."""
+
+    model: type[CardClick]
+    change: Callable[[Any], Change]
+    related: tuple[str, ...] = ()
+
+
+_SOURCES: dict[str, Source] = {}
+
+
+def register(
+    model: type[CardClick], change: Callable[[Any], Change], related: Sequence[str] = ()
+) -> None:
+    """Have the pending cards of ``model``'s clicks updated as a run's are: the same
+    claims, leases, job and records; ``change(click)`` says for whom and to what. An app
+    that owns cards (``intake.card_owners``) calls this from its ``AppConfig.ready``."""
+    _SOURCES[model._meta.label_lower] = Source(model, change, tuple(related))
+
+
+def _sources() -> dict[str, Source]:
+    return {
+        RUN_ACTIONS: Source(RunAction, _run_change, ("run", "run__task", "follow_up")),
+        **_SOURCES,
+    }
 
 
 def claim(now: datetime | None = None) -> list[int]:
-    """Take the cards due an update (up to ``BATCH``) and queue a job for them; the
-    actions' ids. Those past WeCom's 72 hours are marked ``expired`` instead. Safe in
-    any number of schedulers at once."""
+    """Take the cards due an update (up to ``BATCH`` of each source) and queue a job
+    for them; the clicks' ids. Those past WeCom's 72 hours are marked ``expired``
+    instead. Safe in any number of schedulers at once."""
     now = now or timezone.now()
-    due = RunAction.objects.filter(card_state=PENDING).filter(
+    claimed: list[int] = []
+    for label, source in _sources().items():
+        claimed += _claim(label, source.model, now)
+    return claimed
+
+
+def _claim(label: str, model: type[CardClick], now: datetime) -> list[int]:
+    manager = model._default_manager
+    due = manager.filter(card_state=PENDING).filter(
         Q(card_attempted_at__isnull=True) | Q(card_attempted_at__lt=now - LEASE)
     )
     # A read first: a tick with no card to update takes no lock (SQLite has one writer).
     if not due.exists():
         return []
-    RunAction.objects.filter(card_state=PENDING, received_at__lt=now - CODE_LIFETIME).update(
-        card_state=RunAction.CardState.EXPIRED,
+    manager.filter(card_state=PENDING, received_at__lt=now - CODE_LIFETIME).update(
+        card_state=CardClick.CardState.EXPIRED,
         card_detail="WeCom takes a response code within 72 hours of the click.",
     )
     with transaction.atomic():
@@ -91,89 +145,123 @@ def claim(now: datetime | None = None) -> list[int]:
             locked = locked.select_for_update()
         claimed = list(locked.values_list("pk", flat=True)[:BATCH])
         if claimed:
-            RunAction.objects.filter(pk__in=claimed).update(card_attempted_at=now)
+            manager.filter(pk__in=claimed).update(card_attempted_at=now)
+            # A run's cards keep the job's name and arguments of the releases before.
+            named = "" if label == RUN_ACTIONS else f"{model._meta.model_name}-"
+            extra = () if label == RUN_ACTIONS else (label,)
             cluster.enqueue(
                 cluster.high_queue(),
                 UPDATE,
                 claimed,
                 now.isoformat(),
-                task_name=f"cards-{claimed[0]}",
+                *extra,
+                task_name=f"cards-{named}{claimed[0]}",
             )
     return claimed
 
 
-def update(action_ids: Sequence[int], leased_at: str = "") -> int:
-    """The job: update the cards of ``action_ids`` whose lease it still holds, the one
-    its claim took at ``leased_at`` (ISO 8601); how many were updated. One card's
-    failure is its own: the others are updated all the same. A job queued without a
-    lease (by the release before leases were given) updates nothing: its cards are
-    claimed again a lease later."""
+def update(action_ids: Sequence[int], leased_at: str = "", source: str = RUN_ACTIONS) -> int:
+    """The job: update the cards of the clicks ``action_ids`` of ``source`` (a model's
+    label) whose lease it still holds, the one its claim took at ``leased_at`` (ISO
+    8601); how many were updated. One card's failure is its own: the others are updated
+    all the same. A job queued without a lease (by the release before leases were given)
+    updates nothing: its cards are claimed again a lease later."""
     if not leased_at:
         logger.warning("a card-update job without its lease: %s left to the next claim", action_ids)
         return 0
+    found = _sources().get(source)
+    if found is None:  # its app is no longer installed: the cards stay as they are
+        logger.warning(
+            "card updates of %s: no such source, %s left as they are", source, action_ids
+        )
+        return 0
     held = datetime.fromisoformat(leased_at)
     updated = 0
-    actions = RunAction.objects.filter(pk__in=list(action_ids), card_state=PENDING)
-    for action in actions.select_related("run", "run__task", "follow_up").order_by("received_at"):
-        updated += _update_one(action, held)
+    clicks = found.model._default_manager.filter(pk__in=list(action_ids), card_state=PENDING)
+    for click in clicks.select_related(*found.related).order_by("received_at"):
+        updated += _update_one(click, found.change, held)
     return updated
 
 
-def _update_one(action: RunAction, held: datetime) -> int:
-    lease = _renew(action, held)
+def _update_one(click: CardClick, change_of: Callable[[Any], Change], held: datetime) -> int:
+    lease = _renew(click, held)
     if lease is None:
         return 0  # another job holds the card now, or it is no longer to update
-    text = replace_name(action)
-    channel, recipient = delivery(action.run)
     try:
-        sender = get_sender(channel)
-        sender.update_card(recipient, action.response_code, text)
+        change = change_of(click)
+        sender = get_sender(change.channel)
+        if change.card is not None:
+            sender.replace_card(change.recipient, click.response_code, change.card)
+        else:
+            sender.update_card(change.recipient, click.response_code, change.replace_name)
     except TransientSendError as exc:
         # Tried again once the lease is over, while WeCom still takes the code.
-        logger.warning("card of run %s not updated yet: %s", action.run_id, exc)
+        logger.warning("card of %s not updated yet: %s", _about(click, change_of), exc)
         return 0
     except SendError as exc:
-        return _refused(action, lease, str(exc))
+        return _refused(click, lease, str(exc))
     except Exception as exc:  # a channel no longer configured, a sender's bug
-        logger.exception("card of run %s not updated", action.run_id)
-        return _refused(action, lease, f"{type(exc).__name__}: {exc}")
-    return _updated(action, text)
+        logger.exception("card of %s not updated", _about(click, change_of))
+        return _refused(click, lease, f"{type(exc).__name__}: {exc}")
+    return _updated(click, change.detail or change.replace_name)
 
 
-def _renew(action: RunAction, held: datetime) -> datetime | None:
-    """The job's lease on ``action``'s card, renewed for a whole ``LEASE`` from now, if
+def _about(click: CardClick, change_of: Callable[[Any], Change]) -> str:
+    try:
+        return change_of(click).about
+    except Exception:
+        return f"{click._meta.label_lower} {click.pk}"
+
+
+def _renew(click: CardClick, held: datetime) -> datetime | None:
+    """The job's lease on ``click``'s card, renewed for a whole ``LEASE`` from now, if
     the job still holds it (``card_attempted_at`` is still ``held``) and WeCom still
     takes the code; None otherwise."""
     now = timezone.now()
-    renewed = RunAction.objects.filter(
-        pk=action.pk,
-        card_state=PENDING,
-        card_attempted_at=held,
-        received_at__gte=now - CODE_LIFETIME,
-    ).update(card_attempted_at=now)
+    renewed = (
+        type(click)
+        ._default_manager.filter(
+            pk=click.pk,
+            card_state=PENDING,
+            card_attempted_at=held,
+            received_at__gte=now - CODE_LIFETIME,
+        )
+        .update(card_attempted_at=now)
+    )
     return now if renewed else None
 
 
-def _updated(action: RunAction, text: str) -> int:
+def _updated(click: CardClick, text: str) -> int:
     """Record the update WeCom made: true whoever holds the lease by now."""
     return (
-        RunAction.objects.filter(pk=action.pk)
-        .exclude(card_state=RunAction.CardState.UPDATED)
-        .update(card_state=RunAction.CardState.UPDATED, card_detail=text[:2000])
+        type(click)
+        ._default_manager.filter(pk=click.pk)
+        .exclude(card_state=CardClick.CardState.UPDATED)
+        .update(card_state=CardClick.CardState.UPDATED, card_detail=text[:2000])
     )
 
 
-def _refused(action: RunAction, lease: datetime, detail: str) -> int:
+def _refused(click: CardClick, lease: datetime, detail: str) -> int:
     """Record a refusal, if the job still holds the lease on a card still pending: else
     the job that took it over records what became of it."""
-    recorded = RunAction.objects.filter(
-        pk=action.pk, card_state=PENDING, card_attempted_at=lease
-    ).update(card_state=RunAction.CardState.FAILED, card_detail=detail[:2000])
+    recorded = (
+        type(click)
+        ._default_manager.filter(pk=click.pk, card_state=PENDING, card_attempted_at=lease)
+        .update(card_state=CardClick.CardState.FAILED, card_detail=detail[:2000])
+    )
     if not recorded:
         logger.warning(
-            "card of run %s: a refusal after the lease was lost: %s", action.run_id, detail
+            "card of %s %s: a refusal after the lease was lost: %s",
+            click._meta.label_lower,
+            click.pk,
+            detail,
         )
     return 0
+
+
+def _run_change(action: RunAction) -> Change:
+    channel, recipient = delivery(action.run)
+    return Change(channel, recipient, replace_name(action), f"run {action.run_id}")
 
 
 def delivery(run: TaskRun) -> tuple[str, str]:

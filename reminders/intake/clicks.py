@@ -64,7 +64,7 @@ from ..callback.events import TemplateCardEvent
 from ..engine import actions, cards, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
-from . import scheduling
+from . import card_owners, scheduling
 from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ class Outcome(enum.Enum):
     UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
     NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
     RECALLED = "recalled"  # the card was recalled before the click reached us
+    # A card another app owns (``card_owners``): the member may not do this. The refusal
+    # is recorded and the card says so; nothing else changed.
+    DECLINED = "declined"
 
 
 # What is refused with nothing kept, the request's nonce included.
@@ -101,6 +104,12 @@ def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
     with transaction.atomic():
         if not CallbackNonce.objects.spend(nonce, timestamp):
             return Applied(Outcome.REPLAYED)
+        owner = card_owners.owner_of(event.task_id) if run_pk(event.task_id) is None else None
+        if owner is not None:
+            outcome = owner(event, timezone.now())
+            if outcome in REFUSED:
+                transaction.set_rollback(True)
+            return Applied(outcome)
         run = _sent_run(event.task_id)
         applied = (
             _act(run, event)

@@ -17,18 +17,21 @@ are checked at start-up (``reminders.E014``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.checks import CheckMessage, Error, register
-from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured, ValidationError
 from django.db import models
 from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import settings as conf
+
+logger = logging.getLogger(__name__)
 
 
 def is_user(value: object) -> bool:
@@ -89,6 +92,35 @@ def member_id(user: models.Model, resolve: Callable[[Any], object] | None = None
             }
         )
     return value
+
+
+def users_of(member: str) -> list[Any]:
+    """The active users whose member id (as ``member_id`` finds it) is ``member``,
+    whatever its case, as WeCom compares member ids: the reverse of the mapping. Where
+    the id is a field of the user model, a query finds them; where a resolver or an
+    attribute that is not a field gives it, each active staff user is asked (those
+    whose id cannot be had are passed over)."""
+    model = get_user_model()
+    active = model._default_manager.filter(is_active=True)
+    field = conf.USER_ID_FIELD or model.USERNAME_FIELD
+    if not conf.RECIPIENT_RESOLVER:
+        try:
+            model._meta.get_field(field)
+        except FieldDoesNotExist:
+            pass
+        else:
+            return list(active.filter(**{f"{field}__iexact": member}).order_by("pk"))
+    resolve = resolver()
+    found = []
+    for user in active.filter(is_staff=True).order_by("pk"):
+        try:
+            value = resolve(user)
+        except Exception:  # a resolver that fails for one user says nothing of the others
+            logger.warning("the member id of user %s could not be had", user.pk, exc_info=True)
+            continue
+        if isinstance(value, str) and value.casefold() == member.casefold():
+            found.append(user)
+    return found
 
 
 def _source() -> str:

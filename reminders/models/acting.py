@@ -70,7 +70,13 @@ def run_pk(task_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-class RunAction(models.Model):
+class CardClick(models.Model):
+    """A click on a card, as far as updating that card goes: WeCom's response code (one
+    update, within 72 hours of the click: ``engine.cards``), and where that update
+    stands. ``RunAction`` is one; an app that owns cards of its own
+    (``intake.card_owners``) keeps its clicks in a model of this shape, and
+    ``engine.cards.register`` has them updated as a run's are."""
+
     class CardState(models.TextChoices):
         NONE = "", pgettext_lazy("card state", "not updated")
         PENDING = "pending", pgettext_lazy("card state", "to update")
@@ -78,6 +84,23 @@ class RunAction(models.Model):
         FAILED = "failed", pgettext_lazy("card state", "update failed")
         EXPIRED = "expired", pgettext_lazy("card state", "too late to update")
 
+    received_at = models.DateTimeField(_("received"), auto_now_add=True)
+    # WeCom's, whole: it publishes no length, and a code cut short updates no card.
+    response_code = models.TextField(_("response code"), blank=True)
+    # db_default: the release before these columns inserts rows without them.
+    card_state = models.CharField(
+        _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True
+    )
+    # What the card reads now, or why it could not be updated.
+    card_detail = models.TextField(_("card update"), blank=True, default="", db_default="")
+    # When a scheduler last took the update on: another takes it over a while later.
+    card_attempted_at = models.DateTimeField(_("card update tried"), null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class RunAction(CardClick):
     run = models.OneToOneField(
         "TaskRun", on_delete=models.CASCADE, related_name="action", verbose_name=_("run")
     )
@@ -85,9 +108,6 @@ class RunAction(models.Model):
     action = models.CharField(_("action"), max_length=1024)
     member = models.CharField(_("acted by"), max_length=64)
     acted_at = models.DateTimeField(_("acted at"))
-    received_at = models.DateTimeField(_("received"), auto_now_add=True)
-    # WeCom's, whole: it publishes no length, and a code cut short updates no card.
-    response_code = models.TextField(_("response code"), blank=True)
     follow_up = models.ForeignKey(
         "TaskRun",
         on_delete=models.SET_NULL,
@@ -105,14 +125,6 @@ class RunAction(models.Model):
     # When a scheduler took on telling the CRM: another tells it again a while later,
     # unless ``announced_at`` says it was told (``engine.announce``).
     announcing_at = models.DateTimeField(_("CRM being told"), null=True, blank=True)
-    # db_default: the release before these columns inserts rows without them.
-    card_state = models.CharField(
-        _("card"), max_length=7, choices=CardState.choices, default="", db_default="", blank=True
-    )
-    # What the card reads now, or why it could not be updated.
-    card_detail = models.TextField(_("card update"), blank=True, default="", db_default="")
-    # When a scheduler last took the update on: another takes it over a while later.
-    card_attempted_at = models.DateTimeField(_("card update tried"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("action on a card")

@@ -340,6 +340,13 @@ class BaseSender(ABC):
         Only a channel that ``carries_cards`` can."""
         raise PermanentSendError(f"Channel {self.alias!r} cannot update a card.", code="card")
 
+    def replace_card(self, recipient: str, response_code: str, card: dict[str, Any]) -> None:
+        """Replace a card delivered to ``recipient`` by ``card``, a whole card of the
+        same ``task_id`` (WeCom's ``update_template_card`` with a ``template_card``), with
+        the ``response_code`` the provider gave for it; a ``SendError`` when it refuses.
+        Only a channel that ``carries_cards`` can."""
+        raise PermanentSendError(f"Channel {self.alias!r} cannot update a card.", code="card")
+
     def check_message(self, message: Message) -> None:  # noqa: B027 - optional hook
         """Raise ``PayloadSendError`` when this channel cannot carry ``message`` (empty,
         too large); asked when a task is scheduled, with its first occurrence's message,

@@ -79,6 +79,8 @@ class MemorySender(BaseSender):
     recalled: ClassVar[list[Message]] = []
     # (recipient, task_id, replace_name) of every card updated
     card_updates: ClassVar[list[tuple[str, str, str]]] = []
+    # (recipient, task_id, card) of every card replaced by a whole new one
+    card_replacements: ClassVar[list[tuple[str, str, dict[str, Any]]]] = []
     script: ClassVar[list[BaseException | SendResult | float | None]] = []
     duplicate_check_seconds = 3600
     # (rate scope, recipient, rendered body) -> (when it was delivered, its message id)
@@ -115,6 +117,7 @@ class MemorySender(BaseSender):
         cls._task_ids.clear()
         cls.recalled.clear()
         cls.card_updates.clear()
+        cls.card_replacements.clear()
         cls._sent.clear()
         cls._codes.clear()
 
@@ -215,6 +218,33 @@ class MemorySender(BaseSender):
         ``recipient``, used once, within 72 hours; the text held to a button's length."""
         if not self.carries_cards:
             return super().update_card(recipient, response_code, replace_name)
+        code = self._spendable(recipient, response_code)
+        found = template_card.text_problem("button_list.text", replace_name, "button.replace_name")
+        if found:
+            raise PermanentSendError(f"update_template_card: {found}.", code="45002")
+        code.used = True
+        self.card_updates.append((recipient, code.task_id, replace_name))
+
+    def replace_card(self, recipient: str, response_code: str, card: dict[str, Any]) -> None:
+        """As WeCom's ``update_template_card`` with a whole card: the code as for
+        ``update_card``, and a card WeCom would send, of the same ``task_id``."""
+        if not self.carries_cards:
+            return super().replace_card(recipient, response_code, card)
+        code = self._spendable(recipient, response_code)
+        found = template_card.problem(card)
+        if found:
+            raise PermanentSendError(f"update_template_card: {found}.", code="40058")
+        if card.get("task_id") != code.task_id:
+            raise PermanentSendError(
+                "update_template_card: the card's task_id is not the updated card's.",
+                code="40058",
+            )
+        code.used = True
+        self.card_replacements.append((recipient, code.task_id, card))
+
+    def _spendable(self, recipient: str, response_code: str) -> _Code:
+        """The code ``response_code``, if this app issued it for a card to ``recipient``,
+        unused and under 72 hours old; else what WeCom answers."""
         code = self._codes.get(response_code)
         if (
             code is None
@@ -227,11 +257,7 @@ class MemorySender(BaseSender):
             raise RecipientSendError(
                 f"update_template_card: {recipient} did not get the card.", code="invaliduser"
             )
-        found = template_card.text_problem("button_list.text", replace_name, "button.replace_name")
-        if found:
-            raise PermanentSendError(f"update_template_card: {found}.", code="45002")
-        code.used = True
-        self.card_updates.append((recipient, code.task_id, replace_name))
+        return code
 
     def _issue(self, task_id: str, recipient: str) -> str:
         return self._issue_in(self.rate_scope, task_id, recipient)

@@ -450,6 +450,14 @@ class WeComSender(BaseSender):
         """WeCom's ``update_template_card``: the buttons of the card ``response_code``
         names, as ``recipient`` sees it, become one that cannot be clicked, reading
         ``replace_name``. WeCom takes a response code once, within 72 hours."""
+        self._update(recipient, response_code, {"button": {"replace_name": replace_name}})
+
+    def replace_card(self, recipient: str, response_code: str, card: dict[str, Any]) -> None:
+        """WeCom's ``update_template_card`` with a whole ``template_card``: the card
+        ``response_code`` names, as ``recipient`` sees it, becomes ``card``."""
+        self._update(recipient, response_code, {"template_card": card})
+
+    def _update(self, recipient: str, response_code: str, change: dict[str, Any]) -> None:
         agent_id = self._require_credentials()
         self.validate_recipient(recipient)
         what = "WeCom message/update_template_card"
@@ -458,7 +466,7 @@ class WeComSender(BaseSender):
                 "userids": [recipient],
                 "agentid": agent_id,
                 "response_code": response_code,
-                "button": {"replace_name": replace_name},
+                **change,
             }
         )
         reply = self._call("message/update_template_card", body, what)

@@ -50,6 +50,7 @@ def test_migrate__made_both_groups_with_their_permissions():
         "reminders.change_preference",
         "reminders.add_quiethours",
         "reminders.change_quiethours",
+        "ops.mute_alert",
     }
     everything = viewer | operator
     # Preferences are changed on a recipient's behalf, through the API (who and why kept).
