@@ -35,25 +35,30 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone, translation
 from django.utils.translation import gettext, ngettext, pgettext
 
+from reminders.engine.cards import CODE_LIFETIME
 from reminders.messages.cards import lost_clicks
 from reminders.messages.fitting import cut
 from reminders.registry import label as kind_label
 from reminders.senders import BaseSender, Message, get_sender
 from reminders.senders.template_card import CARD_TYPE, problem, room, width
 
+from . import alert_texts
 from .alert_channels import AlertChannel, AlertChannelError
 from .conf import settings as conf
+from .models import Alert, AlertAction, AlertCard, AlertDelivery, AlertEvent
 
-if TYPE_CHECKING:
-    from .models import Alert, AlertDelivery
+logger = logging.getLogger(__name__)
 
 # Every alert card's task_id starts so (``reminders.intake.card_owners``).
 PREFIX = "ops-"
@@ -69,15 +74,37 @@ def task_id(delivery: AlertDelivery, member: str) -> str:
     return f"{PREFIX}a{delivery.pk}-{digest}"
 
 
+def chain(alert: Alert) -> list[Alert]:
+    """The alerts ``alert`` goes on from (``Alert.continues``), first to last, and
+    ``alert``: what its card counts and acts on."""
+    found = [alert]
+    while found[0].continues_id is not None:
+        earlier = Alert.objects.filter(pk=found[0].continues_id).first()
+        if earlier is None:
+            break
+        found.insert(0, earlier)
+    return found
+
+
+def head(alert: Alert) -> Alert:
+    """The last alert of ``alert``'s chain: what a click on any of its cards acts on."""
+    while True:
+        later = Alert.objects.filter(continues=alert).first()
+        if later is None:
+            return alert
+        alert = later
+
+
 def failed_runs(alert: Alert) -> list[int]:
-    """The runs the alert's events name, in the order they happened."""
-    events = alert.events.filter(run_id__isnull=False).order_by("occurred_at", "pk")
-    ids: list[int] = [pk for pk in events.values_list("run_id", flat=True) if pk is not None]
-    return list(dict.fromkeys(ids))
+    """The runs the events of ``alert``'s chain name, in the order they happened."""
+    events = AlertEvent.objects.filter(alert__in=chain(alert), run_id__isnull=False)
+    ordered = events.order_by("occurred_at", "pk").values_list("run_id", flat=True)
+    return list(dict.fromkeys(pk for pk in ordered if pk is not None))
 
 
 def runs_url(alert: Alert) -> str:
-    """The admin's list of the alert's runs (``OPS_ADMIN_URL``); ``""`` without it."""
+    """The admin's list of the runs of ``alert``'s chain (``OPS_ADMIN_URL``); the
+    alert's page where it names none; ``""`` without the setting."""
     base = conf.ADMIN_URL
     if not base:
         return ""
@@ -89,18 +116,21 @@ def runs_url(alert: Alert) -> str:
 
 
 def card(alert: Alert, card_id: str, *, outcome: str = "") -> dict[str, Any]:
-    """The card of ``alert`` (its ``task_id`` ``card_id``): with its buttons, or, once
-    acted on, saying ``outcome`` with the admin's link as its one button. In
-    ``OPS_ALERT_LANGUAGE``."""
+    """The card of ``alert`` and the alerts it goes on from (its ``task_id``
+    ``card_id``): with its buttons, or, once acted on, saying ``outcome`` with the
+    admin's link as its one button. In ``OPS_ALERT_LANGUAGE``."""
+    alerts = chain(alert)
     with translation.override(conf.ALERT_LANGUAGE):
+        count = sum(each.event_count for each in alerts)
+        title = alert.title if len(alerts) == 1 else alert_texts.title(alert, count)
         runs = failed_runs(alert)
         link = runs_url(alert)
         body: dict[str, Any] = {
             "card_type": CARD_TYPE,
             "source": {"desc": cut(gettext("Reminders ops"), room("source.desc"), width)},
-            "main_title": {"title": cut(alert.title, room("main_title.title"), width)},
-            "sub_title_text": cut(outcome or _reasons(alert), room("sub_title_text"), width),
-            "horizontal_content_list": _facts(alert),
+            "main_title": {"title": cut(title, room("main_title.title"), width)},
+            "sub_title_text": cut(outcome or _reasons(alerts), room("sub_title_text"), width),
+            "horizontal_content_list": _facts(alerts, count),
             "task_id": card_id,
             "button_list": _link(link) if outcome else _buttons(len(runs), link),
         }
@@ -110,19 +140,21 @@ def card(alert: Alert, card_id: str, *, outcome: str = "") -> dict[str, Any]:
     return body
 
 
-def _reasons(alert: Alert) -> str:
-    """The first distinct reasons the alert's events give."""
+def _reasons(alerts: Sequence[Alert]) -> str:
+    """The first distinct reasons the alerts' events give."""
     seen: list[str] = []
-    for message in alert.events.order_by("occurred_at", "pk").values_list("message", flat=True):
+    events = AlertEvent.objects.filter(alert__in=alerts).order_by("occurred_at", "pk")
+    for message in events.values_list("message", flat=True):
         if message and message not in seen:
             seen.append(message)
         if len(seen) == REASONS:
             break
-    return "\n".join(seen) or alert.title
+    return "\n".join(seen) or alerts[-1].title
 
 
-def _facts(alert: Alert) -> list[dict[str, Any]]:
-    """The kind and channel (where the alert has them), how many, since when."""
+def _facts(alerts: Sequence[Alert], count: int) -> list[dict[str, Any]]:
+    """The kind and channel (where the alerts have them), how many, since when."""
+    alert = alerts[0]
     since = timezone.localtime(alert.first_event_at or alert.created_at)
     name = "card line name, at most 5 characters"
     facts = []
@@ -130,7 +162,7 @@ def _facts(alert: Alert) -> list[dict[str, Any]]:
         facts.append((pgettext(name, "Kind"), str(kind_label(alert.kind))))
     if alert.channel:
         facts.append((pgettext(name, "Channel"), alert.channel))
-    facts.append((pgettext(name, "Count"), str(alert.event_count)))
+    facts.append((pgettext(name, "Count"), str(count)))
     facts.append((pgettext(name, "Since"), since.strftime("%Y-%m-%d %H:%M")))
     value = room("horizontal_content_list.value")
     return [{"keyname": key, "value": cut(text, value, width)} for key, text in facts]
@@ -189,22 +221,29 @@ class WeComCards(AlertChannel):
         raise AlertChannelError("WeComCards sends alerts as cards: deliver_alert, not deliver.")
 
     def deliver_alert(self, delivery: AlertDelivery, now: datetime) -> None:
-        """A card to each member who has not got one yet; raises naming those it could
-        not reach (the delivery is tried again, for them only)."""
-        from .models import AlertCard
-
+        """To each member not reached yet: the card of an earlier alert of the group
+        updated to count this one too, where that can be (``_update``), else a card;
+        raises naming those it could not reach (the delivery is tried again, for them
+        only)."""
         found = self.problems()
         if found:
             raise AlertChannelError("; ".join(found))
         sender = self.sender()
+        alert = delivery.alert
+        goes_on = continues(alert, now)
         failed: list[str] = []
         for member in self.recipients:
+            mine = AlertCard.objects.filter(
+                member=member, delivery__channel=delivery.channel, sent_at__isnull=False
+            )
+            if mine.filter(Q(delivery=delivery) | Q(shows=alert)).exists():
+                continue  # reached by an earlier attempt
+            if goes_on and self._update(sender, alert, member, now):
+                continue
             sent, _created = AlertCard.objects.get_or_create(
                 delivery=delivery, member=member, defaults={"task_id": task_id(delivery, member)}
             )
-            if sent.sent_at is not None:
-                continue
-            body = card(delivery.alert, sent.task_id)
+            body = card(alert, sent.task_id)
             message = Message(member, "template_card", body, f"ops-alert:{sent.task_id}")
             try:
                 result = sender.send(message)
@@ -216,6 +255,37 @@ class WeComCards(AlertChannel):
             sent.save(update_fields=["response_code", "sent_at"])
         if failed:
             raise AlertChannelError("; ".join(failed))
+
+    def _update(self, sender: BaseSender, alert: Alert, member: str, now: datetime) -> bool:
+        """Whether ``member``'s card of an earlier alert of ``alert``'s chain now shows
+        the chain to ``alert``: one nobody clicked, sent within WeCom's 72 hours, whose
+        send's response code is unspent. The code is taken first (it updates once): an
+        update that then fails, or dies, leaves the member to a new card."""
+        earlier = (
+            AlertCard.objects.filter(
+                member=member,
+                delivery__channel=self.alias,
+                delivery__alert__in=chain(alert)[:-1],
+                sent_at__gte=now - CODE_LIFETIME,
+                code_spent_at__isnull=True,
+            )
+            .exclude(response_code="")
+            .exclude(Exists(AlertAction.objects.filter(card=OuterRef("pk"))))
+            .order_by("-sent_at")
+            .first()
+        )
+        if earlier is None:
+            return False
+        mine = AlertCard.objects.filter(pk=earlier.pk, code_spent_at__isnull=True)
+        if not mine.update(code_spent_at=now):
+            return False  # another attempt took it
+        try:
+            sender.replace_card(member, earlier.response_code, card(alert, earlier.task_id))
+        except Exception as exc:
+            logger.warning("alert card %s not updated (%s): a new card goes", earlier.task_id, exc)
+            return False
+        AlertCard.objects.filter(pk=earlier.pk).update(shows=alert)
+        return True
 
     def problems(self) -> list[str]:
         if not self.channel:
@@ -244,6 +314,29 @@ class WeComCards(AlertChannel):
             found.append(gettext("OPS_ADMIN_URL is not set: its cards would have no link."))
         found += _recipient_problems(sender, self.recipients)
         return found
+
+
+def continues(alert: Alert, now: datetime) -> bool:
+    """Whether ``alert`` goes on from the group's alert before it (``Alert.continues``),
+    deciding it the first time: when that one's chain began within WeCom's 72 hours
+    and nobody acted on it. Decided under the lock of the chain's first alert, which a
+    click on any of its cards takes too (``card_clicks``): an action and a chain's
+    growth never cross."""
+    if alert.continues_id is not None:
+        return True
+    previous = Alert.objects.filter(group_key=alert.group_key, seq=alert.seq - 1).first()
+    if previous is None:
+        return False
+    alerts = chain(previous)
+    if alerts[0].created_at < now - CODE_LIFETIME:
+        return False
+    with transaction.atomic():
+        list(Alert.objects.select_for_update().filter(pk=alerts[0].pk))
+        if AlertAction.objects.filter(acted_on__in=alerts).exists():
+            return False
+        Alert.objects.filter(pk=alert.pk, continues__isnull=True).update(continues=previous)
+    alert.refresh_from_db(fields=["continues"])
+    return alert.continues_id is not None
 
 
 def _recipient_problems(sender: BaseSender, members: Sequence[str]) -> list[str]:

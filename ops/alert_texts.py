@@ -193,16 +193,21 @@ def _example(event: AlertEvent) -> str:
     return f"- {label}{code}: {event.message}"
 
 
+def title(alert: Alert, count: int) -> str:
+    """The title of ``alert`` of ``count`` events, in the active language."""
+    values = {
+        # The kind's label, in the alert's language, as the admin names it.
+        "kind": kinds.label(alert.kind) if alert.kind else "-",
+        "channel": alert.channel or "-",
+        "scope": alert.scope or "-",
+    }
+    return PREFIX + _titles()[alert.type](count, values)
+
+
 def render(alert: Alert, events: QuerySet[AlertEvent]) -> tuple[str, str]:
     """The alert's title and body, from its events."""
     with translation.override(conf.ALERT_LANGUAGE):
-        values = {
-            # The kind's label, in the alert's language, as the admin names it.
-            "kind": kinds.label(alert.kind) if alert.kind else "-",
-            "channel": alert.channel or "-",
-            "scope": alert.scope or "-",
-        }
-        title = PREFIX + _titles()[alert.type](alert.event_count, values)
+        heading = title(alert, alert.event_count)
         lines = [_advice()[alert.type], ""]
         lines.append(
             _("%(count)d events from %(first)s to %(last)s.")
@@ -233,4 +238,4 @@ def render(alert: Alert, events: QuerySet[AlertEvent]) -> tuple[str, str]:
                 )
                 % {"count": alert.event_count - len(sample)}
             )
-        return title[:255], "\n".join(lines)
+        return heading[:255], "\n".join(lines)

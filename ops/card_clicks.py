@@ -21,6 +21,8 @@ Invariants:
 * One click acts per alert, whoever's card it is (``AlertAction.acted_on`` is unique,
   and clicks on one alert take its row lock first): every later one, a second click or
   another operator's, changes nothing, and its card says who acted and what they did.
+  A card updated to count a later alert of its group acts on the whole chain
+  (``alert_cards.chain``), from whichever of its cards the click comes.
 * Retry and mark handled apply the admin's rules, run by run
   (``reminders.engine.actions``): a run its rules refuse is left as it is and counted,
   with the reason, in what the card says ("12 retried by alice, 2 refused: its deadline
@@ -73,13 +75,16 @@ OUTCOMES = {
 def act(event: TemplateCardEvent, now: datetime) -> Outcome:
     """The card owner's answer to a click (``reminders.intake.card_owners``): inside
     the callback's transaction, its nonce kept."""
-    card = AlertCard.objects.select_related("delivery").filter(task_id=event.task_id).first()
+    card = AlertCard.objects.select_related("delivery__alert").filter(task_id=event.task_id).first()
     if card is None or card.sent_at is None:
         return Outcome.UNKNOWN_RUN
     if card.member.casefold() != event.from_user_name.casefold():
         return Outcome.NOT_RECIPIENT
-    # The alert's row lock: two clicks on its cards act one after the other.
-    alert = Alert.objects.select_for_update().get(pk=card.delivery.alert_id)
+    # The lock of the chain's first alert: two clicks on its cards act one after the
+    # other, and its chain does not grow meanwhile (``alert_cards.continues``).
+    first = alert_cards.chain(card.delivery.alert)[0]
+    list(Alert.objects.select_for_update().filter(pk=first.pk))
+    alert = alert_cards.head(card.delivery.alert)
     click = AlertAction(
         alert=alert,
         card=card,
@@ -97,7 +102,7 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
                 _decide(click, alert, now)
                 click.save()
         except IntegrityError:  # another click acted first, where rows do not lock
-            _already(click, AlertAction.objects.get(acted_on=alert))
+            _already(click, AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).get())
             click.save()
     if click.outcome == AlertAction.Outcome.ACTED:
         _log(click)
@@ -109,7 +114,7 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
 def _decide(click: AlertAction, alert: Alert, now: datetime) -> None:
     """What ``click`` (not saved yet) does: nothing after another click acted, nothing
     for a member who may not, else what its button does."""
-    first = AlertAction.objects.filter(acted_on=alert).first()
+    first = AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).first()
     if first is not None:
         _already(click, first)
         return
@@ -177,8 +182,10 @@ def _retry(alert: Alert, by: str, now: datetime) -> str:
 
 
 def _handled(alert: Alert, by: str, now: datetime) -> str:
-    """The alert handled, and its runs that ended unsent, as the admin marks them."""
-    Alert.objects.filter(pk=alert.pk).update(handled_at=now, handled_by=by[:150])
+    """The alert handled (with those it goes on from), and its runs that ended unsent,
+    as the admin marks them."""
+    chained = [each.pk for each in alert_cards.chain(alert)]
+    Alert.objects.filter(pk__in=chained).update(handled_at=now, handled_by=by[:150])
     runs = TaskRun.objects.filter(pk__in=alert_cards.failed_runs(alert)).mark_handled(by, now)
     said = gettext("Handled by %(user)s") % {"user": by}
     if runs:

@@ -5,7 +5,9 @@ Invariants:
 
 * One card per alert delivery and member (``AlertCard``), its ``task_id`` unique: a
   delivery tried again sends the very same card, which WeCom answers "task_id taken"
-  (42014) when the first went, and the sender reads as delivered.
+  (42014) when the first went, and the sender reads as delivered. A later alert of the
+  same group may reach a member by updating that card instead (``shows``), once: the
+  code WeCom's send gave is spent (``code_spent_at``) before it is used.
 * One click acts per alert (``AlertAction.acted_on``, unique; NULL for the others,
   which never collide): the first permitted click on any of the alert's cards, whoever
   it went to. Every other click is kept too (``already``: it changed nothing;
@@ -84,6 +86,17 @@ class AlertCard(models.Model):
     # 72 hours.
     response_code = models.TextField(_("response code"), blank=True)
     sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
+    # When ``response_code`` was taken to update the card (once: WeCom takes it once),
+    # and the later alert of its group the card then showed.
+    code_spent_at = models.DateTimeField(_("updated"), null=True, blank=True)
+    shows = models.ForeignKey(
+        "ops.Alert",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("updated to show"),
+    )
 
     class Meta:
         verbose_name = _("alert card")

@@ -262,6 +262,16 @@ class Alert(models.Model):
     body = models.TextField(_("body"), blank=True)
     # Who marked it handled (from its card, or the admin), and when.
     handled_at = models.DateTimeField(_("handled"), null=True, blank=True)
+    # The group's earlier alert this one goes on from, when its cards were updated to
+    # count this one's events too (``ops.alert_cards``): a chain acted on as one.
+    continues = models.OneToOneField(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="continued_by",
+        verbose_name=_("goes on from"),
+    )
     # db_default: the release before this column inserts alerts without it.
     handled_by = models.CharField(
         _("handled by"), max_length=150, blank=True, default="", db_default=""

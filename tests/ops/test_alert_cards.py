@@ -338,3 +338,86 @@ def test_a_click_without_a_response_code__acts_and_leaves_the_card_as_it_is(
     action = AlertAction.objects.get()
     assert (action.outcome, action.card_state) == ("acted", "")
     assert update_cards() == []
+
+
+# -- a group's later alerts -------------------------------------------------------------
+
+
+def test_a_later_alert_of_the_group__updates_each_card_nobody_clicked_to_count_both(
+    client, make_task, clock
+) -> None:
+    first = failed_wave(make_task)
+    cards = alert_cards(clock)
+    click(client, cards["bob"], "bob", RETRY)  # declined: bob's card says so
+    later = failed_wave(make_task, 2)
+    sent = len(MemorySender.outbox)
+    clock.step(600)  # the group's window over: its next alert
+    second = Alert.objects.get(seq=2)
+    assert second.continues == Alert.objects.get(seq=1)
+    # Alice's and carol's cards now count both alerts, and retry all five runs.
+    for member in ("alice", "carol"):
+        card = replaced(member)
+        assert card["task_id"] == cards[member]["task_id"]
+        facts = {line["keyname"]: line["value"] for line in card["horizontal_content_list"]}
+        assert facts["Count"] == "5"
+        assert card["main_title"]["title"].startswith("[reminders] 5 runs")
+        assert card["button_list"][0]["text"] == "Retry 5 failed"
+    # Bob clicked his: his code went to that click, so a new card reaches him.
+    [new] = MemorySender.outbox[sent:]
+    assert new.recipient == "bob" and new.body["task_id"] != cards["bob"]["task_id"]
+    assert new.body["button_list"][0]["text"] == "Retry 5 failed"
+    # A click on the first card acts on the whole chain.
+    click(client, cards["alice"], "alice", RETRY)
+    retried = TaskRun.objects.filter(pk__in=[r.pk for r in first + later], status="retrying")
+    assert retried.count() == 5
+    assert AlertAction.objects.get(outcome="acted").acted_on == second
+    # ... and the chain is acted on: bob's new card changes nothing.
+    assert click(client, new.body, "bob", HANDLED).content == b"success"
+    assert AlertAction.objects.order_by("pk").last().outcome == "already"
+
+
+def test_a_card_updated_once__the_next_alert_brings_a_new_card(make_task, clock) -> None:
+    """WeCom's send gives one response code: a card's count is updated once."""
+    failed_wave(make_task)
+    cards = alert_cards(clock)
+    failed_wave(make_task, 2)
+    clock.step(600)
+    sent = len(MemorySender.outbox)
+    failed_wave(make_task, 1)
+    clock.step(600)
+    third = [m.body for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]
+    assert len(third) == 3 and not {c["task_id"] for c in third} & {
+        c["task_id"] for c in cards.values()
+    }
+    facts = {line["keyname"]: line["value"] for line in third[0]["horizontal_content_list"]}
+    assert facts["Count"] == "6"  # the chain, three alerts
+    assert len(MemorySender.card_replacements) == 3  # each first card updated once
+
+
+def test_after_an_action__the_next_alert_starts_afresh_with_new_cards(
+    client, make_task, clock
+) -> None:
+    failed_wave(make_task)
+    cards = alert_cards(clock)
+    click(client, cards["alice"], "alice", HANDLED)
+    sent = len(MemorySender.outbox)
+    failed_wave(make_task, 2)
+    clock.step(600)
+    assert Alert.objects.get(seq=2).continues is None
+    fresh = [m.body for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]
+    assert len(fresh) == 3
+    facts = {line["keyname"]: line["value"] for line in fresh[0]["horizontal_content_list"]}
+    assert facts["Count"] == "2"
+    assert not MemorySender.card_replacements
+
+
+def test_past_72_hours__the_next_alert_brings_new_cards(make_task, clock) -> None:
+    failed_wave(make_task)
+    alert_cards(clock)
+    clock.step(72 * 3600)
+    sent = len(MemorySender.outbox)
+    failed_wave(make_task, 2)
+    clock.step(1)
+    assert Alert.objects.get(seq=2).continues is None
+    assert len([m for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]) == 3
+    assert not MemorySender.card_replacements
