@@ -53,13 +53,14 @@ from reminders.registry import label as kind_label
 from reminders.senders import BaseSender, Message, get_sender
 from reminders.senders.template_card import CARD_TYPE, problem, room, width
 
-from . import alert_texts
+from . import alert_texts, morning
 from .alert_channels import AlertChannel, AlertChannelError
 from .conf import settings as conf
 from .models import Alert, AlertAction, AlertCard, AlertDelivery, AlertEvent
 
 logger = logging.getLogger(__name__)
 
+SUMMARY = morning.SUMMARY
 # Every alert card's task_id starts so (``reminders.intake.card_owners``).
 PREFIX = "ops-"
 RETRY, HANDLED, MUTE = "retry", "handled", "mute_1h"
@@ -119,6 +120,8 @@ def card(alert: Alert, card_id: str, *, outcome: str = "") -> dict[str, Any]:
     """The card of ``alert`` and the alerts it goes on from (its ``task_id``
     ``card_id``): with its buttons, or, once acted on, saying ``outcome`` with the
     admin's link as its one button. In ``OPS_ALERT_LANGUAGE``."""
+    if alert.type == SUMMARY:
+        return _summary_card(alert, card_id)
     alerts = chain(alert)
     with translation.override(conf.ALERT_LANGUAGE):
         count = sum(each.event_count for each in alerts)
@@ -134,6 +137,46 @@ def card(alert: Alert, card_id: str, *, outcome: str = "") -> dict[str, Any]:
             "task_id": card_id,
             "button_list": _link(link) if outcome else _buttons(len(runs), link),
         }
+    found = problem(body)
+    if found:
+        raise AlertChannelError(f"the card of alert {alert.pk} is one WeCom refuses: {found}")
+    return body
+
+
+def _summary_card(alert: Alert, card_id: str) -> dict[str, Any]:
+    """The morning summary's card: yesterday's figures, the dashboard's link as its one
+    button; nothing to act on."""
+    event = alert.events.order_by("occurred_at", "pk").last()
+    data = event.data if event is not None else {}
+    with translation.override(conf.ALERT_LANGUAGE):
+        name = "card line name, at most 5 characters"
+        facts = []
+        if data:
+            quota = "?" if data["quota"] is None else f"{data['forecast']}/{data['quota']}"
+            facts = [
+                (pgettext(name, "Sent"), str(data["sent"])),
+                (pgettext(name, "Failed"), str(data["failed"] + data["expired"])),
+                (pgettext(name, "In doubt"), str(data["unknown"])),
+                (pgettext(name, "Recalled"), str(data["recalled"])),
+                (pgettext(name, "Quota"), quota),
+            ]
+        details = "\n".join(morning.lines(data)[1:]) if data else alert.body
+        value = room("horizontal_content_list.value")
+        link = f"{conf.ADMIN_URL}ops/dashboard/" if conf.ADMIN_URL else ""
+        text = pgettext("alert card button, at most 10 characters", "Open dashboard")
+        body: dict[str, Any] = {
+            "card_type": CARD_TYPE,
+            "source": {"desc": cut(gettext("Reminders ops"), room("source.desc"), width)},
+            "main_title": {"title": cut(alert.title, room("main_title.title"), width)},
+            "sub_title_text": cut(details or alert.title, room("sub_title_text"), width),
+            "horizontal_content_list": [
+                {"keyname": key, "value": cut(shown, value, width)} for key, shown in facts
+            ],
+            "task_id": card_id,
+            "button_list": [{"text": text, "style": 1, "type": 1, "url": link}],
+        }
+        if not facts:
+            del body["horizontal_content_list"]
     found = problem(body)
     if found:
         raise AlertChannelError(f"the card of alert {alert.pk} is one WeCom refuses: {found}")
@@ -324,6 +367,8 @@ def continues(alert: Alert, now: datetime) -> bool:
     growth never cross."""
     if alert.continues_id is not None:
         return True
+    if alert.type == SUMMARY:
+        return False  # each morning's summary is its own card
     previous = Alert.objects.filter(group_key=alert.group_key, seq=alert.seq - 1).first()
     if previous is None:
         return False

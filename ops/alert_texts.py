@@ -18,6 +18,7 @@ from django.utils.translation import ngettext
 
 from reminders import kinds
 
+from . import morning
 from .conf import settings as conf
 from .models import Alert, AlertEvent, AlertType
 
@@ -204,8 +205,21 @@ def title(alert: Alert, count: int) -> str:
     return PREFIX + _titles()[alert.type](count, values)
 
 
+def _summary(events: QuerySet[AlertEvent]) -> tuple[str, str]:
+    """The morning summary's title and body, from the figures its event kept (one a
+    day: the last, should a group ever hold two)."""
+    event = events.order_by("occurred_at", "pk").last()
+    data = event.data if event is not None else {}
+    with translation.override(conf.ALERT_LANGUAGE):
+        if not data:
+            return PREFIX + _("Morning summary"), ""
+        return (PREFIX + morning.title(data))[:255], "\n".join(morning.lines(data))
+
+
 def render(alert: Alert, events: QuerySet[AlertEvent]) -> tuple[str, str]:
     """The alert's title and body, from its events."""
+    if alert.type == morning.SUMMARY:
+        return _summary(events)
     with translation.override(conf.ALERT_LANGUAGE):
         heading = title(alert, alert.event_count)
         lines = [_advice()[alert.type], ""]

@@ -47,6 +47,7 @@ from reminders.models import SchedulerHeartbeat, TaskRun
 from . import alert_channels, alert_texts, statistics
 from .conf import settings as conf
 from .models import Alert, AlertDelivery, AlertEvent, AlertMute, AlertType
+from .morning import check_morning_summary
 from .stats.wave import quota
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ def run_step(now: datetime | None = None) -> StepResult:
         + check_calendar_coverage(now)
         + check_statistics(now)
         + check_daily_quota(now)
+        + check_morning_summary(now)
     )
     result.opened = open_alerts(now)
     result.sent, result.failed = deliver_due(now)

@@ -34,6 +34,7 @@ SETTINGS = (
     "HEALTH_QUEUE_WAIT_SECONDS",
     "SEATS",
     "ADMIN_URL",
+    "SUMMARY_HOUR",
 )
 
 

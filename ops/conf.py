@@ -113,6 +113,21 @@ class Settings:
         return str(self._get("ALERT_LANGUAGE", "") or django_settings.LANGUAGE_CODE)
 
     @property
+    def SUMMARY_HOUR(self) -> int | None:
+        """The local hour from which the morning summary goes (``ops.morning``); None:
+        no summary."""
+        value = self._get("SUMMARY_HOUR", None)
+        if value is None or value == "":
+            return None
+        hour = _number("OPS_SUMMARY_HOUR", value, minimum=0, inclusive=True)
+        if hour != int(hour) or hour > 23:
+            raise ImproperlyConfigured(
+                _("OPS_SUMMARY_HOUR must be a whole hour from 0 to 23, got %(value)r.")
+                % {"value": value}
+            )
+        return int(hour)
+
+    @property
     def ADMIN_URL(self) -> str:
         """The admin's address as ops reach it (``https://crm.example.com/admin/``), for
         the links of alert cards; ``""``: none is known."""
@@ -296,6 +311,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Where alerts go, configured like ``CACHES``: alias -> ``BACKEND`` (an "
         "``ops.alert_channels.AlertChannel``) and ``OPTIONS`` (ops.E002). ``{}``: alerts are "
         "recorded and nobody is told (ops.W001).",
+    ),
+    Setting(
+        "OPS_SUMMARY_HOUR",
+        None,
+        "The local hour (0-23) from which the morning summary of yesterday's figures goes to "
+        "every alert channel, once a day (``ops.morning``); ``None``: no summary.",
     ),
     Setting(
         "OPS_ADMIN_URL",

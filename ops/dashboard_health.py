@@ -37,6 +37,7 @@ from reminders.calendars import coverage as calendar_coverage
 from reminders.models import CalendarDay
 
 from .models import Alert, AlertDelivery
+from .morning import NOT_A_PROBLEM
 from .stats import Stats, Wave, local_iso
 from .stats import format as fmt
 
@@ -137,7 +138,8 @@ def _quota(wave: Wave | None) -> Part:
 
 def _alerts(stats: Stats, site: AdminSite, request: HttpRequest) -> Part:
     since = stats.now - timedelta(hours=24)
-    counted = Alert.objects.filter(created_at__gte=since).aggregate(
+    problems = Alert.objects.exclude(type__in=NOT_A_PROBLEM)
+    counted = problems.filter(created_at__gte=since).aggregate(
         alerts=Count("id", distinct=True),
         undelivered=Count(
             "deliveries", filter=Q(deliveries__status=AlertDelivery.Status.FAILED), distinct=True

@@ -49,6 +49,7 @@ class AlertType(models.TextChoices):
     STATISTICS_MISMATCH = "statistics_mismatch", _("WeCom's count differs from the ledger")
     STATISTICS_UNAVAILABLE = "statistics_unavailable", _("WeCom's count unavailable")
     DAILY_QUOTA = "daily_quota", _("Daily quota would be exceeded")
+    DAILY_SUMMARY = "daily_summary", _("Morning summary")
 
 
 # What the events of each type are grouped by, besides their type.
@@ -69,6 +70,8 @@ GROUPED_BY: dict[str, tuple[str, ...]] = {
     AlertType.STATISTICS_UNAVAILABLE: ("scope",),
     # The app's quota for tomorrow, one alert a day.
     AlertType.DAILY_QUOTA: (),
+    # Yesterday's figures, one a day (``ops.morning``).
+    AlertType.DAILY_SUMMARY: (),
 }
 
 

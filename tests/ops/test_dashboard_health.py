@@ -143,6 +143,15 @@ def test_alerts__the_last_24_hours_and_those_not_delivered(admin_client, time_ma
     assert [alert.pk for alert in listed.context["cl"].result_list] == [recent.pk]
 
 
+def test_alerts__the_morning_summary_is_no_problem(admin_client, time_machine):
+    time_machine.move_to(NOW)
+    Alert.objects.create(
+        group_key="daily_summary", seq=1, type="daily_summary", created_at=NOW - timedelta(hours=1)
+    )
+    part = health(admin_client)["alerts"]
+    assert (part.ok, part.value) == (True, "0")
+
+
 def test_a_part_links_only_where_the_user_may_go(client, time_machine, django_user_model):
     """A viewer of runs who may not see alerts gets the count, without the link."""
     from django.contrib.auth.models import Permission
