@@ -224,14 +224,26 @@ ADMINS = _admins if django.VERSION >= (6, 0) else [(address, address) for addres
 SERVER_EMAIL = env.str("SERVER_EMAIL", default="root@localhost")
 globals().update(env.email_url("EMAIL_URL", default="smtp://localhost:25"))
 EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+# Mail only where there is someone to mail (else ops.W001 says that nobody is told).
+OPS_ALERT_CHANNELS: dict[str, dict[str, object]] = (
+    {"admins": {"BACKEND": "ops.alert_channels.MailAdmins"}} if ADMINS else {}
+)
 if env.str("OPS_ALERT_ROBOT", default=""):
-    OPS_ALERT_CHANNELS = {
-        "admins": {"BACKEND": "ops.alert_channels.MailAdmins"},
-        "robot": {
-            "BACKEND": "ops.alert_channels.ReminderChannel",
-            "OPTIONS": {"channel": env.str("OPS_ALERT_ROBOT")},
-        },
+    OPS_ALERT_CHANNELS["robot"] = {
+        "BACKEND": "ops.alert_channels.ReminderChannel",
+        "OPTIONS": {"channel": env.str("OPS_ALERT_ROBOT")},
     }
+# Alerts as WeCom cards with buttons (Retry, Mark handled, Mute 1 hour) to these members
+# (comma-separated ids) on the WeCom app channel; a card's link leads to OPS_ADMIN_URL,
+# the admin's address as ops reach it (bin/run-dev sets both for the demo).
+if env.list("OPS_ALERT_CARDS", default=[]):
+    OPS_ALERT_CHANNELS["cards"] = {
+        "BACKEND": "ops.alert_cards.WeComCards",
+        "OPTIONS": {"channel": "wecom", "recipients": env.list("OPS_ALERT_CARDS")},
+    }
+OPS_ADMIN_URL = env.str("OPS_ADMIN_URL", default="")
+# The local hour of the morning summary of yesterday's figures; empty: none.
+OPS_SUMMARY_HOUR = env.int("OPS_SUMMARY_HOUR", default=None)
 OPS_ALERT_LANGUAGE = env.str("OPS_ALERT_LANGUAGE", default="")
 # /metrics is refused unless one of these lets a scraper in (see the README).
 OPS_METRICS_TOKEN = env.str("OPS_METRICS_TOKEN", default="")
