@@ -179,9 +179,11 @@ def build(alias: str) -> AlertChannel:
     return channel
 
 
-def through(channels: Iterable[str]) -> list[str]:
-    """The alert channels that send by one of the reminders ``channels``
-    (``ReminderChannel``); one that cannot be built is left out."""
+def through(channels: Iterable[str], backend: type[AlertChannel] | None = None) -> list[str]:
+    """The alert channels of class ``backend`` (default ``ReminderChannel``) that send by
+    one of the reminders ``channels`` (their ``channel`` option); one that cannot be
+    built is left out."""
+    backend = backend or ReminderChannel
     wanted = set(channels)
     found = []
     for alias in conf.ALERT_CHANNELS:
@@ -189,7 +191,7 @@ def through(channels: Iterable[str]) -> list[str]:
             channel = build(alias)
         except (AlertChannelError, TypeError):  # the ops system checks say why
             continue
-        if isinstance(channel, ReminderChannel) and channel.channel in wanted:
+        if isinstance(channel, backend) and getattr(channel, "channel", None) in wanted:
             found.append(alias)
     return found
 

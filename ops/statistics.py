@@ -139,14 +139,25 @@ def sent_messages(channels: Iterable[str], start: datetime, end: datetime) -> in
 
 
 def alerts_sent(channels: Iterable[str], start: datetime, end: datetime) -> int:
-    """One query: the alerts delivered in ``[start, end)`` through the alert channels
-    that send by one of ``channels`` (``OPS_ALERT_CHANNELS`` as configured now): each is
-    a message WeCom counts, and no ledger row has it. Without such an alert channel, ""
-    (never an alias) keeps the query, so that its callers' counts stay fixed."""
-    aliases = alert_channels.through(channels) or [""]
-    return AlertDelivery.objects.filter(
-        status=AlertDelivery.Status.SENT, channel__in=aliases, sent_at__gte=start, sent_at__lt=end
-    ).count()
+    """One query: the alerts sent in ``[start, end)`` through the alert channels that
+    send by one of ``channels`` (``OPS_ALERT_CHANNELS`` as configured now), none of
+    which a ledger row has: a text alert delivered is one message WeCom counts, and an
+    alert card (``alert_cards.WeComCards``) one a member it reached (its update, none).
+    Without such an alert channel, "" (never an alias) keeps the query, so that its
+    callers' counts stay fixed."""
+    from .alert_cards import WeComCards  # its cards' summary reads this module's figures
+
+    texts = alert_channels.through(channels, alert_channels.ReminderChannel) or [""]
+    cards = alert_channels.through(channels, WeComCards) or [""]
+    sent = Q(status=AlertDelivery.Status.SENT, sent_at__gte=start, sent_at__lt=end)
+    got = AlertDelivery.objects.filter(channel__in=[*texts, *cards]).aggregate(
+        texts=Count("pk", filter=sent & Q(channel__in=texts), distinct=True),
+        cards=Count(
+            "cards",
+            filter=Q(channel__in=cards, cards__sent_at__gte=start, cards__sent_at__lt=end),
+        ),
+    )
+    return int(got["texts"] + got["cards"])
 
 
 def due_day(now: datetime) -> date | None:

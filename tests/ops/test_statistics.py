@@ -13,7 +13,7 @@ from django.core import mail
 from ops import statistics
 from ops.alerts import run_step
 from ops.conf import settings as conf
-from ops.models import Alert, AlertDelivery, AlertEvent, AlertType, StatisticsCheck
+from ops.models import Alert, AlertCard, AlertDelivery, AlertEvent, AlertType, StatisticsCheck
 from reminders.models import SendLog
 from reminders.senders import get_sender
 from reminders.senders.base import Message
@@ -165,6 +165,33 @@ def test_check__alerts_sent_through_the_app_count_and_a_mismatch_does_not_feed_t
     second = StatisticsCheck.objects.latest("day")
     assert (second.ours, second.theirs, second.outcome) == (2, 2, StatisticsCheck.Outcome.MATCH)
     assert Alert.objects.count() == 1
+
+
+def test_check__alert_cards_sent_through_the_app_count_one_a_member(
+    box: WeComSandbox, settings: Any
+) -> None:
+    """A card to each of two members is two messages WeCom counts; a card's update is
+    none."""
+    settings.OPS_ALERT_CHANNELS = {
+        "on_call": {
+            "BACKEND": "ops.alert_cards.WeComCards",
+            "OPTIONS": {"channel": APP_CHANNELS[1], "recipients": ["oncall", "backup"]},
+        }
+    }
+    settings.OPS_ADMIN_URL = "https://crm.example/admin/"
+    day = sandbox_day(box)
+    deliver(box, "one")
+    ledger_row(day + timedelta(hours=12))
+    ledger_row(day + timedelta(hours=13))  # WeCom never got it: a mismatch
+
+    run_step(next_night(box))  # the mismatch, told on call as two cards
+
+    assert StatisticsCheck.objects.get().outcome == StatisticsCheck.Outcome.MISMATCH
+    assert AlertCard.objects.filter(sent_at__isnull=False).count() == 2
+    run_step(next_night(box))
+
+    second = StatisticsCheck.objects.latest("day")
+    assert (second.ours, second.theirs, second.outcome) == (2, 2, StatisticsCheck.Outcome.MATCH)
 
 
 def test_wecom_apps__aliases_of_one_app_are_one_app(box: WeComSandbox) -> None:
