@@ -18,6 +18,9 @@ LANGUAGE_CODE = "en-us"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 REMINDERS_DEFAULT_CHANNEL = "memory"
+# Ops' default alert channel (the standalone settings leave it out without ADMINS): mail
+# to ADMINS, which the tests that need them set.
+OPS_ALERT_CHANNELS = {"admins": {"BACKEND": "ops.alert_channels.MailAdmins"}}
 # The suite runs on the real clock, which may be within 60 days of the end of the
 # calendar package's coverage: no calendar warning unless a test asks for it.
 REMINDERS_CALENDAR_WARN_DAYS = 0

@@ -161,9 +161,11 @@ def test_a_sent_run_is_not_an_event(make_task, outbox, clock):
 
 def test_every_alert_type_has_its_words(clock):
     from ops.alert_texts import DAILY_QUOTA, _advice, _titles
+    from ops.morning import SUMMARY
 
-    # The quota alert's type, until ops.models' AlertType has it as a member.
-    assert set(_titles()) == set(_advice()) == {*AlertType.values, DAILY_QUOTA}
+    # The quota alert's type, until ops.models' AlertType has it as a member; the
+    # morning summary is no problem, written from its figures by ops.morning.
+    assert set(_titles()) == set(_advice()) == {*AlertType.values, DAILY_QUOTA} - {SUMMARY}
 
 
 def test_a_receiver_costs_one_insert(make_task):
