@@ -19,7 +19,8 @@ and how, with nothing changed:
   by a member other than the one the card went to (the run's send log's recipient,
   whatever the task names now; member ids compared whatever their case, as WeCom
   does: ``intake.clicks``): 403;
-* a card no sent run of ours has: 404;
+* a card no sent run of ours has, nor a card another app registered (``card_owners``)
+  knows: 404;
 * nothing at all while the callback is not set up (neither ``WECOM_CALLBACK_TOKEN`` nor
   ``WECOM_CALLBACK_AES_KEY``): 404;
 * anything while a setting the callback reads cannot work (a half set-up, a time window
@@ -28,10 +29,12 @@ and how, with nothing changed:
   system checks say so first (``reminders.E015``, ``reminders.E004``). A request met
   with it keeps nothing, its nonce neither, so WeCom's retry is judged again.
 
-Everything else is answered ``success`` at once: the CRM is told of an action later,
-by a scheduler (``engine.announce``), so what its receivers do never delays the answer
-WeCom waits for (5 seconds) nor makes WeCom retry. WeCom logs in nowhere: the view is
-``login_not_required``, for a project that adds Django's ``LoginRequiredMiddleware``.
+Everything else is answered ``success`` at once, a click another app's card owner
+declined (the member may not act: recorded, and the card says so) among them: the CRM
+is told of an action later, by a scheduler (``engine.announce``), so what its receivers
+do never delays the answer WeCom waits for (5 seconds) nor makes WeCom retry. WeCom logs
+in nowhere: the view is ``login_not_required``, for a project that adds Django's
+``LoginRequiredMiddleware``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ ones (``claim``) and a job of the high queue updates them (``update``) through t
 channel's sender (``BaseSender.update_card``, WeCom's ``update_template_card``), so no
 WeCom call is made inside WeCom's request nor holds up a tick.
 
+The clicks are a run's (``RunAction``) or those of another app's cards, kept in a model
+of the same shape (``CardClick``) that the app registered (``register``: ops' alert
+cards), whose update may replace the whole card (``BaseSender.replace_card``). Every
+source is claimed, leased, updated and recorded by the same code, one job per source and
+claim; the rules below hold for each.
+
 Invariants:
 
 * One job at a time calls WeCom for a card: a claim sets ``card_attempted_at`` under

@@ -4,6 +4,10 @@ The click is WeCom's word, already authenticated and decrypted by the view; here
 checked against our rows and acted on, in one transaction with the callback's nonce, so
 a request refused or rolled back leaves nothing behind and WeCom may send it again.
 
+A card whose ``task_id`` names no run but starts with a prefix another app registered
+(``card_owners``: ops' alert cards) is answered by that app, in the same transaction
+with the nonce; what it refuses as unknown or not the member's keeps nothing, as here.
+
 Invariants:
 
 * A click acts on a run that was sent to the member who clicked, only: the card's

@@ -21,7 +21,15 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from ops.alert_cards import HANDLED, MUTE, RETRY
-from ops.models import Alert, AlertAction, AlertCard, AlertDelivery, AlertMute, WeComMember
+from ops.models import (
+    Alert,
+    AlertAction,
+    AlertCard,
+    AlertDelivery,
+    AlertEvent,
+    AlertMute,
+    WeComMember,
+)
 from ops.roles import OPERATOR, VIEWER, sync_roles
 from reminders.engine import actions
 from reminders.engine import cards as card_job
@@ -421,3 +429,15 @@ def test_past_72_hours__the_next_alert_brings_new_cards(make_task, clock) -> Non
     assert Alert.objects.get(seq=2).continues is None
     assert len([m for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]) == 3
     assert not MemorySender.card_replacements
+
+
+def test_an_alert_that_names_no_run__has_no_retry_and_links_to_itself(clock) -> None:
+    AlertEvent.objects.record(
+        "heartbeat_stale", occurred_at=clock.now, code="stale", message="Scheduler vm:1 stopped."
+    )
+    card = alert_cards(clock)["alice"]
+    alert = Alert.objects.get()
+    assert keys(card) == [HANDLED, MUTE, f"{ADMIN}ops/alert/{alert.pk}/change/"]
+    facts = {line["keyname"] for line in card["horizontal_content_list"]}
+    assert facts == {"Count", "Since"}  # no kind, no channel
+    assert card["sub_title_text"] == "Scheduler vm:1 stopped."
