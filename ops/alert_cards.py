@@ -149,16 +149,22 @@ def _summary_card(alert: Alert, card_id: str) -> dict[str, Any]:
     event = alert.events.order_by("occurred_at", "pk").last()
     data = event.data if event is not None else {}
     with translation.override(conf.ALERT_LANGUAGE):
-        name = "card line name, at most 5 characters"
         facts = []
         if data:
             quota = "?" if data["quota"] is None else f"{data['forecast']}/{data['quota']}"
+            failed = data["failed"] + data["expired"]
             facts = [
-                (pgettext(name, "Sent"), str(data["sent"])),
-                (pgettext(name, "Failed"), str(data["failed"] + data["expired"])),
-                (pgettext(name, "In doubt"), str(data["unknown"])),
-                (pgettext(name, "Recalled"), str(data["recalled"])),
-                (pgettext(name, "Quota"), quota),
+                (pgettext("card line name, at most 5 characters", "Sent"), str(data["sent"])),
+                (pgettext("card line name, at most 5 characters", "Failed"), str(failed)),
+                (
+                    pgettext("card line name, at most 5 characters", "In doubt"),
+                    str(data["unknown"]),
+                ),
+                (
+                    pgettext("card line name, at most 5 characters", "Recalled"),
+                    str(data["recalled"]),
+                ),
+                (pgettext("card line name, at most 5 characters", "Quota"), quota),
             ]
         details = "\n".join(morning.lines(data)[1:]) if data else alert.body
         value = room("horizontal_content_list.value")
@@ -199,14 +205,15 @@ def _facts(alerts: Sequence[Alert], count: int) -> list[dict[str, Any]]:
     """The kind and channel (where the alerts have them), how many, since when."""
     alert = alerts[0]
     since = timezone.localtime(alert.first_event_at or alert.created_at)
-    name = "card line name, at most 5 characters"
     facts = []
     if alert.kind:
-        facts.append((pgettext(name, "Kind"), str(kind_label(alert.kind))))
+        kind = pgettext("card line name, at most 5 characters", "Kind")
+        facts.append((kind, str(kind_label(alert.kind))))
     if alert.channel:
-        facts.append((pgettext(name, "Channel"), alert.channel))
-    facts.append((pgettext(name, "Count"), str(count)))
-    facts.append((pgettext(name, "Since"), since.strftime("%Y-%m-%d %H:%M")))
+        facts.append((pgettext("card line name, at most 5 characters", "Channel"), alert.channel))
+    facts.append((pgettext("card line name, at most 5 characters", "Count"), str(count)))
+    since_name = pgettext("card line name, at most 5 characters", "Since")
+    facts.append((since_name, since.strftime("%Y-%m-%d %H:%M")))
     value = room("horizontal_content_list.value")
     return [{"keyname": key, "value": cut(text, value, width)} for key, text in facts]
 

@@ -78,9 +78,9 @@ class AlertCard(models.Model):
         "ops.AlertDelivery",
         on_delete=models.CASCADE,
         related_name="cards",
-        verbose_name=_("delivery"),
+        verbose_name=_("alert delivery"),
     )
-    member = models.CharField(_("member"), max_length=64)
+    member = models.CharField(_("WeCom member"), max_length=64)
     task_id = models.CharField(_("card id"), max_length=128, unique=True)
     # What WeCom's message/send answered: the code that updates the card once, within
     # 72 hours.
@@ -88,7 +88,7 @@ class AlertCard(models.Model):
     sent_at = models.DateTimeField(_("sent"), null=True, blank=True)
     # When ``response_code`` was taken to update the card (once: WeCom takes it once),
     # and the later alert of its group the card then showed.
-    code_spent_at = models.DateTimeField(_("updated"), null=True, blank=True)
+    code_spent_at = models.DateTimeField(_("count updated"), null=True, blank=True)
     shows = models.ForeignKey(
         "ops.Alert",
         on_delete=models.SET_NULL,
@@ -134,7 +134,7 @@ class AlertAction(CardClick):
         null=True,
         blank=True,
         related_name="acted_by",
-        verbose_name=_("acted on"),
+        verbose_name=_("the alert acted on"),
     )
     card = models.ForeignKey(
         AlertCard, on_delete=models.SET_NULL, null=True, blank=True, verbose_name=_("card")
@@ -155,7 +155,7 @@ class AlertAction(CardClick):
     detail = models.TextField(_("what it did"), blank=True)
     acted_at = models.DateTimeField(_("acted at"))
     # From where: WeCom's callback, which corp and app.
-    source = models.CharField(_("from"), max_length=200, blank=True)
+    source = models.CharField(_("from where"), max_length=200, blank=True)
 
     class Meta:
         verbose_name = _("action on an alert card")

@@ -441,3 +441,21 @@ def test_an_alert_that_names_no_run__has_no_retry_and_links_to_itself(clock) -> 
     facts = {line["keyname"] for line in card["horizontal_content_list"]}
     assert facts == {"Count", "Since"}  # no kind, no channel
     assert card["sub_title_text"] == "Scheduler vm:1 stopped."
+
+
+def test_in_chinese__the_card_s_words_fit_wecom_s_lengths(
+    client, make_task, clock, settings
+) -> None:
+    settings.OPS_ALERT_LANGUAGE = "zh-hans"
+    failed_wave(make_task)
+    cards = alert_cards(clock)  # a card WeCom would refuse raises, and is not sent
+    card = cards["alice"]
+    assert [button["text"] for button in card["button_list"]] == [
+        "重试失败的 3 条",
+        "标记已处理",
+        "静默 1 小时",
+        "在后台打开",
+    ]
+    click(client, card, "alice", RETRY)
+    update_cards()
+    assert replaced("alice")["sub_title_text"] == "alice.wang 重试了 3 条"

@@ -101,9 +101,12 @@ TRANSLATED = {
     ],
     OPS_PO: [
         "ops/admin.py",
+        "ops/alert_cards.py",
         "ops/alert_channels.py",
         "ops/alert_texts.py",
         "ops/apps.py",
+        "ops/card_clicks.py",
+        "ops/card_models.py",
         "ops/checks.py",
         "ops/conf.py",
         "ops/dashboard.py",
@@ -114,6 +117,7 @@ TRANSLATED = {
         "ops/management/commands/ops_roles.py",
         "ops/management/commands/reminders_stats.py",
         "ops/models.py",
+        "ops/morning.py",
         "ops/roles.py",
         "ops/statistics.py",
         # Every module of the stats package.
