@@ -51,7 +51,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import pgettext
 
@@ -125,20 +125,39 @@ def claim(now: datetime | None = None) -> list[int]:
     for them; the clicks' ids. Those past WeCom's 72 hours are marked ``expired``
     instead. Safe in any number of schedulers at once."""
     now = now or timezone.now()
+    sources = _sources()
     claimed: list[int] = []
-    for label, source in _sources().items():
-        claimed += _claim(label, source.model, now)
+    for label in _waiting(sources, now):
+        claimed += _claim(label, sources[label].model, now)
     return claimed
+
+
+def _due(model: type[CardClick], now: datetime) -> QuerySet[CardClick]:
+    """``model``'s clicks whose card is to update, and that no job holds."""
+    return model._default_manager.filter(card_state=PENDING).filter(
+        Q(card_attempted_at__isnull=True) | Q(card_attempted_at__lt=now - LEASE)
+    )
+
+
+def _waiting(sources: dict[str, Source], now: datetime) -> list[str]:
+    """The sources with a card to update, read in one statement however many there are:
+    a tick with none takes no lock (SQLite has one writer), and an app's cards cost the
+    idle tick nothing more."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for source in sources.values():
+        sql, args = _due(source.model, now).values("pk").query.sql_with_params()
+        parts.append(f"EXISTS ({sql})")
+        params.extend(args)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        found = cursor.fetchone()
+    return [label for label, waiting in zip(sources, found, strict=True) if waiting]
 
 
 def _claim(label: str, model: type[CardClick], now: datetime) -> list[int]:
     manager = model._default_manager
-    due = manager.filter(card_state=PENDING).filter(
-        Q(card_attempted_at__isnull=True) | Q(card_attempted_at__lt=now - LEASE)
-    )
-    # A read first: a tick with no card to update takes no lock (SQLite has one writer).
-    if not due.exists():
-        return []
+    due = _due(model, now)
     manager.filter(card_state=PENDING, received_at__lt=now - CODE_LIFETIME).update(
         card_state=CardClick.CardState.EXPIRED,
         card_detail="WeCom takes a response code within 72 hours of the click.",
