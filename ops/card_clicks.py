@@ -102,7 +102,10 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
                 _decide(click, alert, now)
                 click.save()
         except IntegrityError:  # another click acted first, where rows do not lock
-            _already(click, AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).get())
+            first = AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).first()
+            if first is None:
+                raise
+            _already(click, first)
             click.save()
     if click.outcome == AlertAction.Outcome.ACTED:
         _log(click)
@@ -113,14 +116,15 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
 
 def _decide(click: AlertAction, alert: Alert, now: datetime) -> None:
     """What ``click`` (not saved yet) does: nothing after another click acted, nothing
-    for a member who may not, else what its button does."""
+    for a member who may not, else what its button does. The user the member is, is
+    kept whatever the outcome."""
+    user, refusal = _user(click.member, click.action)
+    click.user = user
+    click.username = user.get_username() if user is not None else ""
     first = AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).first()
     if first is not None:
         _already(click, first)
         return
-    user, refusal = _user(click.member, click.action)
-    click.user = user
-    click.username = user.get_username() if user is not None else ""
     if refusal:
         click.outcome = AlertAction.Outcome.DECLINED
         click.detail = gettext("Not done: %(why)s") % {"why": refusal}

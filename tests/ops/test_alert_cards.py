@@ -459,3 +459,36 @@ def test_in_chinese__the_card_s_words_fit_wecom_s_lengths(
     click(client, card, "alice", RETRY)
     update_cards()
     assert replaced("alice")["sub_title_text"] == "alice.wang 重试了 3 条"
+
+
+def member_id_from_email(user: Any) -> str:
+    """A CRM's resolver (``REMINDERS_RECIPIENT_RESOLVER``): the member id is the
+    e-mail's local part."""
+    return str(user.email).partition("@")[0]
+
+
+def test_the_crm_s_resolver__finds_the_staff_user_it_gives_the_member_id(
+    client, make_task, clock, django_user_model, settings
+) -> None:
+    settings.REMINDERS_RECIPIENT_RESOLVER = f"{__name__}.member_id_from_email"
+    failed_wave(make_task)
+    carol = django_user_model.objects.create_user("c.li", email="Carol@crm.example", is_staff=True)
+    carol.groups.add(Group.objects.get(name=OPERATOR))
+    cards = alert_cards(clock)
+    click(client, cards["carol"], "carol", HANDLED)
+    action = AlertAction.objects.get()
+    assert (action.outcome, action.username) == ("acted", "c.li")
+
+
+def test_a_member_id_two_users_have__is_declined(
+    client, make_task, clock, django_user_model
+) -> None:
+    failed_wave(make_task)
+    for name in ("carol", "Carol"):
+        user = django_user_model.objects.create_user(name, is_staff=True)
+        user.groups.add(Group.objects.get(name=OPERATOR))
+    cards = alert_cards(clock)
+    click(client, cards["carol"], "carol", HANDLED)
+    action = AlertAction.objects.get()
+    assert action.outcome == "declined"
+    assert action.detail == "Not done: WeCom member carol is 2 users'."
