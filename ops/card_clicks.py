@@ -102,10 +102,10 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
                 _decide(click, alert, now)
                 click.save()
         except IntegrityError:  # another click acted first, where rows do not lock
-            first = AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).first()
-            if first is None:
+            earlier = AlertAction.objects.filter(acted_on__in=alert_cards.chain(alert)).first()
+            if earlier is None:
                 raise
-            _already(click, first)
+            _already(click, earlier)
             click.save()
     if click.outcome == AlertAction.Outcome.ACTED:
         _log(click)
