@@ -249,6 +249,8 @@ class WeComCards(AlertChannel):
     """A WeCom app channel (a ``REMINDERS_CHANNELS`` alias whose sender carries cards),
     to the members ``OPTIONS["recipients"]`` names: one card each."""
 
+    sends = AlertChannel.CARDS
+
     @property
     def channel(self) -> str:
         return str(self.options.get("channel", ""))

@@ -27,7 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.mail import mail_admins
@@ -37,9 +37,7 @@ from django.utils.translation import gettext
 from reminders.senders import BaseSender, Message, get_sender
 
 from .conf import settings as conf
-
-if TYPE_CHECKING:
-    from .models import AlertDelivery
+from .models import AlertDelivery, Target
 
 # WeCom's limit for a text message is 2,048 bytes; a little is kept for the sender.
 TEXT_LIMIT = 2000
@@ -49,14 +47,12 @@ class AlertChannelError(Exception):
     """An alert channel that cannot deliver as configured."""
 
 
-class Target(NamedTuple):
-    """An alert channel's alias, and who it tells (recorded with each delivery)."""
-
-    alias: str
-    who: str
-
-
 class AlertChannel(ABC):
+    # What WeCom counts of a delivery through a reminders channel (``through``): one
+    # message (``TEXT``), or one a member reached (``CARDS``, ``alert_cards.AlertCard``).
+    TEXT, CARDS = "text", "cards"
+    sends = TEXT
+
     def __init__(self, alias: str, **options: Any) -> None:
         self.alias = alias
         self.options = options
@@ -179,11 +175,10 @@ def build(alias: str) -> AlertChannel:
     return channel
 
 
-def through(channels: Iterable[str], backend: type[AlertChannel] | None = None) -> list[str]:
-    """The alert channels of class ``backend`` (default ``ReminderChannel``) that send by
-    one of the reminders ``channels`` (their ``channel`` option); one that cannot be
+def through(channels: Iterable[str], sends: str = AlertChannel.TEXT) -> list[str]:
+    """The alert channels that send by one of the reminders ``channels`` (their
+    ``channel`` option) what ``sends`` says (``AlertChannel.sends``); one that cannot be
     built is left out."""
-    backend = backend or ReminderChannel
     wanted = set(channels)
     found = []
     for alias in conf.ALERT_CHANNELS:
@@ -191,7 +186,7 @@ def through(channels: Iterable[str], backend: type[AlertChannel] | None = None) 
             channel = build(alias)
         except (AlertChannelError, TypeError):  # the ops system checks say why
             continue
-        if isinstance(channel, backend) and getattr(channel, "channel", None) in wanted:
+        if channel.sends == sends and getattr(channel, "channel", None) in wanted:
             found.append(alias)
     return found
 

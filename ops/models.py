@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import IntegrityError, models, transaction
 from django.db.models import Count, Max, Min, Q
@@ -30,9 +30,14 @@ from django.utils.translation import gettext_lazy as _
 from reminders.models.choices import longest
 
 if TYPE_CHECKING:
-    from .alert_channels import Target
-
     Render = Callable[["Alert", models.QuerySet["AlertEvent"]], tuple[str, str]]
+
+
+class Target(NamedTuple):
+    """An alert channel's alias, and who it tells (recorded with each delivery)."""
+
+    alias: str
+    who: str
 
 
 class AlertType(models.TextChoices):

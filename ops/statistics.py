@@ -145,10 +145,8 @@ def alerts_sent(channels: Iterable[str], start: datetime, end: datetime) -> int:
     alert card (``alert_cards.WeComCards``) one a member it reached (its update, none).
     Without such an alert channel, "" (never an alias) keeps the query, so that its
     callers' counts stay fixed."""
-    from .alert_cards import WeComCards  # its cards' summary reads this module's figures
-
-    texts = alert_channels.through(channels, alert_channels.ReminderChannel) or [""]
-    cards = alert_channels.through(channels, WeComCards) or [""]
+    texts = alert_channels.through(channels) or [""]
+    cards = alert_channels.through(channels, alert_channels.AlertChannel.CARDS) or [""]
     sent = Q(status=AlertDelivery.Status.SENT, sent_at__gte=start, sent_at__lt=end)
     got = AlertDelivery.objects.filter(channel__in=[*texts, *cards]).aggregate(
         texts=Count("pk", filter=sent & Q(channel__in=texts), distinct=True),

@@ -27,6 +27,7 @@ A card's update after the click goes the way a run's does (``engine.cards.regist
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 from datetime import datetime
@@ -34,9 +35,21 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..callback.events import TemplateCardEvent
-    from .clicks import Outcome
 
-    Act = Callable[[TemplateCardEvent, datetime], Outcome]
+
+class Outcome(enum.Enum):
+    ACTED = "acted"  # the first click: recorded and acted on
+    ALREADY = "already"  # the run was acted on before: nothing changed
+    REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
+    UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
+    NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
+    RECALLED = "recalled"  # the card was recalled before the click reached us
+    # A card another app owns (``card_owners``): the member may not do this. The refusal
+    # is recorded and the card says so; nothing else changed.
+    DECLINED = "declined"
+
+
+Act = Callable[["TemplateCardEvent", datetime], Outcome]
 
 # A prefix: letters, then ``-``; never ``r`` followed by a digit (a run's card).
 PREFIX = re.compile(r"[a-z][a-z0-9]*-")

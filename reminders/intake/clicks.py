@@ -55,7 +55,6 @@ Invariants:
 
 from __future__ import annotations
 
-import enum
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -69,6 +68,7 @@ from ..engine import actions, cards, wake
 from ..models import CallbackNonce, RunAction, ScheduledTask, SendLog, TaskRun
 from ..models.acting import DONE, SNOOZE, TAKE, card_id, run_pk
 from . import card_owners, scheduling
+from .card_owners import Outcome
 from .occasions import TAKEN_KIND, escalation_key, inquiry_keys
 
 logger = logging.getLogger(__name__)
@@ -76,18 +76,6 @@ logger = logging.getLogger(__name__)
 SNOOZE_FOR = timedelta(hours=1)
 # The buttons whose clicks the engine acts on (and whose cards it updates).
 BUILT_IN = (DONE, TAKE, SNOOZE)
-
-
-class Outcome(enum.Enum):
-    ACTED = "acted"  # the first click: recorded and acted on
-    ALREADY = "already"  # the run was acted on before: nothing changed
-    REPLAYED = "replayed"  # the request's nonce was seen before: nothing changed
-    UNKNOWN_RUN = "unknown_run"  # no sent run of ours has this card
-    NOT_RECIPIENT = "not_recipient"  # the card went to another member (its send log's)
-    RECALLED = "recalled"  # the card was recalled before the click reached us
-    # A card another app owns (``card_owners``): the member may not do this. The refusal
-    # is recorded and the card says so; nothing else changed.
-    DECLINED = "declined"
 
 
 # What is refused with nothing kept, the request's nonce included.
