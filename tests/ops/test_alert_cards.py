@@ -481,11 +481,14 @@ def test_the_crm_s_resolver__finds_the_staff_user_it_gives_the_member_id(
 
 
 def test_a_member_id_two_users_have__is_declined(
-    client, make_task, clock, django_user_model
+    client, make_task, clock, django_user_model, settings
 ) -> None:
+    settings.REMINDERS_RECIPIENT_RESOLVER = f"{__name__}.member_id_from_email"
     failed_wave(make_task)
-    for name in ("carol", "Carol"):
-        user = django_user_model.objects.create_user(name, is_staff=True)
+    for name in ("c.li", "c.liu"):
+        user = django_user_model.objects.create_user(
+            name, email=f"carol@{name}.example", is_staff=True
+        )
         user.groups.add(Group.objects.get(name=OPERATOR))
     cards = alert_cards(clock)
     click(client, cards["carol"], "carol", HANDLED)
