@@ -39,7 +39,7 @@ from .. import signals
 from ..exceptions import PermanentSendError, RemindersError
 from ..messages import builders
 from ..messages import digests as wording
-from ..models import DIGEST_CODE, DIGEST_KEY, ScheduledTask, SendLog, TaskRun
+from ..models import DIGEST_CODE, DIGEST_KEY, ScheduledTask, SendLog, TaskRun, sql
 from ..senders import SendResult
 from .jobs import logger
 
@@ -108,8 +108,15 @@ def _claim(items: QuerySet[TaskRun], **end: Any) -> list[TaskRun]:
     """End the ``folded`` runs among ``items`` (a digest's, by its index) with the values
     of ``end``, in the caller's transaction, and return those this call ended, with
     their tasks: each is ended by one caller only, however many run side by side. The
-    UPDATE checks the status row by row (after any lock it waited for) and marks the
-    rows it changed with a token of its own, read back and cleared."""
+    UPDATE checks the status row by row (after any lock it waited for) and says which
+    rows it changed: on PostgreSQL it returns them (``sql.update_returning``: each row
+    written once); elsewhere it marks them with a token of its own, read back and
+    cleared."""
+    ended = sql.update_returning(items.filter(status=TaskRun.Status.FOLDED), end)
+    if ended is not None:
+        if not ended:
+            return []
+        return list(TaskRun.objects.filter(pk__in=ended).select_related("task"))
     token = uuid.uuid4().hex
     if not items.filter(status=TaskRun.Status.FOLDED).update(lease_token=token, **end):
         return []

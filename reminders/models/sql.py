@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from django.db import connections, models, router
 from django.db.models.constants import OnConflict
+from django.db.models.sql import UpdateQuery
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,24 @@ def update(
     """``model.objects.filter(pk__in=pks, **equal).update(**values)`` for plain values
     and plain equality filters; returns how many rows matched."""
     return Update(model, pks, values, equal).run()
+
+
+def update_returning(queryset: models.QuerySet[Any], values: Mapping[str, Any]) -> list[Any] | None:
+    """``queryset.update(**values)`` that returns the primary keys of the rows it
+    changed, on PostgreSQL (``UPDATE … RETURNING``): the rows this very statement
+    changed, after any lock it waited for, whoever else updates them at once. None
+    elsewhere: the caller marks the rows it changes instead."""
+    alias = queryset.db
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return None
+    query = cast("UpdateQuery", queryset.query.chain(UpdateQuery))
+    query.add_update_values(dict(values))
+    text, params = query.get_compiler(alias).as_sql()
+    pk = connection.ops.quote_name(queryset.model._meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{text} RETURNING {pk}", params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[int]:
