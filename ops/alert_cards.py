@@ -96,20 +96,20 @@ def head(alert: Alert) -> Alert:
         alert = later
 
 
-def failed_runs(alert: Alert) -> list[int]:
-    """The runs the events of ``alert``'s chain name, in the order they happened."""
-    events = AlertEvent.objects.filter(alert__in=chain(alert), run_id__isnull=False)
+def failed_runs(alerts: Sequence[Alert]) -> list[int]:
+    """The runs the events of ``alerts`` (a chain, ``chain``) name, in the order they
+    happened."""
+    events = AlertEvent.objects.filter(alert__in=alerts, run_id__isnull=False)
     ordered = events.order_by("occurred_at", "pk").values_list("run_id", flat=True)
     return list(dict.fromkeys(pk for pk in ordered if pk is not None))
 
 
-def runs_url(alert: Alert) -> str:
-    """The admin's list of the runs of ``alert``'s chain (``OPS_ADMIN_URL``); the
-    alert's page where it names none; ``""`` without the setting."""
+def runs_url(alert: Alert, runs: Sequence[int]) -> str:
+    """The admin's list of ``runs`` (``OPS_ADMIN_URL``); ``alert``'s page where there are
+    none; ``""`` without the setting."""
     base = conf.ADMIN_URL
     if not base:
         return ""
-    runs = failed_runs(alert)
     if runs:
         query = {"id__in": ",".join(str(pk) for pk in runs[:200])}
         return f"{base}reminders/taskrun/?{urlencode(query)}"
@@ -123,31 +123,24 @@ def card(alert: Alert, card_id: str, *, outcome: str = "") -> dict[str, Any]:
     if alert.type == SUMMARY:
         return _summary_card(alert, card_id)
     alerts = chain(alert)
+    runs = failed_runs(alerts)
+    link = runs_url(alert, runs)
     with translation.override(conf.ALERT_LANGUAGE):
         count = sum(each.event_count for each in alerts)
-        title = alert.title if len(alerts) == 1 else alert_texts.title(alert, count)
-        runs = failed_runs(alert)
-        link = runs_url(alert)
-        body: dict[str, Any] = {
-            "card_type": CARD_TYPE,
-            "source": {"desc": cut(gettext("Reminders ops"), room("source.desc"), width)},
-            "main_title": {"title": cut(title, room("main_title.title"), width)},
-            "sub_title_text": cut(outcome or _reasons(alerts), room("sub_title_text"), width),
-            "horizontal_content_list": _facts(alerts, count),
-            "task_id": card_id,
-            "button_list": _link(link) if outcome else _buttons(len(runs), link),
-        }
-    found = problem(body)
-    if found:
-        raise AlertChannelError(f"the card of alert {alert.pk} is one WeCom refuses: {found}")
-    return body
+        return _body(
+            alert,
+            card_id,
+            title=alert.title if len(alerts) == 1 else alert_texts.title(alert, count),
+            details=outcome or _reasons(alerts),
+            facts=_facts(alerts, count),
+            buttons=_link(link) if outcome else _buttons(len(runs), link),
+        )
 
 
 def _summary_card(alert: Alert, card_id: str) -> dict[str, Any]:
     """The morning summary's card: yesterday's figures, the dashboard's link as its one
     button; nothing to act on."""
-    event = alert.events.order_by("occurred_at", "pk").last()
-    data = event.data if event is not None else {}
+    data = morning.kept(alert.events.all())
     with translation.override(conf.ALERT_LANGUAGE):
         facts = []
         if data:
@@ -166,23 +159,42 @@ def _summary_card(alert: Alert, card_id: str) -> dict[str, Any]:
                 ),
                 (pgettext("card line name, at most 5 characters", "Quota"), quota),
             ]
-        details = "\n".join(morning.lines(data)[1:]) if data else alert.body
-        value = room("horizontal_content_list.value")
         link = f"{conf.ADMIN_URL}ops/dashboard/" if conf.ADMIN_URL else ""
         text = pgettext("alert card button, at most 10 characters", "Open dashboard")
-        body: dict[str, Any] = {
-            "card_type": CARD_TYPE,
-            "source": {"desc": cut(gettext("Reminders ops"), room("source.desc"), width)},
-            "main_title": {"title": cut(alert.title, room("main_title.title"), width)},
-            "sub_title_text": cut(details or alert.title, room("sub_title_text"), width),
-            "horizontal_content_list": [
-                {"keyname": key, "value": cut(shown, value, width)} for key, shown in facts
-            ],
-            "task_id": card_id,
-            "button_list": [{"text": text, "style": 1, "type": 1, "url": link}],
-        }
-        if not facts:
-            del body["horizontal_content_list"]
+        return _body(
+            alert,
+            card_id,
+            title=alert.title,
+            details=("\n".join(morning.lines(data)[1:]) if data else alert.body) or alert.title,
+            facts=facts,
+            buttons=[{"text": text, "style": 1, "type": 1, "url": link}],
+        )
+
+
+def _body(
+    alert: Alert,
+    card_id: str,
+    *,
+    title: str,
+    details: str,
+    facts: Sequence[tuple[str, str]],
+    buttons: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """An alert card: its texts cut to WeCom's lengths, and checked as WeCom checks it
+    (``AlertChannelError`` naming what it would refuse)."""
+    value = room("horizontal_content_list.value")
+    body: dict[str, Any] = {
+        "card_type": CARD_TYPE,
+        "source": {"desc": cut(gettext("Reminders ops"), room("source.desc"), width)},
+        "main_title": {"title": cut(title, room("main_title.title"), width)},
+        "sub_title_text": cut(details, room("sub_title_text"), width),
+        "task_id": card_id,
+        "button_list": buttons,
+    }
+    if facts:
+        body["horizontal_content_list"] = [
+            {"keyname": key, "value": cut(shown, value, width)} for key, shown in facts
+        ]
     found = problem(body)
     if found:
         raise AlertChannelError(f"the card of alert {alert.pk} is one WeCom refuses: {found}")
@@ -201,11 +213,11 @@ def _reasons(alerts: Sequence[Alert]) -> str:
     return "\n".join(seen) or alerts[-1].title
 
 
-def _facts(alerts: Sequence[Alert], count: int) -> list[dict[str, Any]]:
+def _facts(alerts: Sequence[Alert], count: int) -> list[tuple[str, str]]:
     """The kind and channel (where the alerts have them), how many, since when."""
     alert = alerts[0]
     since = timezone.localtime(alert.first_event_at or alert.created_at)
-    facts = []
+    facts: list[tuple[str, str]] = []
     if alert.kind:
         kind = pgettext("card line name, at most 5 characters", "Kind")
         facts.append((kind, str(kind_label(alert.kind))))
@@ -214,8 +226,7 @@ def _facts(alerts: Sequence[Alert], count: int) -> list[dict[str, Any]]:
     facts.append((pgettext("card line name, at most 5 characters", "Count"), str(count)))
     since_name = pgettext("card line name, at most 5 characters", "Since")
     facts.append((since_name, since.strftime("%Y-%m-%d %H:%M")))
-    value = room("horizontal_content_list.value")
-    return [{"keyname": key, "value": cut(text, value, width)} for key, text in facts]
+    return facts
 
 
 def _buttons(runs: int, link: str) -> list[dict[str, Any]]:

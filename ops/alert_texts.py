@@ -206,10 +206,8 @@ def title(alert: Alert, count: int) -> str:
 
 
 def _summary(events: QuerySet[AlertEvent]) -> tuple[str, str]:
-    """The morning summary's title and body, from the figures its event kept (one a
-    day: the last, should a group ever hold two)."""
-    event = events.order_by("occurred_at", "pk").last()
-    data = event.data if event is not None else {}
+    """The morning summary's title and body, from the figures its event kept."""
+    data = morning.kept(events)
     with translation.override(conf.ALERT_LANGUAGE):
         if not data:
             return PREFIX + _("Morning summary"), ""

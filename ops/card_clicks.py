@@ -168,7 +168,8 @@ def _user(member: str, action: str) -> tuple[Any, str]:
 def _retry(alert: Alert, by: str, now: datetime) -> str:
     """The alert's runs back in line, as the admin's bulk retry puts them."""
     done, refused = 0, Counter[str]()
-    runs = TaskRun.objects.select_related("task").filter(pk__in=alert_cards.failed_runs(alert))
+    chained = alert_cards.chain(alert)
+    runs = TaskRun.objects.select_related("task").filter(pk__in=alert_cards.failed_runs(chained))
     for run in runs.order_by("pk"):
         refusal = operator.retry_refusal(run, now)
         if refusal is None and operator.retry_now(run, now):
@@ -188,9 +189,11 @@ def _retry(alert: Alert, by: str, now: datetime) -> str:
 def _handled(alert: Alert, by: str, now: datetime) -> str:
     """The alert handled (with those it goes on from), and its runs that ended unsent,
     as the admin marks them."""
-    chained = [each.pk for each in alert_cards.chain(alert)]
-    Alert.objects.filter(pk__in=chained).update(handled_at=now, handled_by=by[:150])
-    runs = TaskRun.objects.filter(pk__in=alert_cards.failed_runs(alert)).mark_handled(by, now)
+    chained = alert_cards.chain(alert)
+    Alert.objects.filter(pk__in=[each.pk for each in chained]).update(
+        handled_at=now, handled_by=by[:150]
+    )
+    runs = TaskRun.objects.filter(pk__in=alert_cards.failed_runs(chained)).mark_handled(by, now)
     said = gettext("Handled by %(user)s") % {"user": by}
     if runs:
         said += ngettext(

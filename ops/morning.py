@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -102,6 +102,13 @@ def figures(now: datetime) -> dict[str, Any]:
             for ending in [calendar_coverage.is_ending(one)]
         ],
     }
+
+
+def kept(events: QuerySet[AlertEvent]) -> dict[str, Any]:
+    """The figures a summary's event kept (one a day: the last, should a group ever
+    hold two); ``{}`` for none."""
+    event = events.order_by("occurred_at", "pk").last()
+    return event.data if event is not None else {}
 
 
 def title(data: dict[str, Any]) -> str:
