@@ -212,6 +212,7 @@ def _update_one(click: CardClick, change_of: Callable[[Any], Change], held: date
     lease = _renew(click, held)
     if lease is None:
         return 0  # another job holds the card now, or it is no longer to update
+    change: Change | None = None
     try:
         change = change_of(click)
         sender = get_sender(change.channel)
@@ -221,21 +222,19 @@ def _update_one(click: CardClick, change_of: Callable[[Any], Change], held: date
             sender.update_card(change.recipient, click.response_code, change.replace_name)
     except TransientSendError as exc:
         # Tried again once the lease is over, while WeCom still takes the code.
-        logger.warning("card of %s not updated yet: %s", _about(click, change_of), exc)
+        logger.warning("card of %s not updated yet: %s", _about(click, change), exc)
         return 0
     except SendError as exc:
         return _refused(click, lease, str(exc))
     except Exception as exc:  # a channel no longer configured, a sender's bug
-        logger.exception("card of %s not updated", _about(click, change_of))
+        logger.exception("card of %s not updated", _about(click, change))
         return _refused(click, lease, f"{type(exc).__name__}: {exc}")
     return _updated(click, change.detail or change.replace_name)
 
 
-def _about(click: CardClick, change_of: Callable[[Any], Change]) -> str:
-    try:
-        return change_of(click).about
-    except Exception:
-        return f"{click._meta.label_lower} {click.pk}"
+def _about(click: CardClick, change: Change | None) -> str:
+    """The card in the logs: as its change names it, else by its click."""
+    return change.about if change is not None else f"{click._meta.label_lower} {click.pk}"
 
 
 def _renew(click: CardClick, held: datetime) -> datetime | None:
