@@ -6,7 +6,6 @@ grow past a click that is acting on it."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -17,11 +16,11 @@ from ops.alert_cards import HANDLED, RETRY, continues
 from ops.alerts import open_alerts
 from ops.models import Alert, AlertAction, AlertCard, WeComMember
 from ops.roles import OPERATOR
-from reminders.callback.events import TemplateCardEvent
 from reminders.intake import clicks
 from reminders.models import TaskRun
 from tests.ops.conftest import Clock
 from tests.ops.test_alert_cards import failed_wave, ops_cards
+from tests.reminders.callback.test_click_races import press
 from tests.reminders.callback.test_view import callback_settings
 from tests.support.locks import Paused, Worker, require_row_locks, statement
 
@@ -32,19 +31,8 @@ pytestmark = [
 __all__ = ["callback_settings", "ops_cards"]
 
 
-def press(member: str, key: str, nonce: str) -> clicks.Applied:
-    card = AlertCard.objects.get(member=member)
-    event = TemplateCardEvent(
-        to_user_name="wwcorp0001",
-        from_user_name=member,
-        create_time=int(time.time()),
-        agent_id=1000002,
-        event_key=key,
-        task_id=card.task_id,
-        card_type="button_interaction",
-        response_code="",
-    )
-    return clicks.apply(event, nonce=nonce, timestamp=int(time.time()))
+def press_card(member: str, key: str, nonce: str) -> clicks.Applied:
+    return press(AlertCard.objects.get(member=member).task_id, member, key, nonce)
 
 
 @pytest.fixture
@@ -59,10 +47,12 @@ def test_two_operators_at_once__one_acts_the_other_changes_nothing(make_task, cl
     require_row_locks()
     runs = failed_wave(make_task)
     clock.step()
-    alice = Paused(lambda: press("alice", RETRY, "1"), after=statement("INSERT", "ops_alertaction"))
+    alice = Paused(
+        lambda: press_card("alice", RETRY, "1"), after=statement("INSERT", "ops_alertaction")
+    )
     alice.hold()
 
-    carol = Worker(lambda: press("carol", HANDLED, "2"))
+    carol = Worker(lambda: press_card("carol", HANDLED, "2"))
     carol.start()
     assert carol.blocked_or_done() == "blocked"  # on the alert's lock alice holds
     alice.resume()
@@ -85,7 +75,7 @@ def test_a_chain_does_not_grow_past_a_click_acting_on_it(make_task, clock: Clock
     clock.now += timedelta(seconds=600)
     [second] = open_alerts(clock.now)
     alice = Paused(
-        lambda: press("alice", HANDLED, "1"), after=statement("INSERT", "ops_alertaction")
+        lambda: press_card("alice", HANDLED, "1"), after=statement("INSERT", "ops_alertaction")
     )
     alice.hold()
 

@@ -35,13 +35,18 @@ def sent(task: ScheduledTask) -> TaskRun:
 
 
 def take(run: TaskRun, member: str, nonce: str, key: str = "take") -> clicks.Applied:
+    return press(card_id(run), member, key, nonce)
+
+
+def press(task_id: str, member: str, key: str, nonce: str) -> clicks.Applied:
+    """``member`` clicks ``key`` on the card ``task_id``, as the callback applies it."""
     event = TemplateCardEvent(
         to_user_name="wwcorp0001",
         from_user_name=member,
         create_time=int(time.time()),
         agent_id=1000002,
         event_key=key,
-        task_id=card_id(run),
+        task_id=task_id,
         card_type="button_interaction",
         response_code="",
     )
