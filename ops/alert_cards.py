@@ -50,11 +50,11 @@ from reminders.engine.cards import CODE_LIFETIME
 from reminders.messages.cards import lost_clicks
 from reminders.messages.fitting import cut
 from reminders.registry import label as kind_label
-from reminders.senders import BaseSender, Message, get_sender
+from reminders.senders import BaseSender, Message
 from reminders.senders.template_card import CARD_TYPE, problem, room, width
 
 from . import alert_texts, morning
-from .alert_channels import AlertChannel, AlertChannelError
+from .alert_channels import AlertChannel, AlertChannelError, ThroughChannel
 from .conf import settings as conf
 from .models import Alert, AlertAction, AlertCard, AlertDelivery, AlertEvent
 
@@ -256,15 +256,11 @@ def _link(link: str) -> list[dict[str, Any]]:
     return [{"text": text, "style": 3, "type": 1, "url": link}]
 
 
-class WeComCards(AlertChannel):
+class WeComCards(ThroughChannel):
     """A WeCom app channel (a ``REMINDERS_CHANNELS`` alias whose sender carries cards),
     to the members ``OPTIONS["recipients"]`` names: one card each."""
 
     sends = AlertChannel.CARDS
-
-    @property
-    def channel(self) -> str:
-        return str(self.options.get("channel", ""))
 
     @property
     def recipients(self) -> list[str]:
@@ -276,9 +272,6 @@ class WeComCards(AlertChannel):
     @property
     def who(self) -> str:
         return f"{self.channel} → {', '.join(self.recipients)}"
-
-    def sender(self) -> BaseSender:
-        return get_sender(self.channel)
 
     def deliver(self, title: str, body: str, key: str) -> None:
         raise AlertChannelError("WeComCards sends alerts as cards: deliver_alert, not deliver.")
@@ -351,17 +344,11 @@ class WeComCards(AlertChannel):
         return True
 
     def problems(self) -> list[str]:
-        if not self.channel:
-            return [gettext("OPTIONS has no 'channel' (a REMINDERS_CHANNELS alias).")]
+        sender, found = self.built()
+        if sender is None:
+            return found
         if not self.recipients:
             return [gettext("OPTIONS has no 'recipients' (the ops members' WeCom ids).")]
-        try:
-            sender = self.sender()
-        except Exception as exc:
-            return [
-                gettext("channel %(channel)r: %(error)s") % {"channel": self.channel, "error": exc}
-            ]
-        found: list[str] = []
         if not sender.carries_cards:
             found.append(
                 gettext("channel %(channel)r carries no cards (a WeCom app does).")

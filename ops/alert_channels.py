@@ -97,14 +97,33 @@ class MailAdmins(AlertChannel):
         return []
 
 
-class ReminderChannel(AlertChannel):
-    """A ``REMINDERS_CHANNELS`` sender. OPTIONS: ``channel`` (its alias), ``recipient``
-    (a member id; a group robot needs none: it posts to its group), ``msgtype``
-    (``text``, the default, or ``markdown``)."""
+class ThroughChannel(AlertChannel):
+    """An alert channel that sends by a ``REMINDERS_CHANNELS`` sender, its alias
+    ``OPTIONS["channel"]``."""
 
     @property
     def channel(self) -> str:
         return str(self.options.get("channel", ""))
+
+    def sender(self) -> BaseSender:
+        return get_sender(self.channel)
+
+    def built(self) -> tuple[BaseSender | None, list[str]]:
+        """The channel's sender, or none and why (for ``problems``)."""
+        if not self.channel:
+            return None, [gettext("OPTIONS has no 'channel' (a REMINDERS_CHANNELS alias).")]
+        try:
+            return self.sender(), []
+        except Exception as exc:
+            return None, [
+                gettext("channel %(channel)r: %(error)s") % {"channel": self.channel, "error": exc}
+            ]
+
+
+class ReminderChannel(ThroughChannel):
+    """A ``REMINDERS_CHANNELS`` sender. OPTIONS: ``channel`` (its alias), ``recipient``
+    (a member id; a group robot needs none: it posts to its group), ``msgtype``
+    (``text``, the default, or ``markdown``)."""
 
     @property
     def recipient(self) -> str:
@@ -113,9 +132,6 @@ class ReminderChannel(AlertChannel):
     @property
     def who(self) -> str:
         return f"{self.channel} → {self.recipient}" if self.recipient else self.channel
-
-    def sender(self) -> BaseSender:
-        return get_sender(self.channel)
 
     def deliver(self, title: str, body: str, key: str) -> None:
         sender = self.sender()
@@ -131,14 +147,9 @@ class ReminderChannel(AlertChannel):
     def problems(self) -> list[str]:
         from reminders.senders.robot import WeComRobotSender
 
-        if not self.channel:
-            return [gettext("OPTIONS has no 'channel' (a REMINDERS_CHANNELS alias).")]
-        try:
-            sender = self.sender()
-        except Exception as exc:
-            return [
-                gettext("channel %(channel)r: %(error)s") % {"channel": self.channel, "error": exc}
-            ]
+        sender, found = self.built()
+        if sender is None:
+            return found
         if not self.recipient and not isinstance(sender, WeComRobotSender):
             return [
                 gettext("channel %(channel)r is not a group robot: OPTIONS needs a 'recipient'.")
@@ -186,7 +197,11 @@ def through(channels: Iterable[str], sends: str = AlertChannel.TEXT) -> list[str
             channel = build(alias)
         except (AlertChannelError, TypeError):  # the ops system checks say why
             continue
-        if channel.sends == sends and getattr(channel, "channel", None) in wanted:
+        if (
+            isinstance(channel, ThroughChannel)
+            and channel.sends == sends
+            and channel.channel in wanted
+        ):
             found.append(alias)
     return found
 
