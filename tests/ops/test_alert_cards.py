@@ -495,3 +495,24 @@ def test_a_member_id_two_users_have__is_declined(
     action = AlertAction.objects.get()
     assert action.outcome == "declined"
     assert action.detail == "Not done: WeCom member carol is 2 users'."
+
+
+def test_an_update_wecom_refuses__the_member_gets_a_new_card_and_the_code_is_not_tried_again(
+    make_task, clock
+) -> None:
+    failed_wave(make_task)
+    cards = alert_cards(clock)
+    # Alice's send code is no longer good (spent by an update whose record was lost).
+    AlertCard.objects.filter(member="alice").update(response_code="spent-already")
+    sent = len(MemorySender.outbox)
+    failed_wave(make_task, 2)
+    clock.step(600)
+    new = [m for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]
+    assert [m.recipient for m in new] == ["alice"]
+    assert new[0].body["task_id"] != cards["alice"]["task_id"]
+    assert new[0].body["button_list"][0]["text"] == "Retry 5 failed"
+    first = AlertCard.objects.get(member="alice", task_id=cards["alice"]["task_id"])
+    assert first.code_spent_at is not None and first.shows is None
+    assert sorted(to for to, _id, _card in MemorySender.card_replacements) == ["bob", "carol"]
+    clock.step(600)  # a step later nothing is sent again to anyone
+    assert len([m for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]) == 1
