@@ -33,14 +33,16 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import OuterRef, Subquery
+from django.db import connections
+from django.db.models import Field, Model
 
 from .. import registry
 from ..calendars.backends import day_off
 from ..exceptions import RemindersError, UnknownKind
-from ..models import OPTED_OUT_CODE, QUIET_CODE, Preference, QuietHours, TaskRun
+from ..models import OPTED_OUT_CODE, QUIET_CODE, Preference, QuietHours, ScheduledTask, TaskRun, sql
 from ..schedule import timing
 from ..schedule.quiet import QuietWindow, release
 
@@ -58,27 +60,36 @@ class Chosen:
     quiet: dict[str, QuietHours]
 
 
-def lookups() -> dict[str, Subquery]:
-    """For the start's SELECT of its runs: each run's opt-out, its move to a digest and
-    its recipient's own quiet hours, by primary key (None: none), looked up through
-    their unique indexes in that one statement, so that a job whose recipients chose
-    nothing costs nothing more."""
+def lookups(alias: str) -> dict[str, sql.Extra]:
+    """For the start's SELECT of its runs (``sql.select_joined``, the run's task joined):
+    each run's opt-out, its move to a digest and its recipient's own quiet hours, by
+    primary key (None: none), looked up through their unique indexes in that one
+    statement, so that a job whose recipients chose nothing costs nothing more."""
+    quote = connections[alias].ops.quote_name
+
+    def column(model: type[Model], name: str) -> str:
+        return quote(str(cast("Field[Any, Any]", model._meta.get_field(name)).column))
+
+    def first(model: type[Model], where: str) -> str:
+        table, pk = quote(model._meta.db_table), column(model, "id")
+        return f"(SELECT {table}.{pk} FROM {table} WHERE {where} LIMIT 1)"  # noqa: S608
+
+    table = quote(Preference._meta.db_table)
+    task = "{joined}"
+    same = (
+        f"{table}.{column(Preference, 'recipient')} = {task}.{column(ScheduledTask, 'recipient')}"
+        f" AND {table}.{column(Preference, 'kind')} = {task}.{column(ScheduledTask, 'kind')}"
+    )
+    opted_out = f"{table}.{column(Preference, 'opted_out')} = %s"
+    digest = f"{table}.{column(Preference, 'digest')} = %s"
+    quiet = f"{quote(QuietHours._meta.db_table)}.{column(QuietHours, 'recipient')}"
     return {
-        "held_opt_out": Subquery(
-            Preference.objects.filter(
-                recipient=OuterRef("task__recipient"), kind=OuterRef("task__kind"), opted_out=True
-            ).values("pk")[:1]
+        "held_opt_out": sql.Extra(first(Preference, f"{same} AND {opted_out}"), (True,)),
+        "held_digest": sql.Extra(
+            first(Preference, f"{same} AND {digest} AND {opted_out}"), (True, False)
         ),
-        "held_digest": Subquery(
-            Preference.objects.filter(
-                recipient=OuterRef("task__recipient"),
-                kind=OuterRef("task__kind"),
-                digest=True,
-                opted_out=False,
-            ).values("pk")[:1]
-        ),
-        "held_quiet": Subquery(
-            QuietHours.objects.filter(recipient=OuterRef("task__recipient")).values("pk")[:1]
+        "held_quiet": sql.Extra(
+            first(QuietHours, f"{quiet} = {task}.{column(ScheduledTask, 'recipient')}")
         ),
     }
 

@@ -80,7 +80,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, OperationalError, connection, transaction
+from django.db import DatabaseError, OperationalError, connection, router, transaction
 from django.db.models import (
     Case,
     Exists,
@@ -108,6 +108,7 @@ from ..models import (
     ScheduledTask,
     SendLog,
     TaskRun,
+    sql,
 )
 from ..schedule import timing
 from ..senders.base import render_body
@@ -248,11 +249,14 @@ def _take(runs: QuerySet[TaskRun], execution: str, now: datetime) -> None:
 def _taken(run_ids: Sequence[int], execution: str) -> list[TaskRun]:
     """The runs of ``run_ids`` this job started, with their tasks and what their
     recipients chose (``holds.lookups``), by priority, then by how long they waited."""
-    return list(
-        TaskRun.objects.filter(pk__in=run_ids, lease_token=execution)
-        .select_related("task")
-        .annotate(**holds.lookups())
-        .order_by("priority", "next_attempt_at")
+    alias = router.db_for_read(TaskRun)
+    return sql.select_joined(
+        TaskRun,
+        "task",
+        run_ids,
+        {"lease_token": execution},
+        holds.lookups(alias),
+        ("priority", "next_attempt_at"),
     )
 
 

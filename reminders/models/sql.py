@@ -45,11 +45,10 @@ class Update:
         connection = connections[alias]
         model, values, equal = self.model, self.values, self.equal
         sets, filters = tuple(values), tuple(equal)
-        params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
-        params += [_field(model, "pk").get_db_prep_value(pk, connection) for pk in self.pks]
-        params += [
-            _field(model, name).get_db_prep_value(equal[name], connection) for name in filters
-        ]
+        params = [_save(_field(model, name), values[name], connection) for name in sets]
+        pk = _field(model, "pk")
+        params += [_value(pk, value, connection) for value in self.pks]
+        params += [_value(_field(model, name), equal[name], connection) for name in filters]
         return _update_sql(model, alias, sets, filters, len(self.pks)), params
 
     def run(self) -> int:
@@ -129,6 +128,138 @@ def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[in
     return [next(it) if update.pks else 0 for update in updates]
 
 
+@dataclass(frozen=True)
+class Extra:
+    """A column a SELECT adds to its rows (an annotation): SQL in which ``{joined}``
+    stands for the joined table, and its parameters."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+def select_joined(
+    model: type[models.Model],
+    related: str,
+    pks: Sequence[Any],
+    equal: Mapping[str, Any],
+    extra: Mapping[str, Extra],
+    order: Sequence[str],
+) -> list[Any]:
+    """``model.objects.filter(pk__in=pks, **equal).select_related(related)
+    .annotate(**extra).order_by(*order)`` for plain equality filters, ``related`` a
+    foreign key that cannot be null and ``extra`` given as SQL: one statement, whose
+    text is built once per shape. Building that query through the ORM costs a job
+    more CPU than reading its rows (2.8 ms against 2 ms for 20 runs). The rows' values
+    go through the converters the ORM would apply (the backend's, then the field's),
+    and each row's related object is cached on it as ``select_related`` caches it."""
+    if not pks:
+        return []
+    alias = router.db_for_read(model)
+    connection = connections[alias]
+    fk = cast("models.ForeignKey[Any, Any]", _field(model, related))
+    if fk.null or not fk.many_to_one:
+        raise ValueError(f"{model.__name__}.{related}: not a foreign key that cannot be null")
+    joined = fk.related_model
+    names = tuple(extra)
+    text = _select_joined_sql(
+        model,
+        related,
+        alias,
+        tuple(equal),
+        tuple(extra[name].sql for name in names),
+        tuple(order),
+        len(pks),
+    )
+    params = [value for name in names for value in extra[name].params]
+    pk = _field(model, "pk")
+    params += [_value(pk, value, connection) for value in pks]
+    params += [_value(_field(model, name), equal[name], connection) for name in equal]
+    with connection.cursor() as cursor:
+        cursor.execute(text, params)
+        rows = cursor.fetchall()
+    own, theirs = _read(model, alias), _read(joined, alias)
+    objs = []
+    for row in rows:
+        obj = model.from_db(alias, own.attnames, own.values(row, 0, connection))
+        fk.set_cached_value(
+            obj, joined.from_db(alias, theirs.attnames, theirs.values(row, own.width, connection))
+        )
+        for at, name in enumerate(names, own.width + theirs.width):
+            setattr(obj, name, row[at])
+        objs.append(obj)
+    return objs
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """A model's concrete columns as a SELECT reads them: their attribute names, and
+    each one's converters (the backend's, then the field's), as the ORM applies them."""
+
+    attnames: list[str]
+    converters: list[tuple[Callable[..., Any], ...]]
+    columns: list[Any]
+
+    @property
+    def width(self) -> int:
+        return len(self.attnames)
+
+    def values(self, row: Sequence[Any], start: int, connection: Any) -> list[Any]:
+        values = list(row[start : start + self.width])
+        for at, converters in enumerate(self.converters):
+            if converters:
+                value, column = values[at], self.columns[at]
+                for convert in converters:
+                    value = convert(value, column, connection)
+                values[at] = value
+        return values
+
+
+@lru_cache(maxsize=32)
+def _read(model: type[models.Model], alias: str) -> _Columns:
+    connection = connections[alias]
+    fields = model._meta.concrete_fields
+    columns = [field.get_col(model._meta.db_table) for field in fields]
+    converters = [
+        tuple(connection.ops.get_db_converters(column) + column.get_db_converters(connection))
+        for column in columns
+    ]
+    return _Columns([field.attname for field in fields], converters, columns)
+
+
+@lru_cache(maxsize=256)
+def _select_joined_sql(
+    model: type[models.Model],
+    related: str,
+    alias: str,
+    filters: tuple[str, ...],
+    extra: tuple[str, ...],
+    order: tuple[str, ...],
+    n: int,
+) -> str:
+    quote = connections[alias].ops.quote_name
+    fk = _field(model, related)
+    joined = cast("type[models.Model]", fk.related_model)
+    ours, theirs = quote("r"), quote("j")
+    column = _quoted(model, alias)
+    selected = [f"{ours}.{quote(str(field.column))}" for field in model._meta.concrete_fields]
+    selected += [f"{theirs}.{quote(str(field.column))}" for field in joined._meta.concrete_fields]
+    selected += [f"{text.format(joined=theirs)}" for text in extra]
+    target = quote(str(cast("models.ForeignKey[Any, Any]", fk).target_field.column))
+    tables = (
+        f"{quote(model._meta.db_table)} {ours} INNER JOIN {quote(joined._meta.db_table)} {theirs}"
+        f" ON {ours}.{column(related)} = {theirs}.{target}"
+    )
+    conditions = [f"{ours}.{column('pk')} IN ({', '.join(['%s'] * n)})"]
+    conditions += [f"{ours}.{column(name)} = %s" for name in filters]
+    ordering = ", ".join(
+        f"{ours}.{column(name.lstrip('-'))} {'DESC' if name.startswith('-') else 'ASC'}"
+        for name in order
+    )
+    where = " AND ".join(conditions)
+    text = f"SELECT {', '.join(selected)} FROM {tables} WHERE {where}"  # noqa: S608
+    return f"{text} ORDER BY {ordering}" if ordering else text
+
+
 def insert(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> int:
     """``bulk_create(objs)`` for new rows of one model whose primary key the database
     assigns: one INSERT (per ``bulk_batch_size`` rows), the primary keys set where the
@@ -182,6 +313,9 @@ class _Prepared:
 
     def __call__(self, field: models.Field[Any, Any], obj: models.Model) -> Any:
         value = field.pre_save(obj, True)
+        prepared = _shortcut(field, value, self.connection)
+        if prepared is not _THROUGH_THE_FIELD:
+            return prepared
         try:
             # The type too: True, 1 and 1.0 are equal, and prepare differently.
             key = (field, type(value), value)
@@ -193,6 +327,67 @@ class _Prepared:
             return field.get_db_prep_save(value, self.connection)
 
 
+# Field classes whose ``get_db_prep_save`` and ``get_db_prep_value`` give back a value of
+# this exact type unchanged, on every backend: their ``get_prep_value`` only converts
+# other types (``to_python``), and no backend adapts these. An automatic primary key's 0
+# goes through the field (MySQL's backend refuses it there). Integer fields convert an
+# ``int`` only as the backend adapts it (``adapt_integerfield_value``: psycopg 3's typed
+# integers). A value of a subclass (an enum member) or of another type, and every other
+# field class, goes through the field. A message's statements carry about 40 values,
+# most of them such.
+_AUTO = (models.AutoField, models.BigAutoField, models.SmallAutoField)
+_AS_IS: dict[type[models.Field[Any, Any]], type] = {
+    models.CharField: str,
+    models.TextField: str,
+    models.BooleanField: bool,
+    **dict.fromkeys(_AUTO, int),
+}
+_INTEGERS = (
+    models.IntegerField,
+    models.BigIntegerField,
+    models.SmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField,
+)
+_THROUGH_THE_FIELD = object()
+
+
+def _shortcut(field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
+    """What ``field`` prepares ``value`` as, where that is known without the field
+    (``_AS_IS``, ``_INTEGERS``); else ``_THROUGH_THE_FIELD``. A foreign key prepares as
+    its target field does."""
+    if type(field) is models.ForeignKey:
+        field = field.target_field
+    kind = type(field)
+    if kind in _INTEGERS:
+        if value is None or type(value) is int:
+            return connection.ops.adapt_integerfield_value(value, field.get_internal_type())
+        return _THROUGH_THE_FIELD
+    as_is = _AS_IS.get(kind)
+    if as_is is None:
+        return _THROUGH_THE_FIELD
+    if value is None or (type(value) is as_is and not (value == 0 and kind in _AUTO)):
+        return value
+    return _THROUGH_THE_FIELD
+
+
+def _save(field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
+    """``field.get_db_prep_save(value, connection)``, without the field where it can."""
+    prepared = _shortcut(field, value, connection)
+    if prepared is _THROUGH_THE_FIELD:
+        return field.get_db_prep_save(value, connection)
+    return prepared
+
+
+def _value(field: models.Field[Any, Any], value: Any, connection: Any) -> Any:
+    """``field.get_db_prep_value(value, connection)``, without the field where it can."""
+    prepared = _shortcut(field, value, connection)
+    if prepared is _THROUGH_THE_FIELD:
+        return field.get_db_prep_value(value, connection)
+    return prepared
+
+
 def any_set(model: type[models.Model], field: str, among: Sequence[Any], column_set: str) -> bool:
     """Whether a row whose ``field`` is one of ``among`` has ``column_set`` not NULL:
     ``model.objects.filter(field__in=among, column_set__isnull=False).exists()``."""
@@ -200,7 +395,7 @@ def any_set(model: type[models.Model], field: str, among: Sequence[Any], column_
         return False
     alias = router.db_for_read(model)
     connection = connections[alias]
-    params = [_field(model, field).get_db_prep_value(value, connection) for value in among]
+    params = [_value(_field(model, field), value, connection) for value in among]
     with cursor_of(connection) as cursor:
         cursor.execute(_any_set_sql(model, alias, field, column_set, len(among)), params)
         return cursor.fetchone() is not None

@@ -260,3 +260,113 @@ def test_cursor_of__where_queries_are_logged_they_read_with_their_values(make_ta
     with CaptureQueriesContext(connection) as queries:
         sql.update(TaskRun, [first.pk], {"error_message": "logged"}, lease_token="held")
     assert "'logged'" in queries.captured_queries[-1]["sql"]
+
+
+def orm_runs(ids, token):
+    from django.db.models import OuterRef, Subquery
+
+    from reminders.models import Preference, QuietHours
+
+    def first(model, **where):
+        return Subquery(model.objects.filter(**where).values("pk")[:1])
+
+    same = {"recipient": OuterRef("task__recipient"), "kind": OuterRef("task__kind")}
+    return list(
+        TaskRun.objects.filter(pk__in=ids, lease_token=token)
+        .select_related("task")
+        .annotate(
+            held_opt_out=first(Preference, **same, opted_out=True),
+            held_digest=first(Preference, **same, digest=True, opted_out=False),
+            held_quiet=first(QuietHours, recipient=OuterRef("task__recipient")),
+        )
+        .order_by("priority", "next_attempt_at")
+    )
+
+
+def values_of(obj) -> dict:
+    return {field.attname: getattr(obj, field.attname) for field in obj._meta.concrete_fields}
+
+
+def test_select_joined__reads_what_the_orm_s_select_related_reads(make_task):
+    """Every column of the run and of its task (JSON, durations, times: the converters
+    the ORM applies), the choices looked up, the order, and the task cached on the run,
+    as the start's ORM query read them."""
+    from reminders.engine import holds
+    from reminders.models import Preference, QuietHours
+
+    for name in ("alice", "bob", "carol", "dave"):
+        make_task(recipient=name, payload={"title": f"{name}'s", "n": [1, 2], "none": None})
+    dispatch.materialize()
+    runs = list(TaskRun.objects.order_by("pk"))
+    kind = runs[0].task.kind
+    now = timezone.now()
+    who = {"changed_by": "ops", "changed_at": now}
+    Preference.objects.create(recipient="alice", kind=kind, opted_out=True, **who)
+    Preference.objects.create(recipient="bob", kind=kind, digest=True, **who)
+    QuietHours.objects.create(recipient="carol", hours="22:00-08:00", **who)
+    TaskRun.objects.update(lease_token="job", duration=timedelta(seconds=3))
+    TaskRun.objects.filter(pk=runs[1].pk).update(priority=0, next_attempt_at=now)
+    TaskRun.objects.filter(pk=runs[2].pk).update(lease_token="another job")
+    ids = [run.pk for run in runs]
+
+    ours = sql.select_joined(
+        TaskRun, "task", ids, {"lease_token": "job"}, holds.lookups("default"), CHOSEN_ORDER
+    )
+    orm = orm_runs(ids, "job")
+
+    assert [run.pk for run in ours] == [run.pk for run in orm]
+    assert len(ours) == 3
+    for mine, theirs in zip(ours, orm, strict=True):
+        assert values_of(mine) == values_of(theirs)
+        assert TaskRun.task.is_cached(mine)
+        assert values_of(mine.task) == values_of(theirs.task)
+        for name in ("held_opt_out", "held_digest", "held_quiet"):
+            assert getattr(mine, name) == getattr(theirs, name), name
+        assert not mine._state.adding and mine._state.db == "default"
+    by_recipient = {run.task.recipient: run for run in ours}
+    assert by_recipient["alice"].held_opt_out is not None
+    assert by_recipient["bob"].held_digest is not None
+    assert by_recipient["dave"].held_opt_out is None
+    assert by_recipient["dave"].held_quiet is None
+    assert by_recipient["dave"].task.payload == {"title": "dave's", "n": [1, 2], "none": None}
+    assert sql.select_joined(TaskRun, "task", [], {}, {}, ()) == []
+
+
+CHOSEN_ORDER = ("priority", "next_attempt_at")
+
+
+def test_values_prepared_without_their_field_as_their_field_prepares_them():
+    """The values ``sql`` prepares without going through their field are prepared as
+    every field of the project's models would prepare them, on this database: each
+    field, each kind of value, the same value of the same type."""
+    from django.apps import apps
+
+    samples = [None, "", "text", 0, 1, 7, -3, 2**40, True, False, 1.5, timezone.now()]
+    samples += [TaskRun.Status.SENT]
+    checked = 0
+    for model in apps.get_app_config("reminders").get_models():
+        for field in model._meta.concrete_fields:
+            for value in samples:
+                shortcut = sql._shortcut(field, value, connection)
+                if shortcut is sql._THROUGH_THE_FIELD:
+                    continue
+                for prepared, expected in [
+                    (
+                        sql._save(field, value, connection),
+                        field.get_db_prep_save(value, connection),
+                    ),
+                    (
+                        sql._value(field, value, connection),
+                        field.get_db_prep_value(value, connection),
+                    ),
+                ]:
+                    assert prepared == expected, (field, value)
+                    assert type(prepared) is type(expected), (field, value)
+                checked += 1
+    assert checked > 100
+    through = sql._THROUGH_THE_FIELD
+    assert (
+        sql._shortcut(TaskRun._meta.get_field("status"), TaskRun.Status.SENT, connection) is through
+    )
+    assert sql._shortcut(TaskRun._meta.pk, 0, connection) is through  # MySQL refuses it
+    assert sql._shortcut(TaskRun._meta.get_field("due_at"), timezone.now(), connection) is through
