@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any, cast
 
@@ -328,13 +329,14 @@ class _Prepared:
 
 
 # Field classes whose ``get_db_prep_save`` and ``get_db_prep_value`` give back a value of
-# this exact type unchanged, on every backend: their ``get_prep_value`` only converts
-# other types (``to_python``), and no backend adapts these. An automatic primary key's 0
+# this type unchanged, on every backend: their ``get_prep_value`` only converts other
+# types (``to_python``), and no backend adapts these. Text fields take any ``str`` (a
+# ``TextChoices`` member too), the others their exact type; an automatic primary key's 0
 # goes through the field (MySQL's backend refuses it there). Integer fields convert an
-# ``int`` only as the backend adapts it (``adapt_integerfield_value``: psycopg 3's typed
-# integers). A value of a subclass (an enum member) or of another type, and every other
-# field class, goes through the field. A message's statements carry about 40 values,
-# most of them such.
+# ``int``, and date-time fields an aware ``datetime``, only as the backend adapts it
+# (``adapt_integerfield_value``: psycopg 3's typed integers; ``adapt_datetimefield_value``).
+# Any other value, and every other field class, goes through the field. A message's
+# statements carry about 40 values, most of them such.
 _AUTO = (models.AutoField, models.BigAutoField, models.SmallAutoField)
 _AS_IS: dict[type[models.Field[Any, Any]], type] = {
     models.CharField: str,
@@ -364,10 +366,16 @@ def _shortcut(field: models.Field[Any, Any], value: Any, connection: Any) -> Any
         if value is None or type(value) is int:
             return connection.ops.adapt_integerfield_value(value, field.get_internal_type())
         return _THROUGH_THE_FIELD
+    if kind is models.DateTimeField:
+        if value is None or (type(value) is datetime and value.utcoffset() is not None):
+            return connection.ops.adapt_datetimefield_value(value)
+        return _THROUGH_THE_FIELD
     as_is = _AS_IS.get(kind)
     if as_is is None:
         return _THROUGH_THE_FIELD
-    if value is None or (type(value) is as_is and not (value == 0 and kind in _AUTO)):
+    if value is None or (as_is is str and isinstance(value, str)):
+        return value
+    if type(value) is as_is and not (value == 0 and kind in _AUTO):
         return value
     return _THROUGH_THE_FIELD
 
@@ -426,6 +434,7 @@ def cursor_of(connection: Any) -> Any:
         return connection.make_cursor(ServerBindingCursor(raw))  # type: ignore[call-arg]
 
 
+@lru_cache(maxsize=512)
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     meta = model._meta
     return cast("models.Field[Any, Any]", meta.pk if name == "pk" else meta.get_field(name))
