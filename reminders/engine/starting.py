@@ -82,15 +82,10 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError, OperationalError, connection, router, transaction
 from django.db.models import (
-    Case,
     Exists,
     F,
     OuterRef,
-    PositiveSmallIntegerField,
     Q,
-    QuerySet,
-    Value,
-    When,
 )
 from django.utils import timezone
 
@@ -107,6 +102,7 @@ from ..models import (
     QuietHours,
     ScheduledTask,
     SendLog,
+    StartValues,
     TaskRun,
     sql,
 )
@@ -192,11 +188,7 @@ def _start(
 ) -> list[Job]:
     with transaction.atomic():
         digests.lock(folding)
-        _take(
-            TaskRun.objects.filter(pk__in=run_ids, lease_token=token, status=TaskRun.Status.QUEUED),
-            execution,
-            now,
-        )
+        _take(run_ids, [TaskRun.Status.QUEUED], execution, now, token=token)
         if taken:
             # After its runs: the runs, then the takes, in every transaction that locks
             # both (a claim taking them over, a hand-back, a pull), or two wait forever.
@@ -207,7 +199,7 @@ def _start(
         # The recipients' other due runs of a kind that folds go with them.
         pulled = digests.pull(runs, moved, now)
         if pulled:
-            _take(TaskRun.objects.filter(pk__in=pulled, status__in=digests.PULLED), execution, now)
+            _take(pulled, digests.PULLED, execution, now)
             more = _taken(pulled, execution)
             moved |= digests.moved_to_digest(more)
             runs += more
@@ -223,27 +215,25 @@ def _start(
         return jobs + _folded(ready, now, builders) if ready else jobs
 
 
-def _take(runs: QuerySet[TaskRun], execution: str, now: datetime) -> None:
-    """Start ``runs``: running under the job's lease token ``execution``, an attempt
-    counted."""
-    runs.update(
-        status=TaskRun.Status.RUNNING,
-        lease_token=execution,
-        lease_owner=worker_id(),
-        lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
-        attempts=F("attempts") + 1,
-        # Started: no job lost it since, unless it is to be given up now.
-        job_failures=Case(
-            When(
-                job_failures__gte=conf.MAX_JOB_FAILURES,
-                then=F("job_failures"),
-            ),
-            default=Value(0),
-            output_field=PositiveSmallIntegerField(),
-        ),
-        started_at=now,
-        finished_at=None,
+def _take(
+    run_ids: Sequence[int],
+    statuses: Sequence[str],
+    execution: str,
+    now: datetime,
+    *,
+    token: str | None = None,
+) -> None:
+    """Start the runs of ``run_ids`` still in ``statuses`` (and under the claim's lease
+    ``token``, if given): running under the job's lease token ``execution``, an attempt
+    counted, no job lost them since (``RunQuerySet.start``)."""
+    values = StartValues(
+        execution=execution,
+        owner=worker_id(),
+        expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
+        now=now,
+        max_job_failures=conf.MAX_JOB_FAILURES,
     )
+    TaskRun.objects.start(run_ids, statuses, values, token=token)
 
 
 def _taken(run_ids: Sequence[int], execution: str) -> list[TaskRun]:

@@ -46,7 +46,7 @@ from .choices import (
 )
 from .ledger import JobTake, JobTakeQuerySet, SendLog
 from .preferences import Preference, PreferenceChange, QuietHours, QuietHoursChange
-from .run_queries import REPLANNED_FIELDS, RunQuerySet
+from .run_queries import REPLANNED_FIELDS, RunQuerySet, StartValues
 from .runs import FailedToday, TaskRun
 from .tasks import OBJECT_ID_MAX_LENGTH, ScheduledTask, TaskQuerySet
 from .upkeep import (
@@ -116,6 +116,7 @@ __all__ = [
     "SchedulerHeartbeat",
     "SendLog",
     "SkipReason",
+    "StartValues",
     "TaskQuerySet",
     "TaskRun",
     "validate_calendar",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from functools import lru_cache
+from typing import Any, cast
 
-from django.db import connection, models, transaction
+from django.db import connection, connections, models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -43,6 +45,52 @@ from .ledger import JobTake, SendLog
 from .tasks import ScheduledTask
 
 logger = logging.getLogger("reminders.models.runs")
+
+
+@dataclass(frozen=True)
+class StartValues:
+    """What a job's start writes to its runs (``RunQuerySet.start``): its lease token
+    (``execution``), owner and end, the start time, and the job failures at which a run
+    is given up (``MAX_JOB_FAILURES``), whose count a start keeps."""
+
+    execution: str
+    owner: str
+    expires_at: datetime
+    now: datetime
+    max_job_failures: int
+
+
+@lru_cache(maxsize=128)
+def _start_sql(model: Any, alias: str, n: int, statuses: int, with_token: bool) -> str:
+    """``RunQuerySet.start``'s UPDATE of ``n`` runs. Its parameters: status, lease
+    token, owner and end, the job failures a run is given up at, the start time; the
+    ``n`` runs, the ``statuses``; the token, if ``with_token``. Each assignment reads
+    only its own column: MySQL and MariaDB evaluate a SET's assignments left to right,
+    each seeing the ones before it."""
+    quote = connections[alias].ops.quote_name
+    meta = model._meta
+
+    def column(name: str) -> str:
+        return quote(str(meta.get_field(name).column))
+
+    attempts, failures = column("attempts"), column("job_failures")
+    sets = ", ".join(
+        [
+            f"{column('status')} = %s",
+            f"{column('lease_token')} = %s",
+            f"{column('lease_owner')} = %s",
+            f"{column('lease_expires_at')} = %s",
+            f"{attempts} = {attempts} + 1",
+            f"{failures} = CASE WHEN {failures} >= %s THEN {failures} ELSE 0 END",
+            f"{column('started_at')} = %s",
+            f"{column('finished_at')} = NULL",
+        ]
+    )
+    where = f"{column('id')} IN ({', '.join(['%s'] * n)})"
+    where += f" AND {column('status')} IN ({', '.join(['%s'] * statuses)})"
+    if with_token:
+        where += f" AND {column('lease_token')} = %s"
+    return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}"  # noqa: S608
 
 
 # What a re-planned occurrence takes from its new run when its cancelled run is revived.
@@ -387,6 +435,43 @@ class RunQuerySet(models.QuerySet[Any]):
     def release(self, owner: str) -> int:
         """Hand back runs this owner claimed but no worker started yet."""
         return self.filter(lease_owner=owner).give_back()
+
+    def start(
+        self,
+        pks: Sequence[int],
+        statuses: Sequence[str],
+        values: StartValues,
+        *,
+        token: str | None = None,
+    ) -> int:
+        """Start the runs of ``pks`` still in one of ``statuses`` (and under the lease
+        ``token``, if given): ``running`` under the job's lease (``values``), an attempt
+        counted, their job failures forgotten unless they are to be given up now (at
+        ``MAX_JOB_FAILURES``); returns how many. Every job starts its runs so, hence one
+        statement written once per shape (``_start_sql``), not built through the ORM
+        (1.3 ms of a job's CPU), sent prepared where the connection prepares
+        (``sql.cursor_of``). Of the runs ``pks`` alone, whatever this queryset's filters."""
+        if not pks:
+            return 0
+        alias = self.db
+        connection_ = connections[alias]
+        meta = self.model._meta
+        prepared = [
+            sql.for_save(meta.get_field(name), value, connection_)
+            for name, value in (
+                ("status", RunStatus.RUNNING),
+                ("lease_token", values.execution),
+                ("lease_owner", values.owner),
+                ("lease_expires_at", values.expires_at),
+                ("job_failures", values.max_job_failures),
+                ("started_at", values.now),
+            )
+        ]
+        params = [*prepared, *pks, *statuses, *([token] if token is not None else [])]
+        text = _start_sql(cast(Any, self.model), alias, len(pks), len(statuses), token is not None)
+        with sql.cursor_of(connection_) as cursor:
+            cursor.execute(text, params)
+            return int(cursor.rowcount)
 
     def give_back(self) -> int:
         """Put these runs, where claimed and not started (``queued``), back in line as

@@ -353,11 +353,11 @@ def test_values_prepared_without_their_field_as_their_field_prepares_them():
                     continue
                 for prepared, expected in [
                     (
-                        sql._save(field, value, connection),
+                        sql.for_save(field, value, connection),
                         field.get_db_prep_save(value, connection),
                     ),
                     (
-                        sql._value(field, value, connection),
+                        sql.for_filter(field, value, connection),
                         field.get_db_prep_value(value, connection),
                     ),
                 ]:
