@@ -86,8 +86,15 @@ def _start_sql(model: Any, alias: str, n: int, statuses: int, with_token: bool) 
             f"{column('finished_at')} = NULL",
         ]
     )
+    # The status is tested through a CASE that no index matches: PostgreSQL would
+    # otherwise read the runs through the partial index of every leased run, and filter
+    # them for these, on statistics that undercount a wave planned since the last
+    # ANALYZE (4,000 rows read for 20, 1.6 ms a job); by primary key it reads its own.
     where = f"{column('id')} IN ({', '.join(['%s'] * n)})"
-    where += f" AND {column('status')} IN ({', '.join(['%s'] * statuses)})"
+    where += (
+        f" AND CASE WHEN {column('status')} IN ({', '.join(['%s'] * statuses)})"
+        " THEN 1 ELSE 0 END = 1"
+    )
     if with_token:
         where += f" AND {column('lease_token')} = %s"
     return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}"  # noqa: S608

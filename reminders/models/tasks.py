@@ -77,7 +77,7 @@ def _ended(among: Collection[int] | None = None) -> Q:
 @lru_cache(maxsize=64)
 def _ran_sql(alias: str, n: int) -> str:
     """``TaskQuerySet.ran``'s UPDATE of ``n`` tasks: ``_ended`` by hand. Its parameters:
-    the condition's (active, the unfinished statuses, the ``n`` tasks), the time, the
+    the condition's (active, the unfinished statuses), the time, the
     condition's again, completed, the time, the ``n`` tasks. ``updated_at`` is assigned
     before ``status``: MySQL and MariaDB evaluate a SET's assignments left to right, each
     seeing the ones before it."""
@@ -86,13 +86,19 @@ def _ran_sql(alias: str, n: int) -> str:
     task, run = quote(ScheduledTask._meta.db_table), quote(runs._meta.db_table)
     among = ", ".join(["%s"] * n)
     statuses = ", ".join(["%s"] * len(runs.UNFINISHED))
+    # Per task, through the task's own runs, and only for a task left with no occurrence
+    # (the conditions before it): a scalar subquery, which PostgreSQL never turns into
+    # one hashed scan of every unfinished run (as it may an EXISTS), and a status tested
+    # through a CASE that no index matches. Else it reaches the unfinished runs through
+    # their status (an index led by the day) on statistics that undercount them: a wave
+    # planned since the last ANALYZE, 5 ms of its CPU a job of 20, against 0.3.
     unfinished = (
         f"SELECT 1 FROM {run} WHERE {run}.{quote('task_id')} = {task}.{quote('id')}"  # noqa: S608
-        f" AND {run}.{quote('status')} IN ({statuses}) AND {run}.{quote('task_id')} IN ({among})"
+        f" AND CASE WHEN {run}.{quote('status')} IN ({statuses}) THEN 1 ELSE 0 END = 1"
     )
     ended = (
         f"{task}.{quote('status')} = %s AND {task}.{quote('next_run')} IS NULL"
-        f" AND NOT EXISTS ({unfinished})"
+        f" AND ({unfinished} LIMIT 1) IS NULL"
     )
     return (
         f"UPDATE {task} SET"  # noqa: S608
@@ -133,7 +139,7 @@ class TaskQuerySet(models.QuerySet["ScheduledTask"]):
         connection = connections[self.db]
         at = ScheduledTask._meta.get_field("updated_at").get_db_prep_save(now, connection)
         runs: Any = apps.get_model("reminders", "TaskRun")
-        ended = [ScheduledTask.Status.ACTIVE, *runs.UNFINISHED, *pks]
+        ended = [ScheduledTask.Status.ACTIVE, *runs.UNFINISHED]
         completed = ScheduledTask.Status.COMPLETED
         params = [*ended, at, *ended, completed, at, *pks]
         with sql.cursor_of(connection) as cursor:
