@@ -77,6 +77,9 @@ CLAIM_SWEEP_SECONDS = 5.0
 # A scheduler forgets the callback's nonces past their time window at most this often
 # (seconds): the callback refuses their replays by their age anyway.
 FORGET_NONCES_SECONDS = 60.0
+# Tasks the first tick plans, before it claims them (``ReminderWorker._first_plan``); the
+# ticks after it plan ``dispatch.PLAN_BATCH``.
+FIRST_PLAN_BATCH = 50
 # The shortest sleep between ticks when something is due already but was not claimed
 # (held by another scheduler at that moment): never a busy loop.
 MIN_SLEEP_SECONDS = 0.05
@@ -137,6 +140,10 @@ class ReminderWorker:
         # task's (``dispatch.next_moments``). The next tick takes them, unless the sleep
         # was woken.
         self._known: tuple[datetime | None, datetime | None] | None = None
+        # The first tick plans a small batch and claims it before planning on: a process
+        # started on a backlog of due tasks (a restart, the end of an outage) sends its
+        # first messages one small plan after it starts, not after a full one.
+        self._first_plan: int | None = min(FIRST_PLAN_BATCH, dispatch.PLAN_BATCH)
 
     # Lifecycle -----------------------------------------------------------------------
 
@@ -217,9 +224,10 @@ class ReminderWorker:
         self._beat(now)
         planned = 0
         plan_until = now + timedelta(seconds=conf.PLAN_AHEAD_SECONDS)
+        limit, self._first_plan = self._first_plan or dispatch.PLAN_BATCH, None
         if known is None or _falls_due(tasks_at, plan_until):
-            planned = dispatch.plan(now).tasks
-        more_to_plan = planned == dispatch.PLAN_BATCH
+            planned = dispatch.plan(now, limit).tasks
+        more_to_plan = planned == limit
         quiet = (
             known is not None
             and not planned

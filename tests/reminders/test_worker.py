@@ -257,3 +257,25 @@ def test_quiet_tick__still_claims_every_few_seconds_for_expired_leases(make_task
     worker._sleep_seconds(now)
     worker.tick(now + timedelta(seconds=CLAIM_SWEEP_SECONDS))
     assert spied["claim"] == 2
+
+
+def test_tick__the_first_plans_a_small_batch_and_claims_it_before_planning_on(
+    make_task, monkeypatch
+):
+    """A process started on a backlog of due tasks claims a first small plan at once
+    (its workers start sending) and plans the rest at full batches right after."""
+    from reminders.engine import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "FIRST_PLAN_BATCH", 2)
+    monkeypatch.setattr(dispatch, "PLAN_BATCH", 4)
+    for _ in range(7):
+        make_task()
+    worker = ReminderWorker(with_cluster=False)
+    assert worker.tick() is True  # a full first plan: more may be due
+    assert TaskRun.objects.count() == 2
+    assert TaskRun.objects.filter(status="queued").count() == 2
+    assert worker.tick() is True  # a full batch of 4 after it
+    assert TaskRun.objects.count() == 6
+    assert worker.tick() is False
+    assert TaskRun.objects.count() == 7
+    assert run_queued() == 7
