@@ -77,6 +77,7 @@ class Phase:
     django_xacts: int = 0  # as Django saw them: autocommit statements + outer atomic blocks
     rows: int = 0
     cpu: float = 0.0
+    server_cpu: float = 0.0  # the PostgreSQL backend's, from /proc (a local server)
 
     @property
     def total(self) -> int:
@@ -145,10 +146,19 @@ class Meter:
             self.current.django_xacts += 1
         return bool(self._usable())
 
+    def server_cpu(self) -> float:
+        """CPU seconds the connection's PostgreSQL backend has used (``/proc``, in clock
+        ticks: summed over a phase's many blocks, the rounding evens out)."""
+        self.connection.ensure_connection()
+        pid = self.connection.connection.info.backend_pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         phase = self.phases.setdefault(name, Phase(name))
         xacts, rows = self.counters()
+        server = self.server_cpu()
         cpu = time.process_time()
         self.current = phase
         self._usable = self.connection.is_usable
@@ -160,6 +170,7 @@ class Meter:
             del self.connection.is_usable
             self.current = None
             phase.cpu += time.process_time() - cpu
+            phase.server_cpu += self.server_cpu() - server
             after_xacts, after_rows = self.counters()
             phase.xacts += after_xacts - xacts - 1  # the flush's own transaction
             phase.rows += after_rows - rows
@@ -225,15 +236,16 @@ def report(results: dict[str, tuple[int, dict[str, Phase]]], runs_per_job: int) 
         f"### Database cost per sent message ({runs_per_job} runs per django-q2 job)",
         "",
         "| channel | phase | statements / msg | transactions / msg (Django's count) "
-        "| rows written / msg | CPU ms / msg (Python) |",
-        "|---|---|---:|---:|---:|---:|",
+        "| rows written / msg | CPU ms / msg (Python) | PostgreSQL CPU ms / msg |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for channel, (n, phases) in results.items():
         for phase in phases.values():
             lines.append(
                 f"| {channel} | {phase.name} | {phase.total / n:.2f} "
                 f"| {phase.xacts / n:.2f} ({phase.django_xacts / n:.2f}) "
-                f"| {phase.rows / n:.2f} | {phase.cpu / n * 1000:.2f} |"
+                f"| {phase.rows / n:.2f} | {phase.cpu / n * 1000:.2f} "
+                f"| {phase.server_cpu / n * 1000:.2f} |"
             )
         total = list(phases.values())
         lines.append(
@@ -241,11 +253,12 @@ def report(results: dict[str, tuple[int, dict[str, Phase]]], runs_per_job: int) 
             f"| **{sum(p.xacts for p in total) / n:.2f}** "
             f"({sum(p.django_xacts for p in total) / n:.2f}) "
             f"| **{sum(p.rows for p in total) / n:.2f}** "
-            f"| **{sum(p.cpu for p in total) / n * 1000:.2f}** |"
+            f"| **{sum(p.cpu for p in total) / n * 1000:.2f}** "
+            f"| **{sum(p.server_cpu for p in total) / n * 1000:.2f}** |"
         )
     lines += [
         f"| db-scheduler, lock-and-fetch (published) | per execution | - "
-        f"| ~{DB_SCHEDULER_XACTS:.0f} | - | - |",
+        f"| ~{DB_SCHEDULER_XACTS:.0f} | - | - | - |",
         "",
         "Statements by shape (count for all messages of the mode):",
         "",
