@@ -30,9 +30,10 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import cache
 from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
@@ -60,7 +61,8 @@ class Chosen:
     quiet: dict[str, QuietHours]
 
 
-def lookups(alias: str) -> dict[str, sql.Extra]:
+@cache
+def lookups(alias: str) -> Mapping[str, sql.Extra]:
     """For the start's SELECT of its runs (``sql.select_joined``, the run's task joined):
     each run's opt-out, its move to a digest and its recipient's own quiet hours, by
     primary key (None: none), looked up through their unique indexes in that one

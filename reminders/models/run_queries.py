@@ -474,7 +474,13 @@ class RunQuerySet(models.QuerySet[Any]):
                 ("started_at", values.now),
             )
         ]
-        params = [*prepared, *pks, *statuses, *([token] if token is not None else [])]
+        status, pk, lease = meta.get_field("status"), meta.pk, meta.get_field("lease_token")
+        params = [
+            *prepared,
+            *(sql.for_filter(pk, value, connection_) for value in pks),
+            *(sql.for_filter(status, value, connection_) for value in statuses),
+            *([sql.for_filter(lease, token, connection_)] if token is not None else []),
+        ]
         text = _start_sql(cast(Any, self.model), alias, len(pks), len(statuses), token is not None)
         with sql.cursor_of(connection_) as cursor:
             cursor.execute(text, params)
