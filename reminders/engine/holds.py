@@ -34,11 +34,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import cache
-from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from django.db.models import Field, Model
+from django.db.models import Model
 
 from .. import registry
 from ..calendars.backends import day_off
@@ -68,31 +67,29 @@ def lookups(alias: str) -> Mapping[str, sql.Extra]:
     primary key (None: none), looked up through their unique indexes in that one
     statement, so that a job whose recipients chose nothing costs nothing more."""
     quote = connections[alias].ops.quote_name
-
-    def column(model: type[Model], name: str) -> str:
-        return quote(str(cast("Field[Any, Any]", model._meta.get_field(name)).column))
+    preference = sql.quoted_columns(Preference, alias)
+    quiet_hours = sql.quoted_columns(QuietHours, alias)
+    task_column = sql.quoted_columns(ScheduledTask, alias)
 
     def first(model: type[Model], where: str) -> str:
-        table, pk = quote(model._meta.db_table), column(model, "id")
+        table, pk = quote(model._meta.db_table), sql.quoted_columns(model, alias)("pk")
         return f"(SELECT {table}.{pk} FROM {table} WHERE {where} LIMIT 1)"  # noqa: S608
 
     table = quote(Preference._meta.db_table)
     task = "{joined}"
     same = (
-        f"{table}.{column(Preference, 'recipient')} = {task}.{column(ScheduledTask, 'recipient')}"
-        f" AND {table}.{column(Preference, 'kind')} = {task}.{column(ScheduledTask, 'kind')}"
+        f"{table}.{preference('recipient')} = {task}.{task_column('recipient')}"
+        f" AND {table}.{preference('kind')} = {task}.{task_column('kind')}"
     )
-    opted_out = f"{table}.{column(Preference, 'opted_out')} = %s"
-    digest = f"{table}.{column(Preference, 'digest')} = %s"
-    quiet = f"{quote(QuietHours._meta.db_table)}.{column(QuietHours, 'recipient')}"
+    opted_out = f"{table}.{preference('opted_out')} = %s"
+    digest = f"{table}.{preference('digest')} = %s"
+    quiet = f"{quote(QuietHours._meta.db_table)}.{quiet_hours('recipient')}"
     return {
         "held_opt_out": sql.Extra(first(Preference, f"{same} AND {opted_out}"), (True,)),
         "held_digest": sql.Extra(
             first(Preference, f"{same} AND {digest} AND {opted_out}"), (True, False)
         ),
-        "held_quiet": sql.Extra(
-            first(QuietHours, f"{quiet} = {task}.{column(ScheduledTask, 'recipient')}")
-        ),
+        "held_quiet": sql.Extra(first(QuietHours, f"{quiet} = {task}.{task_column('recipient')}")),
     }
 
 

@@ -68,11 +68,7 @@ def _start_sql(model: Any, alias: str, n: int, statuses: int, with_token: bool) 
     only its own column: MySQL and MariaDB evaluate a SET's assignments left to right,
     each seeing the ones before it."""
     quote = connections[alias].ops.quote_name
-    meta = model._meta
-
-    def column(name: str) -> str:
-        return quote(str(meta.get_field(name).column))
-
+    column = sql.quoted_columns(model, alias)
     attempts, failures = column("attempts"), column("job_failures")
     sets = ", ".join(
         [
@@ -97,7 +93,7 @@ def _start_sql(model: Any, alias: str, n: int, statuses: int, with_token: bool) 
     )
     if with_token:
         where += f" AND {column('lease_token')} = %s"
-    return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {where}"  # noqa: S608
+    return f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {where}"  # noqa: S608
 
 
 # What a re-planned occurrence takes from its new run when its cancelled run is revived.

@@ -246,7 +246,7 @@ def _select_joined_sql(
     fk = _field(model, related)
     joined = cast("type[models.Model]", fk.related_model)
     ours, theirs = quote("r"), quote("j")
-    column = _quoted(model, alias)
+    column = quoted_columns(model, alias)
     selected = [f"{ours}.{quote(str(field.column))}" for field in model._meta.concrete_fields]
     selected += [f"{theirs}.{quote(str(field.column))}" for field in joined._meta.concrete_fields]
     selected += [f"{text.format(joined=theirs)}" for text in extra]
@@ -450,7 +450,7 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
 def _update_sql(
     model: type[models.Model], alias: str, sets: tuple[str, ...], filters: tuple[str, ...], n: int
 ) -> str:
-    column = _quoted(model, alias)
+    column = quoted_columns(model, alias)
     assignments = ", ".join(f"{column(name)} = %s" for name in sets)
     conditions = [f"{column('pk')} IN ({', '.join(['%s'] * n)})"]
     conditions += [f"{column(name)} = %s" for name in filters]
@@ -513,13 +513,13 @@ def _unnest_sql(model: type[models.Model], alias: str) -> str:
 
 @lru_cache(maxsize=256)
 def _any_set_sql(model: type[models.Model], alias: str, field: str, column_set: str, n: int) -> str:
-    column = _quoted(model, alias)
+    column = quoted_columns(model, alias)
     table = connections[alias].ops.quote_name(model._meta.db_table)
     where = f"{column(field)} IN ({', '.join(['%s'] * n)}) AND {column(column_set)} IS NOT NULL"
     return f"SELECT 1 FROM {table} WHERE {where} LIMIT 1"  # noqa: S608
 
 
-def _quoted(model: type[models.Model], alias: str) -> Callable[[str], str]:
+def quoted_columns(model: type[models.Model], alias: str) -> Callable[[str], str]:
     """A field's column by its name, quoted."""
     quote = connections[alias].ops.quote_name
     return lambda name: quote(str(_field(model, name).column))
