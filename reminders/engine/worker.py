@@ -2,10 +2,15 @@
 
 Run any number of these, on any number of hosts, against one database. Each one:
 
-* every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs, expires waiting
-  runs past their deadline, reports runs running too long (``run_stuck``) and claims due
+* every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs and claims due
   runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time
   (high priority runs are claimed even then: they wait for workers of their own);
+* at most every ``SWEEP_SECONDS`` expires waiting runs past their deadline, reports runs
+  running too long (``run_stuck``) and ends the items of digests that ended without
+  settling them: states a run reaches late by minutes, never a send (a run's start
+  checks its deadline itself), so a few seconds more cost nothing, where sweeping every
+  tick was a third of an idle scheduler's statements, and each sweep reads the dead
+  index entries a wave left until the table is vacuumed;
   but a tick whose sleep nothing woke knows, from the moments it read before that sleep
   (``dispatch.next_moments``), when the first task and the first waiting run fall due:
   it plans only if a task falls due within ``REMINDERS_PLAN_AHEAD_SECONDS``, and claims
@@ -74,6 +79,9 @@ COMPLETE_SECONDS = 60.0
 # A tick that knows nothing is due still claims if it has not for this long (seconds):
 # runs held under an expired lease (their holder died) are claimable whatever is due.
 CLAIM_SWEEP_SECONDS = 5.0
+# A scheduler sweeps for runs past their deadline, stuck runs and ended digests' items at
+# most this often (seconds): the module docstring says why.
+SWEEP_SECONDS = 5.0
 # A scheduler forgets the callback's nonces past their time window at most this often
 # (seconds): the callback refuses their replays by their age anyway.
 FORGET_NONCES_SECONDS = 60.0
@@ -130,6 +138,7 @@ class ReminderWorker:
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
         self._completed_at: datetime | None = None
+        self._swept_at: datetime | None = None
         self._forgot_at: datetime | None = None
         self._claimed_at: datetime | None = None
         # The database failed a tick or a read since the last good one: what this
@@ -210,8 +219,8 @@ class ReminderWorker:
     # One tick --------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> bool:
-        """Materialize, expire, report, end the runs of digests that ended
-        (``digest_ends.settle_ended``), complete the tasks whose runs have all ended
+        """Materialize, sweep (``_sweep``: expire, report, end the runs of digests that
+        ended), complete the tasks whose runs have all ended
         (``dispatch.complete_ended``, at most every ``COMPLETE_SECONDS``), tell the CRM
         of actions on cards (``announce``), queue the cards to update (``cards``) and
         claim once; True when there was more work than one tick takes: more tasks due
@@ -234,9 +243,7 @@ class ReminderWorker:
             and not _falls_due(runs_at, now)
             and _within(self._claimed_at, now, CLAIM_SWEEP_SECONDS)
         )
-        dispatch.expire_overdue(now)
-        dispatch.report_stuck(now)
-        digest_ends.settle_ended(now)
+        self._sweep(now)
         self._complete_ended(now)
         self._announce(now)
         cards.claim(now)
@@ -253,6 +260,16 @@ class ReminderWorker:
         claimed = dispatch.claim(self.owner, limit, now)
         # Claim again at once only when the batch size, not back-pressure, was the limit.
         return more_to_plan or (limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit)
+
+    def _sweep(self, now: datetime) -> None:
+        """Expire, report stuck runs and settle ended digests' items, unless swept less
+        than ``SWEEP_SECONDS`` ago."""
+        if _within(self._swept_at, now, SWEEP_SECONDS):
+            return
+        dispatch.expire_overdue(now)
+        dispatch.report_stuck(now)
+        digest_ends.settle_ended(now)
+        self._swept_at = now
 
     def _complete_ended(self, now: datetime) -> None:
         """``dispatch.complete_ended``, unless swept less than ``COMPLETE_SECONDS`` ago."""
