@@ -5,12 +5,6 @@ Run any number of these, on any number of hosts, against one database. Each one:
 * every tick (``REMINDERS_TICK_SECONDS``) turns due tasks into runs and claims due
   runs, no more than ``REMINDERS_MAX_IN_FLIGHT`` waiting for its workers at a time
   (high priority runs are claimed even then: they wait for workers of their own);
-* at most every ``SWEEP_SECONDS`` expires waiting runs past their deadline, reports runs
-  running too long (``run_stuck``) and ends the items of digests that ended without
-  settling them: states a run reaches late by minutes, never a send (a run's start
-  checks its deadline itself), so a few seconds more cost nothing, where sweeping every
-  tick was a third of an idle scheduler's statements, and each sweep reads the dead
-  index entries a wave left until the table is vacuumed;
   but a tick whose sleep nothing woke knows, from the moments it read before that sleep
   (``dispatch.next_moments``), when the first task and the first waiting run fall due:
   it plans only if a task falls due within ``REMINDERS_PLAN_AHEAD_SECONDS``, and claims
@@ -18,6 +12,13 @@ Run any number of these, on any number of hosts, against one database. Each one:
   ago (runs under an expired lease are claimable too, and no moment read says when).
   Whatever fell due since it read them is notified (PostgreSQL) or read with the next
   moments after the tick, which then sleeps ``MIN_SLEEP_SECONDS`` only;
+* whenever it claims, first expires waiting runs past their deadline (so that none is
+  claimed), reports runs running too long (``run_stuck``) and ends the items of digests
+  that ended without settling them: a tick that claims nothing (above) sweeps nothing
+  either, so with nothing due they are swept every ``CLAIM_SWEEP_SECONDS``, where every
+  tick swept them before (a third of an idle scheduler's statements, each reading the
+  dead index entries of a wave until the table is vacuumed); they are states a run
+  reaches late by minutes, and a run's start checks its deadline itself;
 * between ticks sleeps until the next task or run falls due if that comes before the
   tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
   back-pressure wakes early only for high priority work;
@@ -79,9 +80,6 @@ COMPLETE_SECONDS = 60.0
 # A tick that knows nothing is due still claims if it has not for this long (seconds):
 # runs held under an expired lease (their holder died) are claimable whatever is due.
 CLAIM_SWEEP_SECONDS = 5.0
-# A scheduler sweeps for runs past their deadline, stuck runs and ended digests' items at
-# most this often (seconds): the module docstring says why.
-SWEEP_SECONDS = 5.0
 # A scheduler forgets the callback's nonces past their time window at most this often
 # (seconds): the callback refuses their replays by their age anyway.
 FORGET_NONCES_SECONDS = 60.0
@@ -138,7 +136,6 @@ class ReminderWorker:
         self.started_at = timezone.now()
         self._beat_at: datetime | None = None
         self._completed_at: datetime | None = None
-        self._swept_at: datetime | None = None
         self._forgot_at: datetime | None = None
         self._claimed_at: datetime | None = None
         # The database failed a tick or a read since the last good one: what this
@@ -219,11 +216,11 @@ class ReminderWorker:
     # One tick --------------------------------------------------------------------------
 
     def tick(self, now: datetime | None = None) -> bool:
-        """Materialize, sweep (``_sweep``: expire, report, end the runs of digests that
-        ended), complete the tasks whose runs have all ended
+        """Materialize, complete the tasks whose runs have all ended
         (``dispatch.complete_ended``, at most every ``COMPLETE_SECONDS``), tell the CRM
-        of actions on cards (``announce``), queue the cards to update (``cards``) and
-        claim once; True when there was more work than one tick takes: more tasks due
+        of actions on cards (``announce``), queue the cards to update (``cards``), and
+        sweep (``_sweep``: expire, report, end the runs of digests that ended) and claim
+        once; True when there was more work than one tick takes: more tasks due
         than one plan takes (planning goes on under back-pressure: a wave of 100,000 is
         planned at once, not a batch a tick), or a full claim batch. What it knows from
         before its sleep may spare it the plan and the claim (the module docstring)."""
@@ -243,13 +240,13 @@ class ReminderWorker:
             and not _falls_due(runs_at, now)
             and _within(self._claimed_at, now, CLAIM_SWEEP_SECONDS)
         )
-        self._sweep(now)
         self._complete_ended(now)
         self._announce(now)
         cards.claim(now)
         if quiet:
             return more_to_plan
         self._claimed_at = now
+        self._sweep(now)
         room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
         limit = min(room, conf.CLAIM_BATCH)
         self._pressed = limit <= 0
@@ -261,15 +258,13 @@ class ReminderWorker:
         # Claim again at once only when the batch size, not back-pressure, was the limit.
         return more_to_plan or (limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit)
 
-    def _sweep(self, now: datetime) -> None:
-        """Expire, report stuck runs and settle ended digests' items, unless swept less
-        than ``SWEEP_SECONDS`` ago."""
-        if _within(self._swept_at, now, SWEEP_SECONDS):
-            return
+    @staticmethod
+    def _sweep(now: datetime) -> None:
+        """Before a claim: expire the runs past their deadline (rather than claim them),
+        report stuck runs, end the items of digests that ended."""
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         digest_ends.settle_ended(now)
-        self._swept_at = now
 
     def _complete_ended(self, now: datetime) -> None:
         """``dispatch.complete_ended``, unless swept less than ``COMPLETE_SECONDS`` ago."""

@@ -281,59 +281,54 @@ def test_tick__the_first_plans_a_small_batch_and_claims_it_before_planning_on(
     assert run_queued() == 7
 
 
-def test_sweeps__runs_past_their_deadline_stuck_runs_and_ended_digests_every_few_seconds(
-    make_task, monkeypatch
-):
+def test_sweeps__go_with_the_claims_a_quiet_tick_makes_every_few_seconds(make_task, monkeypatch):
     """The sweeps for states a run reaches late by minutes (past its deadline, stuck
-    running, its digest ended) run at most every ``SWEEP_SECONDS``, not every tick: with
-    nothing due they were a third of an idle scheduler's statements."""
+    running, its digest ended) run before each claim, not every tick: a tick that knows
+    nothing is due claims, and sweeps, every ``CLAIM_SWEEP_SECONDS``. With nothing due
+    they were a third of an idle scheduler's statements."""
     from reminders.engine import digest_ends
-    from reminders.engine.worker import SWEEP_SECONDS
+    from reminders.engine.worker import CLAIM_SWEEP_SECONDS
 
-    swept: list[str] = []
-    for module, name in (
-        (dispatch, "expire_overdue"),
-        (dispatch, "report_stuck"),
-        (digest_ends, "settle_ended"),
-    ):
+    made: list[str] = []
+    spies = ((dispatch, "expire_overdue"), (dispatch, "report_stuck"))
+    for module, name in (*spies, (digest_ends, "settle_ended"), (dispatch, "claim")):
         real = getattr(module, name)
 
         def spy(*args, real=real, name=name, **kwargs):
-            swept.append(name)
+            made.append(name)
             return real(*args, **kwargs)
 
         monkeypatch.setattr(module, name, spy)
+    sweep_and_claim = ["expire_overdue", "report_stuck", "settle_ended", "claim"]
     worker = ReminderWorker(with_cluster=False)
     now = timezone.now()
     worker.tick(now)
-    assert sorted(swept) == ["expire_overdue", "report_stuck", "settle_ended"]
+    assert made == sweep_and_claim
     for seconds in (1, 2, 3, 4):
         worker._sleep_seconds(now)
         worker.tick(now + timedelta(seconds=seconds))
-    assert len(swept) == 3
+    assert made == sweep_and_claim
     worker._sleep_seconds(now)
-    worker.tick(now + timedelta(seconds=SWEEP_SECONDS))
-    assert len(swept) == 6
+    worker.tick(now + timedelta(seconds=CLAIM_SWEEP_SECONDS))
+    assert made == sweep_and_claim * 2
 
 
-def test_sweeps__a_run_past_its_deadline_is_expired_within_the_sweep(make_task):
-    from reminders.engine.worker import SWEEP_SECONDS
-
+def test_sweeps__a_run_due_and_past_its_deadline_is_expired_never_claimed(make_task):
     worker = ReminderWorker(with_cluster=False)
     now = timezone.now()
     worker.tick(now)
+    worker._sleep_seconds(now)  # knows nothing is due
     task = make_task(at=now + timedelta(days=2))
     run = TaskRun.objects.create(
         task=task,
         occurrence=now,
         run_date=now.date(),
-        due_at=now + timedelta(hours=1),
-        next_attempt_at=now + timedelta(hours=1),
+        due_at=now,
+        next_attempt_at=now,
         deadline=now + timedelta(seconds=2),
     )
-    worker._sleep_seconds(now)
-    worker.tick(now + timedelta(seconds=3))  # past its deadline, swept 3 s ago
+    worker.tick(now + timedelta(seconds=3))  # quiet: neither claims it nor sweeps
     assert TaskRun.objects.get(pk=run.pk).status == "scheduled"
-    worker._sleep_seconds(now)
-    worker.tick(now + timedelta(seconds=SWEEP_SECONDS))
+    worker._known = None  # as after a wake: the next tick claims, and sweeps first
+    worker.tick(now + timedelta(seconds=4))
     assert TaskRun.objects.get(pk=run.pk).status == "expired"
