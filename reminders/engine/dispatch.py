@@ -87,9 +87,10 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         tasks = list(due[:limit])
         planned: list[ScheduledTask] = []
         runs: list[TaskRun] = []
+        history = planning.History.read(tasks, now)
         for task in tasks:
             try:
-                runs.extend(planning.runs_planned(task, now, until))
+                runs.extend(planning.runs_planned(task, now, until, history=history))
             except UnplannableTask as exc:
                 logger.error("task %s cannot be planned (%s): %s", task.pk, exc.code, exc.message)
                 task.mark_error(exc.code, exc.message, now)

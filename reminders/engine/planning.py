@@ -41,9 +41,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from .. import calendars, kinds, signals
 from ..conf import settings as conf
@@ -201,21 +201,28 @@ def runs_owed(
 
 
 def runs_planned(
-    task: ScheduledTask, now: datetime, until: datetime, *, policy: Policy | None = None
+    task: ScheduledTask,
+    now: datetime,
+    until: datetime,
+    *,
+    policy: Policy | None = None,
+    history: History | None = None,
 ) -> list[TaskRun]:
     """``runs_owed`` up to ``now``, then the runs of the occurrences after it up to
     ``until``, planned ahead one by one (at most ``PLAN_AHEAD_MAX`` in one call, so an
     every-minute schedule fills its hour over a few ticks). A run planned ahead is a
     run like any other, due at its time: what was missed is decided by the past
-    alone. Advances ``next_run`` in memory; raises ``UnplannableTask``."""
+    alone. ``history``: the task's runs ``lost_occurrences`` reads, read for a whole
+    batch of tasks (``History.read``). Advances ``next_run`` in memory; raises
+    ``UnplannableTask``."""
 
     def plan() -> list[TaskRun]:
         rules = policy_of(task, policy)
-        runs = _owed(task, now, MISSED, rules)
+        runs = _owed(task, now, MISSED, rules, history)
         for _planned in range(PLAN_AHEAD_MAX):
             if task.next_run is None or task.next_run > until:
                 break
-            runs += _owed(task, task.next_run, MISSED, rules)
+            runs += _owed(task, task.next_run, MISSED, rules, history)
         return runs
 
     return _planning(task, plan)
@@ -235,12 +242,18 @@ def _planning(task: ScheduledTask, plan: Callable[[], _Planned]) -> _Planned:
         ) from exc
 
 
-def _owed(task: ScheduledTask, now: datetime, skip: SkipReason, policy: Policy) -> list[TaskRun]:
+def _owed(
+    task: ScheduledTask,
+    now: datetime,
+    skip: SkipReason,
+    policy: Policy,
+    history: History | None = None,
+) -> list[TaskRun]:
     """``runs_owed`` without the check and the error wrapping."""
     if task.next_run is None or task.next_run > now:
         return []
     owed = _occurrences_owed(task, task.next_run, now)
-    runs = _plan_owed(task, owed, now, skip, policy)
+    runs = _plan_owed(task, owed, now, skip, policy, history)
     _log_owed(task, runs, owed, skip)
     # An exhausted schedule stays active until its runs end (``complete_ended``).
     task.next_run = owed.upcoming
@@ -248,7 +261,12 @@ def _owed(task: ScheduledTask, now: datetime, skip: SkipReason, policy: Policy) 
 
 
 def _plan_owed(
-    task: ScheduledTask, owed: Owed, now: datetime, skip: SkipReason, policy: Policy
+    task: ScheduledTask,
+    owed: Owed,
+    now: datetime,
+    skip: SkipReason,
+    policy: Policy,
+    history: History | None,
 ) -> list[TaskRun]:
     rule = policy.missed
     *missed, last = owed.occurrences
@@ -260,7 +278,7 @@ def _plan_owed(
         if latest is not None:
             runs.append(new_run(task, latest, policy=policy))
     else:
-        runs = _compensated(task, missed, latest, now, skip, policy)
+        runs = _compensated(task, missed, latest, now, skip, policy, history)
     if owed.dropped and runs and runs[0].status == TaskRun.Status.SKIPPED:
         runs[0].error_message += (
             f" {owed.dropped} earlier occurrences also passed and are not recorded "
@@ -276,6 +294,7 @@ def _compensated(
     now: datetime,
     skip: SkipReason,
     policy: Policy,
+    history: History | None,
 ) -> list[TaskRun]:
     """The ``compensate`` rule: the latest occurrence's run, the missed ones recorded
     as skipped, and a make-up run, due with the latest, for each missed occurrence and
@@ -299,7 +318,7 @@ def _compensated(
     ]
     # A day off (``holiday``) owed no message: only what was missed is made up.
     young = [r.occurrence for r in runs if r.error_message == made_up.message]
-    lost = lost_occurrences(task, since, before=task.next_run or latest)
+    lost = lost_occurrences(task, since, before=task.next_run or latest, history=history)
     owed = _makeups_owed(task, [*lost, *young], latest)
     return [*runs, own, *(new_makeup(task, o, own) for o in owed)]
 
@@ -316,24 +335,84 @@ def _makeups_owed(
     return [occurrence for key, occurrence in first.items() if key != own]
 
 
-def lost_occurrences(task: ScheduledTask, since: datetime, before: datetime) -> list[datetime]:
+# What ``lost_occurrences`` reads of a run: its occurrence, whether it is a make-up, its
+# ledger key and its status.
+_HISTORY = ("occurrence", "is_compensation", "ledger_key", "status")
+HistoryRow = tuple[datetime, bool, str, str]
+
+
+def _history(
+    runs: QuerySet[TaskRun], since: datetime, before: datetime | None = None
+) -> QuerySet[TaskRun, HistoryRow]:
+    """Of ``runs``, those from ``since`` (and before ``before``) that
+    ``lost_occurrences`` weighs: make-ups, and runs that ended for good unsent or were
+    skipped as missed."""
+    lost = Q(status__in=LOST_STATUSES) | Q(
+        status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES
+    )
+    if before is not None:
+        runs = runs.filter(occurrence__lt=before)
+    return (
+        runs.filter(occurrence__gte=since, is_manual=False)
+        .filter(Q(is_compensation=True) | lost)
+        .values_list(*_HISTORY)
+    )
+
+
+class History:
+    """The runs ``lost_occurrences`` weighs, of a batch of tasks, read in one statement
+    (``read``) instead of one a task: a 09:00 wave of daily reports under ``compensate``
+    cost the plan a statement a report. What it holds was read before the batch was
+    planned, in the plan's transaction, as each task's own statement was."""
+
+    def __init__(self, rows: dict[int, list[HistoryRow]], since: dict[int, datetime]) -> None:
+        self._rows = rows
+        self._since = since
+
+    @classmethod
+    def read(cls, tasks: Sequence[ScheduledTask], now: datetime) -> History:
+        """The history of ``tasks`` whose kind makes up what was missed, from as far
+        back as each may look at ``now`` or later (``compensate_max_age_seconds``)."""
+        since: dict[int, datetime] = {}
+        for task in tasks:
+            try:
+                policy = kinds.policy(task.kind)
+            except UnknownKind:
+                continue  # its plan fails on its own (``check_plannable``)
+            if policy.missed == "compensate" and task.pk is not None:
+                since[task.pk] = now - timedelta(seconds=policy.compensate_max_age_seconds)
+        rows: dict[int, list[HistoryRow]] = {pk: [] for pk in since}
+        if since:
+            found = _history(TaskRun.objects.filter(task_id__in=list(since)), min(since.values()))
+            for task_id, *row in found.values_list("task_id", *_HISTORY):
+                rows[task_id].append(cast("HistoryRow", tuple(row)))
+        return cls(rows, since)
+
+    def of(self, task: ScheduledTask, since: datetime) -> list[HistoryRow] | None:
+        """``task``'s rows from ``since``; None when they were not read (or not from
+        that far back): the caller reads them itself."""
+        if task.pk not in self._rows or since < self._since[task.pk]:
+            return None
+        return [row for row in self._rows[task.pk] if row[0] >= since]
+
+
+def lost_occurrences(
+    task: ScheduledTask, since: datetime, before: datetime, *, history: History | None = None
+) -> list[datetime]:
     """Occurrences in [``since``, ``before``) that no message went out for and no
     make-up covers yet (none under their key but a cancelled one): their run ended
     for good without sending (``failed``, ``expired``: by status name) or was
     skipped as missed (downtime, a pause, an error). A make-up run's own failure is
-    not made up again, nor a run made on request's: it is no occurrence."""
+    not made up again, nor a run made on request's: it is no occurrence. Reads the
+    task's runs, unless ``history`` holds them."""
     if task.pk is None:
         return []
-    lost = Q(status__in=LOST_STATUSES) | Q(
-        status=TaskRun.Status.SKIPPED, error_code__in=MISSED_CODES
-    )
+    found = history.of(task, since) if history is not None else None
+    if found is None:
+        found = list(_history(task.runs.all(), since, before))
+    rows = [row for row in found if row[0] < before]
     # A make-up covers its occurrence unless it was cancelled before it went (a
     # schedule change): the occurrence is then owed again.
-    rows = (
-        task.runs.filter(occurrence__gte=since, occurrence__lt=before, is_manual=False)
-        .filter(Q(is_compensation=True) | lost)
-        .values_list("occurrence", "is_compensation", "ledger_key", "status")
-    )
     covered = {key for _, makeup, key, status in rows if makeup and status != "cancelled"}
     return sorted(
         o

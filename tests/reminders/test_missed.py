@@ -297,3 +297,54 @@ def test_compensate__rest_days_owe_nothing_and_make_ups_wait_for_a_working_day(
     assert sorted(str(run.run_date) for run in makeups) == ["2026-09-29", "2026-09-30"]
     holidays = task.runs.filter(error_code="holiday").values_list("run_date", flat=True)
     assert sorted(day.day for day in holidays) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_compensate__a_batch_reads_its_tasks_history_in_one_statement_each_its_own(make_task):
+    """A 09:00 wave of daily reports cost the plan a statement a report, each reading
+    its task's lost runs (``lost_occurrences``); the batch now reads them all at once
+    (``planning.History``), and each task still makes up its own lost day only."""
+    tasks = [make_task("daily_report", cron="0 9 * * *", tz="UTC") for _ in range(6)]
+    first = tasks[0].next_run
+    assert all(task.next_run == first for task in tasks)
+    dispatch.materialize(now=first)
+    lost = {tasks[1].pk: "failed", tasks[4].pk: "expired"}
+    for pk, status in lost.items():
+        TaskRun.objects.filter(task_id=pk).update(status=status, next_attempt_at=None)
+    TaskRun.objects.exclude(task_id__in=list(lost)).update(status="sent", next_attempt_at=None)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as plan:
+        dispatch.materialize(now=first + DAY)
+    shape = '"ledger_key" AS "ledger_key", "reminders_taskrun"."status" AS "status" FROM'
+    history = [q["sql"] for q in plan.captured_queries if shape in q["sql"]]
+    assert len(history) == 1, history
+    makeups = TaskRun.objects.filter(is_compensation=True)
+    assert sorted(makeups.values_list("task_id", flat=True)) == sorted(lost)
+    for makeup in makeups:
+        own = TaskRun.objects.get(task_id=makeup.task_id, occurrence=first)
+        assert makeup.ledger_key == f"{own.ledger_key}:makeup"
+
+
+def test_compensate__history_read_for_a_batch_is_what_each_task_reads_alone(make_task):
+    """``History.of`` gives each task the rows its own statement gives: the same
+    occurrences owed, for every window asked, and nothing of another task's."""
+    tasks = [make_task("daily_report", cron="0 9 * * *", tz="UTC") for _ in range(3)]
+    first = tasks[0].next_run
+    for day in range(4):
+        dispatch.materialize(now=first + day * DAY)
+        TaskRun.objects.filter(status="scheduled").update(
+            status=["failed", "expired", "sent"][day % 3], next_attempt_at=None
+        )
+    TaskRun.objects.filter(task=tasks[2]).update(status="sent")
+    now = first + 4 * DAY
+    history = planning.History.read(tasks, now)
+    for task in tasks:
+        assert history.of(task, now - 3 * DAY) is not None  # read for the batch
+        for since_days, before_days in ((3, 4), (2, 3), (1, 4), (3, 2)):
+            since, before = now - since_days * DAY, now - before_days * DAY + DAY
+            alone = planning.lost_occurrences(task, since, before)
+            batch = planning.lost_occurrences(task, since, before, history=history)
+            assert batch == alone, (task.pk, since_days, before_days)
+    assert planning.lost_occurrences(tasks[2], now - 4 * DAY, now, history=history) == []
+    assert planning.lost_occurrences(tasks[0], now - 4 * DAY, now, history=history) != []
