@@ -27,7 +27,7 @@ from django.utils import timezone
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
 from ..models import JobTake, Priority, ScheduledTask, TaskRun
-from . import cluster, digests, holds, planning
+from . import cluster, digests, holds, lost_runs, planning
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def plan(now: datetime | None = None, limit: int | None = None) -> Planned:
         tasks = list(due[:limit])
         planned: list[ScheduledTask] = []
         runs: list[TaskRun] = []
-        history = planning.History.read(tasks, now)
+        history = lost_runs.History.read(tasks, now)
         for task in tasks:
             try:
                 runs.extend(planning.runs_planned(task, now, until, history=history))

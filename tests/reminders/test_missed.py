@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from reminders.engine import actions, dispatch, planning
+from reminders.engine import actions, dispatch, lost_runs, planning
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, SendLog, TaskRun
 from reminders.senders.memory import MemorySender
@@ -302,7 +302,7 @@ def test_compensate__rest_days_owe_nothing_and_make_ups_wait_for_a_working_day(
 def test_compensate__a_batch_reads_its_tasks_history_in_one_statement_each_its_own(make_task):
     """A 09:00 wave of daily reports cost the plan a statement a report, each reading
     its task's lost runs (``lost_occurrences``); the batch now reads them all at once
-    (``planning.History``), and each task still makes up its own lost day only."""
+    (``lost_runs.History``), and each task still makes up its own lost day only."""
     tasks = [make_task("daily_report", cron="0 9 * * *", tz="UTC") for _ in range(6)]
     first = tasks[0].next_run
     assert all(task.next_run == first for task in tasks)
@@ -338,7 +338,7 @@ def test_compensate__history_read_for_a_batch_is_what_each_task_reads_alone(make
         )
     TaskRun.objects.filter(task=tasks[2]).update(status="sent")
     now = first + 4 * DAY
-    history = planning.History.read(tasks, now)
+    history = lost_runs.History.read(tasks, now)
     for task in tasks:
         assert history.of(task, now - 3 * DAY) is not None  # read for the batch
         for since_days, before_days in ((3, 4), (2, 3), (1, 4), (3, 2)):
