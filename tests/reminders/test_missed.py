@@ -316,7 +316,8 @@ def test_compensate__a_batch_reads_its_tasks_history_in_one_statement_each_its_o
 
     with CaptureQueriesContext(connection) as plan:
         dispatch.materialize(now=first + DAY)
-    shape = '"ledger_key" AS "ledger_key", "reminders_taskrun"."status" AS "status" FROM'
+    q = connection.ops.quote_name
+    shape = f"{q('ledger_key')} AS {q('ledger_key')}, {q('reminders_taskrun')}.{q('status')} AS"
     history = [q["sql"] for q in plan.captured_queries if shape in q["sql"]]
     assert len(history) == 1, history
     makeups = TaskRun.objects.filter(is_compensation=True)
