@@ -27,15 +27,13 @@ import os
 import random
 import re
 import signal
-import socket
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import psutil
 import pytest
 from django.conf import settings
 from django.db.models import QuerySet
@@ -148,11 +146,6 @@ def schedule(follow_ups: list[FollowUp]) -> None:
     ScheduledTask.objects.bulk_create(tasks, batch_size=500)
 
 
-def owners(tree: Iterable[psutil.Process]) -> set[str]:
-    """The lease owners of the processes of ``tree`` (``engine.jobs.worker_id``)."""
-    return {f"{socket.gethostname()}:{process.pid}" for process in tree}
-
-
 def digest_runs() -> QuerySet[TaskRun]:
     """The digest runs: those that runs were folded into."""
     return TaskRun.objects.filter(items__isnull=False).distinct()
@@ -187,7 +180,7 @@ def kill_and_replace(
 ) -> tuple[ReminderProcess, Held]:
     """SIGKILL ``victim``'s whole tree, frozen first so that what it held is what it died
     with, and start a fresh process in its place; returns that process and what it held."""
-    runs = TaskRun.objects.filter(lease_owner__in=owners(freeze(victim)))
+    runs = TaskRun.objects.filter(lease_owner__in=kill_loop.owners(freeze(victim)))
     running = runs.filter(status=TaskRun.Status.RUNNING)
     sending = SendLog.objects.filter(run__in=running, status=SendLog.Status.SENDING)
     digests = sending.filter(run__items__isnull=False).values_list("run", flat=True).distinct()
@@ -202,21 +195,6 @@ def kill_and_replace(
     )
     kill_tree(victim)
     return spawn(name, **env), held
-
-
-def digest_in_hand(processes: list[ReminderProcess], timeout: float) -> int | None:
-    """The slot of a process holding a digest mid-send, as soon as one does; None if none
-    does within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        sending = SendLog.objects.filter(status=SendLog.Status.SENDING, run__items__isnull=False)
-        held = set(sending.values_list("run__lease_owner", flat=True))
-        if held:
-            for slot, process in enumerate(processes):
-                if held & owners(process.tree()):
-                    return slot
-        time.sleep(0.02)
-    return None
 
 
 def sleep_until(moment: datetime) -> None:
@@ -255,6 +233,10 @@ def test_digest_kill_loop__every_follow_up_in_exactly_one_message(
 
     held_at_kills: list[Held] = []
     kills = 0
+    # Digests mid-send: their key ``sending``.
+    digests_sending = SendLog.objects.filter(
+        status=SendLog.Status.SENDING, run__items__isnull=False
+    )
 
     def kill(slot: int) -> None:
         nonlocal kills
@@ -270,7 +252,7 @@ def test_digest_kill_loop__every_follow_up_in_exactly_one_message(
         kill(rng.randrange(len(processes)))
         sleep_until(start + timedelta(seconds=width))
         for _ in range(TARGETED):
-            found = digest_in_hand(processes, TARGET_WAIT)
+            found = kill_loop.in_hand(processes, digests_sending, TARGET_WAIT)
             kill(rng.randrange(len(processes)) if found is None else found)
     killed_at = time.monotonic() - started
 

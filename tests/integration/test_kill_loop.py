@@ -8,6 +8,10 @@ process. The sandbox's ledger is the truth: at the end every valid member has ex
 delivered message, the invalid ones none, nothing is left mid-flight, the only failed
 runs are the invalid members', and our ledger agrees with the sandbox's.
 
+Every other kill strikes a process as soon as it holds a message between its send and
+its record (``kill_loop.in_hand``), waiting at most ``TARGET_WAIT`` seconds for one; the
+others strike a process at random.
+
 ``KILL_LOOP_SEED`` (environment) picks the faults and the kill times; the default is fixed.
 """
 
@@ -17,7 +21,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -54,6 +57,7 @@ INVALID = ["ghost1", "ghost2", "ghost3"]
 ALL_RECIPIENTS_INVALID = "81013"
 SPREAD = 40.0  # seconds over which the follow-ups fall due, while the kills go on
 KILLS = 12
+TARGET_WAIT = 3.0  # seconds a targeted kill waits for a process mid-send before it strikes anyway
 UNFINISHED = [*TaskRun.WAITING, TaskRun.Status.QUEUED, TaskRun.Status.RUNNING]
 
 
@@ -115,9 +119,7 @@ def kill_and_replace(
 ) -> tuple[ReminderProcess, Held]:
     """SIGKILL ``victim``'s whole tree (frozen first, so what it held is what it died with)
     and start a fresh process in its place; returns that process and what the dead held."""
-    tree = freeze(victim)
-    owners = {f"{socket.gethostname()}:{process.pid}" for process in tree}
-    runs = TaskRun.objects.filter(lease_owner__in=owners)
+    runs = TaskRun.objects.filter(lease_owner__in=kill_loop.owners(freeze(victim)))
     keys = list(runs.filter(status=TaskRun.Status.RUNNING).values_list("ledger_key", flat=True))
     held = Held(
         queued=runs.filter(status=TaskRun.Status.QUEUED).count(),
@@ -145,9 +147,13 @@ def test_kill_loop__every_valid_member_gets_exactly_one_message(spawn, faulty_sa
     follow_ups(recipients, SPREAD)
 
     held_at_kills = []
+    mid_send = SendLog.objects.filter(status=SendLog.Status.SENDING)
     for kill in range(KILLS):
         time.sleep(rng.uniform(0.5, 2 * SPREAD / KILLS - 0.5))
         slot = rng.randrange(len(processes))
+        if kill % 2:
+            found = kill_loop.in_hand(processes, mid_send, TARGET_WAIT)
+            slot = slot if found is None else found
         processes[slot], held = kill_and_replace(
             processes[slot], spawn, f"p{slot}-after-kill{kill + 1}", env
         )
