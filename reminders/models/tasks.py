@@ -84,6 +84,7 @@ def _ran_sql(alias: str, n: int) -> str:
     runs: Any = apps.get_model("reminders", "TaskRun")
     quote = connections[alias].ops.quote_name
     task, run = quote(ScheduledTask._meta.db_table), quote(runs._meta.db_table)
+    own, theirs = sql.quoted_columns(ScheduledTask, alias), sql.quoted_columns(runs, alias)
     among = ", ".join(["%s"] * n)
     statuses = ", ".join(["%s"] * len(runs.UNFINISHED))
     # Per task, through the task's own runs, and only for a task left with no occurrence
@@ -93,18 +94,18 @@ def _ran_sql(alias: str, n: int) -> str:
     # their status (an index led by the day) on statistics that undercount them: a wave
     # planned since the last ANALYZE, 5 ms of its CPU a job of 20, against 1.
     unfinished = (
-        f"SELECT 1 FROM {run} WHERE {run}.{quote('task_id')} = {task}.{quote('id')}"  # noqa: S608
-        f" AND CASE WHEN {run}.{quote('status')} IN ({statuses}) THEN 1 ELSE 0 END = 1"
+        f"SELECT 1 FROM {run} WHERE {run}.{theirs('task')} = {task}.{own('pk')}"  # noqa: S608
+        f" AND CASE WHEN {run}.{theirs('status')} IN ({statuses}) THEN 1 ELSE 0 END = 1"
     )
     ended = (
-        f"{task}.{quote('status')} = %s AND {task}.{quote('next_run')} IS NULL"
+        f"{task}.{own('status')} = %s AND {task}.{own('next_run')} IS NULL"
         f" AND ({unfinished} LIMIT 1) IS NULL"
     )
     return (
         f"UPDATE {task} SET"  # noqa: S608
-        f" {quote('updated_at')} = CASE WHEN {ended} THEN %s ELSE {quote('updated_at')} END,"
-        f" {quote('status')} = CASE WHEN {ended} THEN %s ELSE {quote('status')} END,"
-        f" {quote('last_run_at')} = %s WHERE {task}.{quote('id')} IN ({among})"
+        f" {own('updated_at')} = CASE WHEN {ended} THEN %s ELSE {own('updated_at')} END,"
+        f" {own('status')} = CASE WHEN {ended} THEN %s ELSE {own('status')} END,"
+        f" {own('last_run_at')} = %s WHERE {task}.{own('pk')} IN ({among})"
     )
 
 
