@@ -5,7 +5,7 @@ operator acts. Whatever the order, what the operator did holds and nothing goes 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -19,6 +19,14 @@ from tests.support.locks import Paused, Worker, require_row_locks, statement
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DAY = timedelta(days=1)
+
+
+@pytest.fixture(autouse=True)
+def morning(time_machine) -> None:
+    """A clock before the day's 09:00 and 09:30 (UTC): the schedules below expect both
+    ahead, whatever the hour the suite runs at (between the two, a change of 09:00 to
+    09:30 fell due today)."""
+    time_machine.move_to(datetime(2026, 3, 10, 6, 0, tzinfo=UTC), tick=True)
 
 
 @pytest.fixture
