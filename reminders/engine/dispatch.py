@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
-from ..models import JobTake, Priority, ScheduledTask, TaskRun
+from ..models import JobTake, Priority, RunQuerySet, ScheduledTask, TaskRun
 from . import cluster, digests, holds, lost_runs, planning
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def _advance(tasks: list[ScheduledTask]) -> None:
 
 
 # What a claim reads of each run it takes.
-CLAIMED = ("pk", "status", "lease_token", "error_code", "task__recipient", "task__kind")
+CLAIMED = ("pk", "status", "lease_token", "deadline", "error_code", "task__recipient", "task__kind")
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,28 @@ class Claim:
     run_ids: list[int]
 
 
-def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: bool = False) -> Claim:
+def claim(
+    owner: str,
+    limit: int,
+    now: datetime | None = None,
+    *,
+    only_high: bool = False,
+    abandoned: bool = True,
+) -> Claim:
     """Lease up to ``limit`` due runs to ``owner`` and enqueue them, in one transaction;
-    with ``only_high``, high priority runs only.
+    with ``only_high``, high priority runs only; without ``abandoned``, waiting runs
+    only, not those held under an expired lease (a scheduler looks for those every
+    few seconds, not at every claim: ``reminders.engine.worker``).
 
-    The enqueue joins the transaction (django-q2's ORM broker on the same database), so
-    a claim and its queued job commit together or not at all.
+    A waiting run past its deadline is never claimed: the claim expires it instead
+    (``expire_overdue``), and leaves one that may have been delivered to delivery. The
+    enqueue joins the transaction (django-q2's ORM broker on the same database), so a
+    claim and its queued job commit together or not at all.
     """
     now = now or timezone.now()
     token = uuid.uuid4().hex
     with transaction.atomic():
-        runs = TaskRun.objects.claimable(now)
+        runs = TaskRun.objects.claimable(now, abandoned=abandoned)
         if only_high:
             runs = runs.filter(priority=Priority.HIGH.rank)
         candidates = runs.order_by("priority", "next_attempt_at").values_list(*CLAIMED)
@@ -151,7 +162,9 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         rows = list(candidates[:limit])
         if not rows:
             return Claim(token, [])
-        rows += _recipients_rest(rows, now)
+        rows = _not_expired(rows + _recipients_rest(rows, now), now)
+        if not rows:
+            return Claim(token, [])
         ids = [pk for pk, *_ in rows]
         # Runs still ``queued`` under an expired lease whose job took them (``JobTake``)
         # and ended before starting them: it failed, timed out, or went with its worker.
@@ -191,6 +204,21 @@ def claim(owner: str, limit: int, now: datetime | None = None, *, only_high: boo
         )
         _enqueue(token, claimed)
     return Claim(token, [pk for pk, *_ in claimed])
+
+
+def _not_expired(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, ...]]:
+    """``rows`` less the waiting runs among them past their deadline, which are expired
+    (``expire_overdue``) rather than claimed; one that may have been delivered stays,
+    for delivery to decide. The claim holds their rows: no one else ends them meanwhile."""
+    late = [
+        pk
+        for pk, status, _, deadline, *_ in rows
+        if status in TaskRun.WAITING and deadline is not None and deadline < now
+    ]
+    if not late:
+        return rows
+    gone = {run.pk for run in _expire(TaskRun.objects.filter(pk__in=late), now)}
+    return [row for row in rows if row[0] not in gone]
 
 
 def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, ...]]:
@@ -273,13 +301,18 @@ def _of_self() -> tuple[str, ...]:
 def expire_overdue(now: datetime | None = None) -> int:
     """End waiting runs past their deadline as ``expired`` rather than claim them (runs
     whose key may have been delivered are left to delivery); returns how many."""
-    now = now or timezone.now()
-    expired = TaskRun.objects.expire_overdue(now, limit=conf.CLAIM_BATCH)
+    return len(_expire(TaskRun.objects.all(), now or timezone.now()))
+
+
+def _expire(runs: RunQuerySet, now: datetime) -> list[TaskRun]:
+    """``expire_overdue`` among ``runs``; returns the runs expired, their tasks completed
+    where nothing is left to run."""
+    expired: list[TaskRun] = runs.expire_overdue(now, limit=conf.CLAIM_BATCH)
     if expired:
         logger.warning("%d runs expired: their deadline passed before they were sent", len(expired))
         tasks = ScheduledTask.objects.filter(pk__in={run.task_id for run in expired})
         tasks.complete_ended(now)
-    return len(expired)
+    return expired
 
 
 def complete_ended(now: datetime | None = None) -> int:

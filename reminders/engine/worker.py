@@ -12,13 +12,16 @@ Run any number of these, on any number of hosts, against one database. Each one:
   ago (runs under an expired lease are claimable too, and no moment read says when).
   Whatever fell due since it read them is notified (PostgreSQL) or read with the next
   moments after the tick, which then sleeps ``MIN_SLEEP_SECONDS`` only;
-* whenever it claims, first expires waiting runs past their deadline (so that none is
-  claimed), reports runs running too long (``run_stuck``) and ends the items of digests
-  that ended without settling them: a tick that claims nothing (above) sweeps nothing
-  either, so with nothing due they are swept every ``CLAIM_SWEEP_SECONDS``, where every
-  tick swept them before (a third of an idle scheduler's statements, each reading the
-  dead index entries of a wave until the table is vacuumed); they are states a run
-  reaches late by minutes, and a run's start checks its deadline itself;
+* a claim never takes a waiting run past its deadline: it expires it instead
+  (``dispatch.claim``);
+* before a claim, at most every ``CLAIM_SWEEP_SECONDS``, sweeps: expires every waiting
+  run past its deadline, reports runs running too long (``run_stuck``), ends the items
+  of digests that ended without settling them; and that claim alone also takes runs
+  held under an expired lease. These are states a run reaches late by minutes, and
+  each statement reads, until the table is vacuumed, every index entry a wave left
+  dead: swept at every tick they were a third of an idle scheduler's statements, and
+  at every claim most of a wave's. Nor does a claim count this process's runs in
+  flight while what it knows leaves a full claim's room (``_room``);
 * between ticks sleeps until the next task or run falls due if that comes before the
   tick (one due already is picked up at once, ``MIN_SLEEP_SECONDS`` later), and under
   back-pressure wakes early only for high priority work;
@@ -138,6 +141,11 @@ class ReminderWorker:
         self._completed_at: datetime | None = None
         self._forgot_at: datetime | None = None
         self._claimed_at: datetime | None = None
+        self._swept_at: datetime | None = None
+        # At least as many runs as this process has claimed and no worker started yet
+        # (``dispatch.in_flight``): counted, plus every run claimed since the count. None:
+        # count at the next claim.
+        self._in_flight: int | None = None
         # The database failed a tick or a read since the last good one: what this
         # process claimed and no worker started is given back once it answers again.
         self._lost_database = False
@@ -219,11 +227,13 @@ class ReminderWorker:
         """Materialize, complete the tasks whose runs have all ended
         (``dispatch.complete_ended``, at most every ``COMPLETE_SECONDS``), tell the CRM
         of actions on cards (``announce``), queue the cards to update (``cards``), and
-        sweep (``_sweep``: expire, report, end the runs of digests that ended) and claim
-        once; True when there was more work than one tick takes: more tasks due
-        than one plan takes (planning goes on under back-pressure: a wave of 100,000 is
-        planned at once, not a batch a tick), or a full claim batch. What it knows from
-        before its sleep may spare it the plan and the claim (the module docstring)."""
+        claim once, having swept first if it last did ``CLAIM_SWEEP_SECONDS`` ago or
+        more (``_sweep``: expire, report, end the runs of digests that ended; that claim
+        also takes runs under an expired lease); True when there was more work than one
+        tick takes: more tasks due than one plan takes (planning goes on under
+        back-pressure: a wave of 100,000 is planned at once, not a batch a tick), or a
+        full claim batch. What it knows from before its sleep may spare it the plan and
+        the claim (the module docstring)."""
         now = now or timezone.now()
         known, self._known = self._known, None
         runs_at, tasks_at = known or (now, now)
@@ -246,22 +256,46 @@ class ReminderWorker:
         if quiet:
             return more_to_plan
         self._claimed_at = now
-        self._sweep(now)
-        room = conf.MAX_IN_FLIGHT - dispatch.in_flight(self.owner)
-        limit = min(room, conf.CLAIM_BATCH)
+        sweep = not _within(self._swept_at, now, CLAIM_SWEEP_SECONDS)
+        if sweep:
+            self._sweep(now)
+            self._swept_at = now
+        limit = min(self._room(), conf.CLAIM_BATCH)
         self._pressed = limit <= 0
         if self._pressed:
             # High runs have workers of their own: bulk back-pressure does not hold them.
-            dispatch.claim(self.owner, conf.CLAIM_BATCH, now, only_high=True)
+            self._claim(conf.CLAIM_BATCH, now, only_high=True, abandoned=sweep)
             return more_to_plan
-        claimed = dispatch.claim(self.owner, limit, now)
+        claimed = self._claim(limit, now, abandoned=sweep)
         # Claim again at once only when the batch size, not back-pressure, was the limit.
-        return more_to_plan or (limit == conf.CLAIM_BATCH and len(claimed.run_ids) == limit)
+        return more_to_plan or (limit == conf.CLAIM_BATCH and claimed == limit)
+
+    def _claim(self, limit: int, now: datetime, **options: bool) -> int:
+        """``dispatch.claim``, counted in what this process knows is in flight; returns
+        how many runs it claimed."""
+        claimed = len(dispatch.claim(self.owner, limit, now, **options).run_ids)
+        if self._in_flight is not None:
+            self._in_flight += claimed
+        return claimed
+
+    def _room(self) -> int:
+        """How many more runs this process may claim under ``REMINDERS_MAX_IN_FLIGHT``.
+        It counts its runs in flight (``dispatch.in_flight``) only when what it knows
+        leaves less than a full claim's room: the last count plus every run claimed
+        since is an upper bound, as only this process's claims put runs in its name
+        (workers, hand-backs and takeovers only take them out). Counting at every claim
+        read, through the index of leased runs, every entry a wave left dead there
+        until a vacuum."""
+        known = self._in_flight
+        if known is None or conf.MAX_IN_FLIGHT - known < conf.CLAIM_BATCH:
+            known = self._in_flight = dispatch.in_flight(self.owner)
+        return conf.MAX_IN_FLIGHT - known
 
     @staticmethod
     def _sweep(now: datetime) -> None:
-        """Before a claim: expire the runs past their deadline (rather than claim them),
-        report stuck runs, end the items of digests that ended."""
+        """Before a claim, every ``CLAIM_SWEEP_SECONDS`` at most: expire the runs past
+        their deadline, report stuck runs, end the items of digests that ended. (A claim
+        expires the runs it finds past their deadline itself, rather than claim them.)"""
         dispatch.expire_overdue(now)
         dispatch.report_stuck(now)
         digest_ends.settle_ended(now)
@@ -324,6 +358,7 @@ class ReminderWorker:
         except DatabaseError:
             logger.exception("scheduler tick failed; trying again next tick")
             self._lost_database = True
+            self._in_flight = None  # a claim may have committed unheard of: count again
             connections.close_all()
             return False
 

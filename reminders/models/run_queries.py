@@ -157,11 +157,11 @@ class RunQuerySet(models.QuerySet[Any]):
     # Of ``TaskRun`` (``self.model``), which is defined over this module and imports it:
     # its rows are typed ``Any`` here rather than the module importing its model back.
 
-    def claimable(self, now: datetime) -> RunQuerySet:
-        """Runs a scheduler may claim: due and waiting (their task not paused), or held
-        under an expired lease."""
+    def claimable(self, now: datetime, *, abandoned: bool = True) -> RunQuerySet:
+        """Runs a scheduler may claim: due and waiting (their task not paused), or (with
+        ``abandoned``) held under an expired lease."""
         waiting = _due(now) & ~Q(task__status=ScheduledTask.Status.PAUSED)
-        return self.filter(waiting | _abandoned(now))
+        return self.filter(waiting | _abandoned(now) if abandoned else waiting)
 
     def due_or_abandoned(self, now: datetime) -> RunQuerySet:
         """``claimable`` on the run's own columns: what a claim's UPDATE re-checks. It

@@ -162,6 +162,38 @@ def test_tick__expires_overdue_waiting_runs_instead_of_claiming_them(make_task, 
     assert received == [("run_expired", run.pk, "expired")]
 
 
+def test_claim__expires_the_runs_past_their_deadline_it_finds_and_claims_the_others(
+    make_task, received
+):
+    """Without any sweep first: a scheduler sweeps every few seconds, and claims between."""
+    late = make_task("follow_up", at=local(9), tz="Asia/Shanghai")
+    report = make_task("daily_report", at=local(9), tz="Asia/Shanghai")  # no deadline
+    dispatch.materialize(now=local(9))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        claim = dispatch.claim("test", 100, now=local(11, 1))
+    run = late.runs.get()
+    assert (run.status, run.error_code, run.lease_token) == ("expired", "deadline", "")
+    assert claim.run_ids == [report.runs.get().pk]
+    assert received == [("run_expired", run.pk, "expired")]
+    late.refresh_from_db()
+    assert late.status == "completed"
+
+
+@pytest.mark.parametrize("ledger", ["sending", "unknown"])
+def test_claim__takes_a_run_past_its_deadline_whose_own_ledger_row_is_in_doubt(
+    make_task, received, ledger
+):
+    task = make_task("follow_up", at=local(9), tz="Asia/Shanghai")
+    dispatch.materialize(now=local(9))
+    run = task.runs.get()
+    TaskRun.objects.filter(pk=run.pk).update(status="retrying", attempts=1)
+    SendLog.objects.create(
+        key=run.ledger_key, task=task, run=run, status=ledger, recipient="u", channel="memory"
+    )
+    assert dispatch.claim("test", 100, now=local(12)).run_ids == [run.pk]
+    assert received == []
+
+
 @pytest.mark.parametrize("ledger", ["sending", "unknown"])
 def test_tick__leaves_a_run_whose_own_ledger_row_is_in_doubt(make_task, received, ledger):
     # An earlier attempt may have delivered it: delivery decides, as for any such run.

@@ -340,3 +340,15 @@ def test_claim__only_high_leaves_bulk_runs_waiting(make_task):
     assert list(TaskRun.objects.filter(pk__in=claim.run_ids).values_list("task", flat=True)) == [
         urgent.pk
     ]
+
+
+def test_claim__without_abandoned_leaves_runs_under_an_expired_lease(make_task, settings):
+    """A scheduler looks for runs whose holder died only when it sweeps (every few
+    seconds), not at each claim of a wave."""
+    make_task()
+    dispatch.materialize()
+    stale = dispatch.claim("dead-worker", 10)
+    OrmQ.objects.all().delete()  # the dead worker's job is lost with it
+    later = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    assert dispatch.claim("live-worker", 10, now=later, abandoned=False).run_ids == []
+    assert dispatch.claim("live-worker", 10, now=later).run_ids == stale.run_ids

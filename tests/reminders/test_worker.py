@@ -3,6 +3,7 @@ import socket
 from datetime import timedelta
 
 import pytest
+from django.db import DatabaseError
 from django.utils import timezone
 
 from reminders.engine import dispatch
@@ -329,6 +330,87 @@ def test_sweeps__a_run_due_and_past_its_deadline_is_expired_never_claimed(make_t
     )
     worker.tick(now + timedelta(seconds=3))  # quiet: neither claims it nor sweeps
     assert TaskRun.objects.get(pk=run.pk).status == "scheduled"
-    worker._known = None  # as after a wake: the next tick claims, and sweeps first
+    worker._known = None  # as after a wake: the next tick claims (swept 4 s ago: no sweep)
     worker.tick(now + timedelta(seconds=4))
-    assert TaskRun.objects.get(pk=run.pk).status == "expired"
+    assert TaskRun.objects.get(pk=run.pk).status == "expired"  # by the claim itself
+
+
+def test_sweeps__a_wave_claims_at_every_tick_and_sweeps_every_few_seconds(make_task, monkeypatch):
+    """While work falls due at every tick, the sweeps and the look for runs held under
+    an expired lease come with one claim in ``CLAIM_SWEEP_SECONDS``, not with each: each
+    reads every index entry the wave left dead."""
+    from reminders.engine.worker import CLAIM_SWEEP_SECONDS
+
+    made: list[object] = []
+    expire, claim = dispatch.expire_overdue, dispatch.claim
+    monkeypatch.setattr(
+        dispatch, "expire_overdue", lambda *a, **k: made.append("sweep") or expire(*a, **k)
+    )
+
+    def spy(*args, **kwargs):
+        made.append(("claim", kwargs.get("abandoned", True)))
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "claim", spy)
+    worker = ReminderWorker(with_cluster=False)
+    now = timezone.now()
+    seconds = range(2 * int(CLAIM_SWEEP_SECONDS) + 1)
+    for second in seconds:
+        moment = now + timedelta(seconds=second)
+        make_task(at=moment)
+        worker.tick(moment)
+    swept = [second % CLAIM_SWEEP_SECONDS == 0 for second in seconds]
+    assert made == [
+        step
+        for sweep in swept
+        for step in (["sweep", ("claim", True)] if sweep else [("claim", False)])
+    ]
+    assert TaskRun.objects.filter(status="queued").count() == len(seconds)
+
+
+def test_tick__counts_its_runs_in_flight_only_when_a_full_claim_might_not_fit(
+    make_task, settings, monkeypatch
+):
+    settings.REMINDERS_MAX_IN_FLIGHT = 7
+    settings.REMINDERS_CLAIM_BATCH = 2
+    counted: list[int] = []
+    real = dispatch.in_flight
+
+    def spy(owner: str) -> int:
+        counted.append(real(owner))
+        return counted[-1]
+
+    monkeypatch.setattr(dispatch, "in_flight", spy)
+    for _ in range(9):
+        make_task()
+    worker = ReminderWorker(with_cluster=False)
+    for _ in range(3):
+        worker.tick()  # counts once (0 in flight), then knows 2, then 4: room for 2
+    assert counted == [0]
+    worker.tick()  # knows at most 6: counts them, and claims the 1 that fits
+    assert counted == [0, 6]
+    assert TaskRun.objects.filter(status="queued").count() == 7
+    worker.tick()  # knows at most 7: counts; all 7 still wait for a worker
+    assert counted == [0, 6, 7]
+    assert TaskRun.objects.filter(status="queued").count() == 7
+    run_queued()  # the workers take them
+    worker.tick()
+    assert counted == [0, 6, 7, 0]
+    assert TaskRun.objects.filter(status="queued").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tick__a_failed_tick_counts_its_runs_in_flight_again(make_task, monkeypatch):
+    """Its claim may have committed before the error: what it knew is not trusted."""
+    make_task()
+    worker = ReminderWorker(with_cluster=False)
+    worker.tick()
+    assert worker._in_flight == 1
+
+    def failed(*args, **kwargs):
+        raise DatabaseError("the connection went away")
+
+    monkeypatch.setattr(dispatch, "claim", failed)
+    worker._known = None
+    assert worker._tick_safely() is False
+    assert worker._in_flight is None
