@@ -82,6 +82,7 @@ HEARTBEAT_SECONDS = 5.0
 COMPLETE_SECONDS = 60.0
 # A tick that knows nothing is due still claims if it has not for this long (seconds):
 # runs held under an expired lease (their holder died) are claimable whatever is due.
+# It is also how often, at most, a claim sweeps first and looks for those runs.
 CLAIM_SWEEP_SECONDS = 5.0
 # A scheduler forgets the callback's nonces past their time window at most this often
 # (seconds): the callback refuses their replays by their age anyway.
