@@ -136,12 +136,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Claimed runs one process lets wait for its workers (back-pressure), so that one "
         "host does not take a whole wave others could share.",
     ),
-    Setting(
-        "REMINDERS_RUNS_PER_JOB",
-        20,
-        "Messages handed to one django-q2 job, about: a run each, a recipient's runs that "
-        "go as one digest counted once.",
-    ),
+    Setting("REMINDERS_RUNS_PER_JOB", 20, "Runs handed to one django-q2 job."),
     Setting(
         "REMINDERS_DIGEST_SECONDS",
         3600,

@@ -14,12 +14,10 @@ How a digest goes (``engine.starting`` asks this module at each step):
    for which that moment is inside quiet hours lasting past its deadline, goes at its
    own time, with whatever is ready then: a digest never makes a run expire.
 2. A claim takes a recipient's due runs of such a kind whole, and keeps them in one job
-   (``engine.dispatch``; runs that go as one digest count as one message toward the
-   job's ``REMINDERS_RUNS_PER_JOB``, ``goes_as_one``). Claims running side by side in
-   two processes may still split them: each job is told the recipients and kinds it
-   folds, locks their due runs before it starts its own (``lock``), and takes in those
-   waiting or queued under another claim and not started yet (``pull``); the job that
-   locks second finds its runs gone.
+   (``engine.dispatch``). Claims running side by side in two processes may still split
+   them: each job is told the recipients and kinds it folds, locks their due runs before
+   it starts its own (``lock``), and takes in those waiting or queued under another
+   claim and not started yet (``pull``); the job that locks second finds its runs gone.
    The take (``JobTake``) of a job that took them names them no more, and a job that
    died with them (its lease ran out) is counted against them, as a claim counts it.
    Each run taken in is decided as any run: paused, opted out, quiet or expired alone.
@@ -157,20 +155,6 @@ def folds(kind: str, code: str = "") -> bool:
     except UnknownKind:
         return False
     return bool(policy.digest_seconds or policy.throttle_per_hour)
-
-
-def goes_as_one(kind: str, code: str = "") -> bool:
-    """Whether a recipient's due runs of ``kind`` (one's error code ``code``) go as one
-    message, their digest (or as many as its lines need): the kind folds them and
-    throttles nothing, or the run was held for a digest or a throttle (``HELD_CODES``),
-    whose runs go folded. A throttled kind's runs go one by one up to its allowance."""
-    if code in HELD_CODES:
-        return True
-    try:
-        policy = registry.policy(kind)
-    except UnknownKind:
-        return False
-    return bool(policy.digest_seconds) and not policy.throttle_per_hour
 
 
 def tasks_of(pairs: Iterable[tuple[str, str]], *, active: bool = False) -> list[int]:

@@ -40,18 +40,15 @@ def _skip_locked() -> bool:
     return bool(connection.features.has_select_for_update_skip_locked)
 
 
-def _by_recipient(groups: Iterable[tuple[list[int], int]], size: int) -> Iterator[list[int]]:
-    """Chunks of about ``size`` messages, of groups (runs, the messages they go as): a
-    recipient's runs (a group) never split, and a chunk is full once it goes as ``size``
-    messages or more."""
+def _by_recipient(groups: Iterable[list[int]], size: int) -> Iterator[list[int]]:
+    """Chunks of about ``size`` runs, a recipient's runs (a group) never split: a chunk
+    is full once it holds ``size`` or more."""
     chunk: list[int] = []
-    messages = 0
-    for runs, count in groups:
-        chunk += runs
-        messages += count
-        if messages >= size:
+    for group in groups:
+        chunk += group
+        if len(chunk) >= size:
             yield chunk
-            chunk, messages = [], 0
+            chunk = []
     if chunk:
         yield chunk
 
@@ -248,28 +245,21 @@ def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[A
 
 
 def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> None:
-    """Enqueue the claimed runs in jobs of about ``RUNS_PER_JOB`` messages, each on its
-    priority's queue; a recipient's runs of a kind that folds or is throttled in one
-    job, where they fold together (``engine.digests``). Runs that go as one digest count
-    as one message (``digests.goes_as_one``): a job's own statements (its take, its
-    start, its end, django-q2's) are paid per message as for runs that go one by one,
-    and its sends stay within what ``RUNS_PER_JOB`` bounds against the lease.
+    """Enqueue the claimed runs in jobs of about ``RUNS_PER_JOB``, each on its priority's
+    queue; a recipient's runs of a kind that folds or is throttled in one job, where
+    they fold together (``engine.digests``).
 
     A run whose last job took it and ended before starting it (its count,
     ``job_failures``) goes in a job of its own: if it is what broke that job (a builder
     that hangs until the job's timeout), it breaks no other run's again.
     """
-    # Queue -> what goes together -> its runs; and the runs among them that go folded.
     queues: dict[str, dict[object, list[int]]] = {}
-    folded: set[int] = set()
     alone: list[tuple[str, int]] = []
     pairs: dict[int, list[str]] = {}
     for pk, rank, job_failures, code, recipient, kind in claimed:
         folds = digests.folds(kind, code)
         if folds:
             pairs[pk] = [recipient, kind]
-            if digests.goes_as_one(kind, code):
-                folded.add(pk)
         if job_failures:
             alone.append((queue_for(rank), pk))
         else:
@@ -279,9 +269,7 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> 
     chunks += [
         (queue, chunk)
         for queue, recipients in queues.items()
-        for chunk in _by_recipient(
-            ((runs, _messages(runs, folded)) for runs in recipients.values()), conf.RUNS_PER_JOB
-        )
+        for chunk in _by_recipient(recipients.values(), conf.RUNS_PER_JOB)
     ]
     for queue, chunk in chunks:
         name = f"deliver-{token[:8]}-{chunk[0]}"
@@ -290,13 +278,6 @@ def _enqueue(token: str, claimed: list[tuple[int, int, int, str, str, str]]) -> 
         folding = sorted({tuple(pairs[pk]) for pk in chunk if pk in pairs})
         args = (token, chunk, [list(pair) for pair in folding]) if folding else (token, chunk)
         cluster.enqueue(queue, DELIVER, *args, task_name=name)
-
-
-def _messages(runs: list[int], folded: set[int]) -> int:
-    """The messages a recipient's ``runs`` go as: one each, those that go folded
-    (``folded``) one digest together."""
-    singles = sum(1 for pk in runs if pk not in folded)
-    return singles + (singles < len(runs))
 
 
 # The queues of the engine's clusters.

@@ -26,7 +26,7 @@ from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
 from tests.support.digests import SHANGHAI, THURSDAY, TZ, at, follow_up, release, tick_at
-from tests.support.jobs import queued, run_queued
+from tests.support.jobs import run_queued
 
 
 @pytest.fixture
@@ -196,34 +196,6 @@ def test_claim__takes_a_recipients_runs_due_together_whole_beyond_its_limit() ->
     for run in runs:
         counts[run.task.recipient] += 1
     assert set(counts.values()) == {3}  # whole recipients, never a part of one
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("policy", "jobs", "sent"),
-    [
-        # Each member's three runs go as one digest: one message toward RUNS_PER_JOB.
-        ({"digest_seconds": 900}, [6], 2),
-        # A throttle sends them one by one (within its allowance): three messages each.
-        ({"throttle_per_hour": 10}, [3, 3], 6),
-    ],
-)
-def test_claim__a_job_holds_about_runs_per_job_messages_a_digest_counted_once(
-    settings: Any, outbox: list, policy: dict, jobs: list, sent: int
-) -> None:
-    settings.REMINDERS_KINDS = {"follow_up": {**policy, "max_lateness_seconds": 400 * 86400}}
-    settings.REMINDERS_RUNS_PER_JOB = 3
-    for member in ("m1", "m2"):
-        for minute in (0, 1, 2):
-            follow_up(member, at(THURSDAY, 9, minute), f"C{minute}")
-    dispatch.materialize(now=at(THURSDAY, 9))
-    goes = max(TaskRun.objects.values_list("due_at", flat=True))
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        dispatch.claim("test", 100, now=goes)
-        assert [len(job["args"][1]) for job in queued()] == jobs
-        assert run_queued(now=goes) == sent
-    assert len(outbox) == sent
-    assert set(TaskRun.objects.values_list("status", flat=True)) == {TaskRun.Status.SENT}
 
 
 @pytest.mark.django_db
