@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..conf import settings as conf
 from ..exceptions import UnplannableTask
-from ..models import JobTake, Priority, RunQuerySet, ScheduledTask, TaskRun
+from ..models import JobTake, Priority, RunQuerySet, ScheduledTask, TaskRun, sql
 from . import cluster, digests, holds, lost_runs, planning
 
 logger = logging.getLogger(__name__)
@@ -175,35 +175,57 @@ def claim(
         lost = JobTake.objects.lost_runs(stale, ids, TaskRun.objects.queued()) if stale else set()
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
-        TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now).update(
+        leased = TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now)
+        lease = {
             # A run still ``running`` under an expired lease lost its worker: that attempt
             # never ended, and a worker's death is not the provider's failure, so it is
             # not counted (delivery counts the death itself if a send was in hand).
             # First: MariaDB evaluates SET left to right, with the values already set.
-            attempts=Case(
+            "attempts": Case(
                 When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
                 default=F("attempts"),
                 output_field=PositiveSmallIntegerField(),
             ),
-            job_failures=Case(
+            "job_failures": Case(
                 When(status=TaskRun.Status.QUEUED, pk__in=lost, then=F("job_failures") + 1),
                 default=F("job_failures"),
                 output_field=PositiveSmallIntegerField(),
             ),
-            status=TaskRun.Status.QUEUED,
-            lease_owner=owner,
-            lease_token=token,
-            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
-        )
-        claimed = list(
-            TaskRun.objects.filter(pk__in=ids, lease_token=token)
+            "status": TaskRun.Status.QUEUED,
+            "lease_owner": owner,
+            "lease_token": token,
+            "lease_expires_at": now + timedelta(seconds=conf.LEASE_SECONDS),
+        }
+        claimed = _leased(leased, lease, rows)
+        _enqueue(token, claimed)
+    return Claim(token, [pk for pk, *_ in claimed])
+
+
+def _leased(
+    runs: RunQuerySet, lease: dict[str, Any], rows: list[tuple[Any, ...]]
+) -> list[tuple[int, int, int, str, str, str]]:
+    """Lease ``runs`` (``lease``: the UPDATE's values) and return those this claim now
+    holds, in the order of their priority and due time, as ``_enqueue`` takes them. On
+    PostgreSQL the UPDATE returns them (``sql.update_returning_rows``) and the rest of
+    what a job needs comes from ``rows``, the claim's own read of them (its error code,
+    recipient and kind, which the UPDATE leaves as they were, under the rows' locks);
+    elsewhere they are read back by the lease's token."""
+    returned = sql.update_returning_rows(
+        runs, lease, ("pk", "priority", "job_failures", "next_attempt_at")
+    )
+    if returned is None:
+        runs.update(**lease)
+        return list(
+            TaskRun.objects.filter(pk__in=[pk for pk, *_ in rows], lease_token=lease["lease_token"])
             .order_by("priority", "next_attempt_at")
             .values_list(
                 "pk", "priority", "job_failures", "error_code", "task__recipient", "task__kind"
             )
         )
-        _enqueue(token, claimed)
-    return Claim(token, [pk for pk, *_ in claimed])
+    read = {pk: (code, recipient, kind) for pk, *_, code, recipient, kind in rows}
+    # As ORDER BY sorts them: a run under an expired lease may have no due time (last).
+    returned.sort(key=lambda row: (row[1], row[3] is None, row[3] or timezone.now()))
+    return [(pk, rank, failures, *read[pk]) for pk, rank, failures, _ in returned]
 
 
 def _not_expired(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, ...]]:

@@ -80,6 +80,15 @@ def update_returning(queryset: models.QuerySet[Any], values: Mapping[str, Any]) 
     changed, on PostgreSQL (``UPDATE … RETURNING``): the rows this very statement
     changed, after any lock it waited for, whoever else updates them at once. None
     elsewhere: the caller marks the rows it changes instead."""
+    rows = update_returning_rows(queryset, values, ("pk",))
+    return None if rows is None else [pk for (pk,) in rows]
+
+
+def update_returning_rows(
+    queryset: models.QuerySet[Any], values: Mapping[str, Any], fields: Sequence[str]
+) -> list[tuple[Any, ...]] | None:
+    """``update_returning``, returning each changed row's ``fields`` (the model's own,
+    ``pk`` for its primary key) as they are after the UPDATE, in the database's order."""
     alias = queryset.db
     connection = connections[alias]
     if connection.vendor != "postgresql":
@@ -87,10 +96,13 @@ def update_returning(queryset: models.QuerySet[Any], values: Mapping[str, Any]) 
     query = cast("UpdateQuery", queryset.query.chain(UpdateQuery))
     query.add_update_values(dict(values))
     text, params = query.get_compiler(alias).as_sql()
-    pk = connection.ops.quote_name(queryset.model._meta.pk.column)
+    model: type[models.Model] = queryset.model
+    columns = [_field(model, name) for name in fields]
+    returned = _Columns.of(model, columns, alias)
+    returning = ", ".join(connection.ops.quote_name(str(field.column)) for field in columns)
     with connection.cursor() as cursor:
-        cursor.execute(f"{text} RETURNING {pk}", params)
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(f"{text} RETURNING {returning}", params)
+        return [tuple(returned.values(row, 0, connection)) for row in cursor.fetchall()]
 
 
 def together(updates: Sequence[Update], objs: Sequence[models.Model]) -> list[int]:
@@ -219,17 +231,20 @@ class _Columns:
                 values[at] = value
         return values
 
+    @classmethod
+    def of(cls, model: type[models.Model], fields: Sequence[Any], alias: str) -> _Columns:
+        connection = connections[alias]
+        columns = [field.get_col(model._meta.db_table) for field in fields]
+        converters = [
+            tuple(connection.ops.get_db_converters(column) + column.get_db_converters(connection))
+            for column in columns
+        ]
+        return cls([field.attname for field in fields], converters, columns)
+
 
 @lru_cache(maxsize=32)
 def _read(model: type[models.Model], alias: str) -> _Columns:
-    connection = connections[alias]
-    fields = model._meta.concrete_fields
-    columns = [field.get_col(model._meta.db_table) for field in fields]
-    converters = [
-        tuple(connection.ops.get_db_converters(column) + column.get_db_converters(connection))
-        for column in columns
-    ]
-    return _Columns([field.attname for field in fields], converters, columns)
+    return _Columns.of(model, model._meta.concrete_fields, alias)
 
 
 @lru_cache(maxsize=256)

@@ -352,3 +352,38 @@ def test_claim__without_abandoned_leaves_runs_under_an_expired_lease(make_task, 
     later = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
     assert dispatch.claim("live-worker", 10, now=later, abandoned=False).run_ids == []
     assert dispatch.claim("live-worker", 10, now=later).run_ids == stale.run_ids
+
+
+def test_claim__its_update_returns_the_runs_it_leased_where_it_can_none_read_back(make_task):
+    for priority in ("low", "high", "normal", "low"):
+        make_task(priority=priority)
+    dispatch.materialize()
+    with CaptureQueriesContext(connection) as queries:
+        claim = dispatch.claim("owner", 10)
+    statements = [query["sql"] for query in queries.captured_queries]
+    update = next(
+        at
+        for at, statement in enumerate(statements)
+        if statement.startswith("UPDATE") and "reminders_taskrun" in statement
+    )
+    read_back = [s for s in statements[update + 1 :] if s.startswith("SELECT") and "taskrun" in s]
+    assert len(read_back) == (0 if connection.vendor == "postgresql" else 1)
+    # Enqueued as before: by priority, then due time.
+    ranks = dict(TaskRun.objects.values_list("pk", "priority"))
+    assert [ranks[pk] for pk in claim.run_ids] == sorted(ranks.values())
+    assert sorted(pk for job in queued() for pk in job["args"][1]) == sorted(ranks)
+
+
+def test_claim__a_run_its_worker_died_with_is_claimed_again_beside_due_ones(make_task, settings):
+    make_task()
+    dispatch.materialize()
+    dead = dispatch.claim("dead-worker", 10)
+    # Its worker started it (no due time left) and died.
+    TaskRun.objects.update(status="running", next_attempt_at=None, attempts=1)
+    due = make_task()
+    later = timezone.now() + timedelta(seconds=settings.REMINDERS_LEASE_SECONDS + 1)
+    dispatch.materialize(now=later)
+    claim = dispatch.claim("live-worker", 10, now=later)
+    assert sorted(claim.run_ids) == sorted([*dead.run_ids, due.runs.get().pk])
+    taken_over = TaskRun.objects.get(pk=dead.run_ids[0])
+    assert (taken_over.status, taken_over.attempts) == ("queued", 0)  # a death is no attempt

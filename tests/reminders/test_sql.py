@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -75,6 +76,24 @@ def test_update__belongs_to_the_transaction_in_progress(make_task):
         sql.update(TaskRun, [first.pk], closing(timezone.now()), lease_token="held")
         raise RuntimeError("roll it back")
     assert TaskRun.objects.get(pk=first.pk).status == "scheduled"
+
+
+def test_update_returning_rows__the_rows_it_changed_with_their_fields_as_written(make_task):
+    first, second = two_runs(make_task)
+    TaskRun.objects.filter(pk=second.pk).update(lease_token="taken over")
+    later = timezone.now().replace(microsecond=654321)
+    rows = sql.update_returning_rows(
+        TaskRun.objects.filter(pk__in=[first.pk, second.pk], lease_token="held"),
+        {"attempts": F("attempts") + 2, "next_attempt_at": later},
+        ("pk", "attempts", "next_attempt_at"),
+    )
+    if connection.vendor == "postgresql":
+        assert rows == [(first.pk, 2, later)]
+        assert TaskRun.objects.get(pk=first.pk).attempts == 2
+    else:  # the caller updates, and reads back what it needs
+        assert rows is None
+        assert TaskRun.objects.get(pk=first.pk).attempts == 0
+    assert TaskRun.objects.get(pk=second.pk).attempts == 0
 
 
 def test_any_set__as_the_orm_s_exists():
