@@ -161,7 +161,7 @@ class RunQuerySet(models.QuerySet[Any]):
         """Runs a scheduler may claim: due and waiting (their task not paused), or (with
         ``abandoned``) held under an expired lease."""
         waiting = _due(now) & ~Q(task__status=ScheduledTask.Status.PAUSED)
-        return self.filter(waiting | _abandoned(now) if abandoned else waiting)
+        return self.filter((waiting | _abandoned(now)) if abandoned else waiting)
 
     def due_or_abandoned(self, now: datetime) -> RunQuerySet:
         """``claimable`` on the run's own columns: what a claim's UPDATE re-checks. It
