@@ -160,8 +160,6 @@ def claim(
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
         rows = list(candidates[:limit])
-        if not rows:
-            return Claim(token, [])
         rows = _not_expired(rows + _recipients_rest(rows, now), now)
         if not rows:
             return Claim(token, [])
@@ -176,29 +174,34 @@ def claim(
         # The state is re-checked here: without row locks (SQLite) another scheduler
         # may have claimed some of these ids since the SELECT.
         leased = TaskRun.objects.filter(pk__in=ids).due_or_abandoned(now)
-        lease = {
-            # A run still ``running`` under an expired lease lost its worker: that attempt
-            # never ended, and a worker's death is not the provider's failure, so it is
-            # not counted (delivery counts the death itself if a send was in hand).
-            # First: MariaDB evaluates SET left to right, with the values already set.
-            "attempts": Case(
-                When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
-                default=F("attempts"),
-                output_field=PositiveSmallIntegerField(),
-            ),
-            "job_failures": Case(
-                When(status=TaskRun.Status.QUEUED, pk__in=lost, then=F("job_failures") + 1),
-                default=F("job_failures"),
-                output_field=PositiveSmallIntegerField(),
-            ),
-            "status": TaskRun.Status.QUEUED,
-            "lease_owner": owner,
-            "lease_token": token,
-            "lease_expires_at": now + timedelta(seconds=conf.LEASE_SECONDS),
-        }
-        claimed = _leased(leased, lease, rows)
+        claimed = _leased(leased, _lease(owner, token, lost, now), rows)
         _enqueue(token, claimed)
     return Claim(token, [pk for pk, *_ in claimed])
+
+
+def _lease(owner: str, token: str, lost: set[int], now: datetime) -> dict[str, Any]:
+    """The values a claim's UPDATE sets on the runs it leases; ``lost``: those whose
+    last job took them and ended before starting them (one more job failure each)."""
+    return {
+        # A run still ``running`` under an expired lease lost its worker: that attempt
+        # never ended, and a worker's death is not the provider's failure, so it is
+        # not counted (delivery counts the death itself if a send was in hand).
+        # First: MariaDB evaluates SET left to right, with the values already set.
+        "attempts": Case(
+            When(status=TaskRun.Status.RUNNING, attempts__gt=0, then=F("attempts") - 1),
+            default=F("attempts"),
+            output_field=PositiveSmallIntegerField(),
+        ),
+        "job_failures": Case(
+            When(status=TaskRun.Status.QUEUED, pk__in=lost, then=F("job_failures") + 1),
+            default=F("job_failures"),
+            output_field=PositiveSmallIntegerField(),
+        ),
+        "status": TaskRun.Status.QUEUED,
+        "lease_owner": owner,
+        "lease_token": token,
+        "lease_expires_at": now + timedelta(seconds=conf.LEASE_SECONDS),
+    }
 
 
 def _leased(
