@@ -48,7 +48,6 @@ from django.utils.translation import gettext, ngettext
 
 from reminders.callback.events import TemplateCardEvent
 from reminders.engine import actions as operator
-from reminders.engine import wake
 from reminders.engine.cards import Change
 from reminders.intake.clicks import Outcome
 from reminders.intake.users import users_of
@@ -109,8 +108,8 @@ def act(event: TemplateCardEvent, now: datetime) -> Outcome:
             click.save()
     if click.outcome == AlertAction.Outcome.ACTED:
         _log(click)
-    if click.card_state == AlertAction.CardState.PENDING:
-        wake.notify()  # the card's update waits for no tick
+    # The callback wakes the schedulers for every click kept: the card's update waits
+    # for no tick (``reminders.intake.clicks``).
     return OUTCOMES[AlertAction.Outcome(click.outcome)]
 
 

@@ -30,8 +30,12 @@ Run any number of these, on any number of hosts, against one database. Each one:
   elsewhere such work waits for the tick at most;
 * records its heartbeat (``SchedulerHeartbeat``: at most every ``HEARTBEAT_SECONDS``)
   and removes it when it stops gracefully;
-* tells the CRM of actions on cards (``announce``) every tick, and forgets the
-  callback's old nonces at most every ``FORGET_NONCES_SECONDS``;
+* tells the CRM of actions on cards (``announce``) and queues the cards to update
+  (``cards``) at every tick, but on PostgreSQL, while it listens, only at a tick a
+  notification woke (every click kept notifies: ``intake.clicks``) or at most every
+  ``CLICKS_SECONDS`` (the net for a notification lost): the two reads cost every
+  tick of a wave, where the schedulers wake for each second's runs and clicks are
+  rare; and forgets the callback's old nonces at most every ``FORGET_NONCES_SECONDS``;
 * completes the tasks whose runs have all ended that no run's end completed (at most
   every ``COMPLETE_SECONDS``: ``reminders.models.tasks`` says why the status follows
   the runs);
@@ -84,6 +88,10 @@ COMPLETE_SECONDS = 60.0
 # runs held under an expired lease (their holder died) are claimable whatever is due.
 # It is also how often, at most, a claim sweeps first and looks for those runs.
 CLAIM_SWEEP_SECONDS = 5.0
+# A scheduler that listens (PostgreSQL) looks for actions to announce and cards to
+# update at each tick a notification woke, and otherwise at most this often (seconds):
+# every click kept notifies, so this is only the net for a notification lost.
+CLICKS_SECONDS = 5.0
 # A scheduler forgets the callback's nonces past their time window at most this often
 # (seconds): the callback refuses their replays by their age anyway.
 FORGET_NONCES_SECONDS = 60.0
@@ -141,6 +149,7 @@ class ReminderWorker:
         self._beat_at: datetime | None = None
         self._completed_at: datetime | None = None
         self._forgot_at: datetime | None = None
+        self._clicks_at: datetime | None = None
         self._claimed_at: datetime | None = None
         self._swept_at: datetime | None = None
         # At least as many runs as this process has claimed and no worker started yet
@@ -227,7 +236,8 @@ class ReminderWorker:
     def tick(self, now: datetime | None = None) -> bool:
         """Materialize, complete the tasks whose runs have all ended
         (``dispatch.complete_ended``, at most every ``COMPLETE_SECONDS``), tell the CRM
-        of actions on cards (``announce``), queue the cards to update (``cards``), and
+        of actions on cards (``announce``) and queue the cards to update (``cards``)
+        (``_clicks``: on PostgreSQL only when they may have come), and
         claim once, having swept first if it last did ``CLAIM_SWEEP_SECONDS`` ago or
         more (``_sweep``: expire, report, end the runs of digests that ended; that claim
         also takes runs under an expired lease); True when there was more work than one
@@ -252,8 +262,7 @@ class ReminderWorker:
             and _within(self._claimed_at, now, CLAIM_SWEEP_SECONDS)
         )
         self._complete_ended(now)
-        self._announce(now)
-        cards.claim(now)
+        self._clicks(now, woken=known is None)
         if quiet:
             return more_to_plan
         self._claimed_at = now
@@ -308,13 +317,22 @@ class ReminderWorker:
         dispatch.complete_ended(now)
         self._completed_at = now
 
-    def _announce(self, now: datetime) -> None:
-        """``announce.announce``, forgetting old nonces unless it did less than
-        ``FORGET_NONCES_SECONDS`` ago."""
+    def _clicks(self, now: datetime, *, woken: bool) -> None:
+        """Tell the CRM of actions (``announce.announce``, forgetting old nonces unless
+        it did less than ``FORGET_NONCES_SECONDS`` ago) and queue the cards to update
+        (``cards.claim``): at every tick, but while this scheduler listens for
+        notifications, only at a tick one woke (``woken``: what it knew before its sleep
+        is void) or ``CLICKS_SECONDS`` after it last did."""
+        sleeper = self._sleeper
+        listening = sleeper is not None and sleeper.listening
+        if listening and not woken and _within(self._clicks_at, now, CLICKS_SECONDS):
+            return
         forget = not _within(self._forgot_at, now, FORGET_NONCES_SECONDS)
         announce.announce(now, forget=forget)
         if forget:
             self._forgot_at = now
+        cards.claim(now)
+        self._clicks_at = now
 
     def _beat(self, now: datetime) -> None:
         """Record this tick, unless one was recorded less than ``HEARTBEAT_SECONDS`` ago."""

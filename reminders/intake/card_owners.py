@@ -22,7 +22,9 @@ is kept and before it commits. It records the click exactly once in a model of i
   card went to another member. These two keep nothing, the nonce neither, as for a run's
   card (``intake.clicks``), so that WeCom's retry is judged again.
 
-A card's update after the click goes the way a run's does (``engine.cards.register``).
+A card's update after the click goes the way a run's does (``engine.cards.register``),
+and the callback wakes the schedulers for it once it commits (``intake.clicks``): an
+owner need not.
 """
 
 from __future__ import annotations

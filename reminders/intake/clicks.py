@@ -46,11 +46,14 @@ Invariants:
   on two alerts at once act one after the other: a click on an inquiry locks its
   tasks' rows first (then the run's, the planner's order), and the second is held.
 * A built-in action that came with WeCom's response code leaves the card to update
-  (``card_state`` pending): a scheduler does it (``engine.cards``), not this request,
-  woken once this commits (``engine.wake``, on PostgreSQL) rather than at its next tick.
+  (``card_state`` pending): a scheduler does it (``engine.cards``), not this request.
 * The CRM hears of the action through ``signals.run_acted``, sent by a scheduler once
   this has committed (``engine.announce``), never within WeCom's request, so the
   callback answers within WeCom's time limit whatever the CRM's receivers do.
+* Every click kept wakes the schedulers once this commits (``engine.wake``, on
+  PostgreSQL): there a scheduler looks for actions and cards only at a tick a
+  notification woke, or every few seconds (``engine.worker.CLICKS_SECONDS``);
+  elsewhere at every tick.
 """
 
 from __future__ import annotations
@@ -98,19 +101,21 @@ def apply(event: TemplateCardEvent, *, nonce: str, timestamp: int) -> Applied:
             return Applied(Outcome.REPLAYED)
         owner = card_owners.owner_of(event.task_id) if run_pk(event.task_id) is None else None
         if owner is not None:
-            outcome = owner(event, timezone.now())
-            if outcome in REFUSED:
-                transaction.set_rollback(True)
-            return Applied(outcome)
-        run = _sent_run(event.task_id)
-        applied = (
-            _act(run, event)
-            if run is not None and _sent_to(run, event.from_user_name)
-            else Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
-        )
+            applied = Applied(owner(event, timezone.now()))
+        else:
+            run = _sent_run(event.task_id)
+            applied = (
+                _act(run, event)
+                if run is not None and _sent_to(run, event.from_user_name)
+                else Applied(Outcome.UNKNOWN_RUN if run is None else Outcome.NOT_RECIPIENT)
+            )
         if applied.outcome in REFUSED:
             # Nothing is kept, the nonce neither: WeCom's retry of it is no replay.
             transaction.set_rollback(True)
+        else:
+            # What it left to announce or a card to update (an owner's keeps even a
+            # second click, its card saying so) waits for no tick.
+            wake.notify()
         return applied
 
 
@@ -157,9 +162,6 @@ def _act(run: TaskRun, event: TemplateCardEvent) -> Applied:
         with transaction.atomic():
             _do(action, keys, now)
             action.save()
-            if action.card_state == RunAction.CardState.PENDING:
-                # The card's update waits for no tick: the schedulers take it at once.
-                wake.notify()
     except IntegrityError:  # a click on this run committed first, where rows lock not
         return Applied(Outcome.ALREADY, RunAction.objects.filter(run=run).first())
     return Applied(Outcome.ACTED, action)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.test import Client
 
 from ops.alert_cards import HANDLED, MUTE, RETRY
@@ -31,7 +32,7 @@ from ops.models import (
     WeComMember,
 )
 from ops.roles import OPERATOR, VIEWER, sync_roles
-from reminders.engine import actions
+from reminders.engine import actions, wake
 from reminders.engine import cards as card_job
 from reminders.exceptions import PermanentSendError
 from reminders.models import ScheduledTask, TaskRun
@@ -516,3 +517,27 @@ def test_an_update_wecom_refuses__the_member_gets_a_new_card_and_the_code_is_not
     assert sorted(to for to, _id, _card in MemorySender.card_replacements) == ["bob", "carol"]
     clock.step(600)  # a step later nothing is sent again to anyone
     assert len([m for m in MemorySender.outbox[sent:] if m.msgtype == "template_card"]) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_click_kept__wakes_the_schedulers_its_card_waits_for_no_tick(
+    client, make_task, clock
+) -> None:
+    """A listening scheduler looks for cards to update only when woken (or every few
+    seconds): an owner's clicks notify as a run's do, a second click's card too."""
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL notifies: elsewhere every tick looks for cards")
+    failed_wave(make_task)
+    cards = alert_cards(clock)
+    sleeper = wake.Sleeper()
+    try:
+        assert sleeper.wait(0) is True  # listening from now on
+        assert sleeper.wait(0.2) is False
+        click(client, cards["alice"], "alice", MUTE)
+        assert sleeper.wait(5) is True
+        click(client, cards["bob"], "bob", RETRY)  # declined: the card says why
+        assert sleeper.wait(5) is True
+        click(client, cards["alice"], "alice", RETRY)  # already done: the card says so
+        assert sleeper.wait(5) is True
+    finally:
+        sleeper.close()

@@ -231,8 +231,8 @@ def test_retry_now__wakes_the_schedulers(listening):
     assert listening(0.3) is False
 
 
-def _clicked(run: TaskRun, key: str, nonce: str) -> None:
-    event = TemplateCardEvent(
+def _event(run: TaskRun, key: str) -> TemplateCardEvent:
+    return TemplateCardEvent(
         to_user_name="ww-corp",
         from_user_name=run.task.recipient,
         create_time=int(time.time()),
@@ -242,10 +242,16 @@ def _clicked(run: TaskRun, key: str, nonce: str) -> None:
         card_type="button_interaction",
         response_code="rc-1",
     )
-    assert clicks.apply(event, nonce=nonce, timestamp=int(time.time())).outcome.value == "acted"
 
 
-def test_click__that_leaves_a_card_to_update_wakes_the_schedulers(listening):
+def _clicked(run: TaskRun, key: str, nonce: str) -> None:
+    applied = clicks.apply(_event(run, key), nonce=nonce, timestamp=int(time.time()))
+    assert applied.outcome.value == "acted"
+
+
+def test_click__every_click_kept_wakes_the_schedulers_a_replay_does_not(listening):
+    """A listening scheduler looks for actions and cards only when woken (or every few
+    seconds): a click on a CRM's own button too has an action to announce."""
     task = api.schedule("follow_up", "u1", at=timezone.now() + timedelta(hours=1))
     runs = []
     for minute in (1, 2):
@@ -254,10 +260,13 @@ def test_click__that_leaves_a_card_to_update_wakes_the_schedulers(listening):
         run.save()
         runs.append(run)
     assert listening(0.2) is False
-    _clicked(runs[0], "call_back", "n-1")  # a CRM's own button: no card to update
-    assert listening(0.3) is False
-    _clicked(runs[1], "done", "n-2")
+    _clicked(runs[0], "call_back", "n-1")  # a CRM's own button: no card, an announcement
     assert listening(5) is True
+    _clicked(runs[1], "done", "n-2")  # a card to update
+    assert listening(5) is True
+    replayed = clicks.apply(_event(runs[1], "done"), nonce="n-2", timestamp=int(time.time()))
+    assert replayed.outcome.value == "replayed"
+    assert listening(0.3) is False
 
 
 # The scheduler loop ----------------------------------------------------------------------

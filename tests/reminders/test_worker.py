@@ -3,12 +3,17 @@ import socket
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from reminders.engine import dispatch
-from reminders.engine.worker import HEARTBEAT_SECONDS, MIN_SLEEP_SECONDS, ReminderWorker
-from reminders.models import ScheduledTask, SchedulerHeartbeat, TaskRun
+from reminders.engine import dispatch, planning, wake
+from reminders.engine.worker import (
+    CLICKS_SECONDS,
+    HEARTBEAT_SECONDS,
+    MIN_SLEEP_SECONDS,
+    ReminderWorker,
+)
+from reminders.models import RunAction, ScheduledTask, SchedulerHeartbeat, TaskRun
 from tests.support.jobs import queued, run_queued
 
 pytestmark = pytest.mark.django_db
@@ -227,6 +232,8 @@ def test_quiet_tick__a_woken_sleep_looks_for_everything(make_task, spied, monkey
     worker._sleep_seconds(now)
 
     class Woken:
+        listening = False
+
         def wait(self, timeout: float) -> bool:
             worker.stop()  # one loop only
             return True
@@ -414,3 +421,59 @@ def test_tick__a_failed_tick_counts_its_runs_in_flight_again(make_task, monkeypa
     worker._known = None
     assert worker._tick_safely() is False
     assert worker._in_flight is None
+
+
+# Actions to announce and cards to update ----------------------------------------------
+
+
+def _untold_action(make_task) -> RunAction:
+    """An action on a sent run's card that the CRM has not been told of, written as a
+    raw edit would be: no notification."""
+    run = planning.new_run(make_task(), timezone.now() - timedelta(minutes=1))
+    run.status, run.next_attempt_at = TaskRun.Status.SENT, None
+    run.save()
+    return RunAction.objects.create(run=run, action="call_back", member="u1", acted_at=run.due_at)
+
+
+def _told(action: RunAction) -> bool:
+    action.refresh_from_db()
+    return action.announced_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_clicks__a_listening_scheduler_looks_at_woken_ticks_and_every_few_seconds(make_task):
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL notifies: elsewhere every tick looks (the test below)")
+    worker = ReminderWorker(with_cluster=False)
+    worker._sleeper = sleeper = wake.Sleeper()
+    try:
+        assert sleeper.wait(0) is True and sleeper.listening  # listening from now on
+        now = timezone.now()
+        worker.tick(now)  # the first tick looks for everything
+        action = _untold_action(make_task)
+        worker._sleep_seconds(now)  # what it knows, read before a sleep nothing woke
+        worker.tick(now + timedelta(seconds=1))
+        assert not _told(action)  # nothing woke it: it did not look
+        worker._sleep_seconds(now)
+        worker.tick(now + timedelta(seconds=CLICKS_SECONDS))  # the net for a lost notification
+        assert _told(action)
+        later = _untold_action(make_task)
+        worker._sleep_seconds(now)
+        worker.tick(now + timedelta(seconds=CLICKS_SECONDS + 1))
+        assert not _told(later)
+        worker._known = None  # a sleep a notification ended
+        worker.tick(now + timedelta(seconds=CLICKS_SECONDS + 2))
+        assert _told(later)
+    finally:
+        worker._sleeper = None
+        sleeper.close()
+
+
+def test_clicks__a_scheduler_that_does_not_listen_looks_at_every_tick(make_task):
+    worker = ReminderWorker(with_cluster=False)  # no sleeper: SQLite, MariaDB, a broken listen
+    now = timezone.now()
+    worker.tick(now)
+    action = _untold_action(make_task)
+    worker._sleep_seconds(now)
+    worker.tick(now + timedelta(seconds=1))
+    assert _told(action)
