@@ -81,9 +81,11 @@ STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 HEARTBEAT_SECONDS = 5.0
 # A scheduler sweeps for tasks whose runs have all ended at most this often (seconds):
 # a run's own end completes its task at once; the sweep is for runs ended otherwise (a
-# bulk update, a process that died before completing), and on MariaDB, which keeps no
-# partial index, it reads every ended task's row.
-COMPLETE_SECONDS = 60.0
+# bulk update, a process that died before completing), and it reads every task with no
+# occurrence left that is still active: each one-shot planned ahead whose run waits
+# (26 ms on PostgreSQL for the 12,000 of a morning of digests, for each scheduler), and
+# on MariaDB, which keeps no partial index, every ended task's row too.
+COMPLETE_SECONDS = 300.0
 # A tick that knows nothing is due still claims if it has not for this long (seconds):
 # runs held under an expired lease (their holder died) are claimable whatever is due.
 # It is also how often, at most, a claim sweeps first and looks for those runs.
