@@ -13,7 +13,9 @@ Invariants:
 * Only ``folded`` items change, and each is told by the one caller that changed it:
   the UPDATE checks the status row by row and marks what it changed with a token of
   its own, read back to tell (``_claim``), so an item is settled and told once, by
-  one path, however many schedulers settle side by side.
+  one path, however many schedulers settle side by side. A digest's record of ``sent``
+  reads its items back only when ``run_sent`` has receivers: on PostgreSQL, with none,
+  the UPDATE returns their tasks, all their end needs besides.
 * An item's own task still decides while its digest waits or retries (``unfold``). A
   digest that never reached the provider (no ledger row, or a ``failed`` one) and one of
   whose items changed since it was folded (its task paused, cancelled or re-planned, or
@@ -46,19 +48,22 @@ from .jobs import logger
 
 def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> None:
     """The items of digests just recorded ``sent`` are sent with them, in the caller's
-    transaction; ``run_sent`` tells of each this call ended, with its digest's reply."""
+    transaction; ``run_sent`` tells of each this call ended, with its digest's reply
+    (read back for it only when it has receivers)."""
     replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
     if not replies:
         return
-    items = _claim(
-        TaskRun.objects.filter(digest_id__in=list(replies)),
-        status=TaskRun.Status.SENT,
-        finished_at=now,
-        error_code="",
-        error_message="",
-    )
-    if not items:
-        return
+    folded = TaskRun.objects.filter(digest_id__in=list(replies))
+    end = {"status": TaskRun.Status.SENT, "finished_at": now, "error_code": "", "error_message": ""}
+    if not signals.run_sent.has_listeners(TaskRun):
+        # No one to tell: the items' tasks are all their end needs, and on PostgreSQL
+        # the UPDATE returns them (as Django's delete fetches no rows no signal needs).
+        ours = folded.filter(status=TaskRun.Status.FOLDED)
+        tasks = sql.update_returning_rows(ours, end, ("task",))
+        if tasks is not None:
+            ScheduledTask.objects.ran({task for (task,) in tasks}, now)
+            return
+    items = _claim(folded, **end)
     # Their tasks ran: the task list's "last run" says so, as a job stamps its own (and
     # those with nothing left to run are completed).
     ScheduledTask.objects.ran({item.task_id for item in items}, now)
