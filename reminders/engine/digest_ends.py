@@ -53,17 +53,17 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
     replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
     if not replies:
         return
-    folded = TaskRun.objects.filter(digest_id__in=list(replies))
+    listed = TaskRun.objects.filter(digest_id__in=list(replies))
     end = {"status": TaskRun.Status.SENT, "finished_at": now, "error_code": "", "error_message": ""}
     if not signals.run_sent.has_listeners(TaskRun):
         # No one to tell: the items' tasks are all their end needs, and on PostgreSQL
         # the UPDATE returns them (as Django's delete fetches no rows no signal needs).
-        ours = folded.filter(status=TaskRun.Status.FOLDED)
-        tasks = sql.update_returning_rows(ours, end, ("task",))
+        folded = listed.filter(status=TaskRun.Status.FOLDED)
+        tasks = sql.update_returning_rows(folded, end, ("task",))
         if tasks is not None:
             ScheduledTask.objects.ran({task for (task,) in tasks}, now)
             return
-    items = _claim(folded, **end)
+    items = _claim(listed, **end)
     # Their tasks ran: the task list's "last run" says so, as a job stamps its own (and
     # those with nothing left to run are completed).
     ScheduledTask.objects.ran({item.task_id for item in items}, now)
