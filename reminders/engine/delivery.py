@@ -52,7 +52,7 @@ from ..models import JobTake, ScheduledTask
 from ..senders import SendResult
 from ..senders.base import Limit
 from .job_outage import given_back_when_back, settled_when_back
-from .jobs import BUSY_WAIT_SECONDS, Budget, Job, defer, logger
+from .jobs import BUSY_WAIT_SECONDS, Budget, Job, defer, logger, tried
 from .records import (
     at_once,
     record_sent,
@@ -214,12 +214,12 @@ def _finish(
     jobs: Sequence[Job], unrecorded: list[tuple[Job, SendResult]], deferred: list[tuple[Job, float]]
 ) -> None:
     """End the job in one transaction: record the last batch, put back the runs that
-    were not sent, and stamp the tasks' last run time, completing those whose runs have
-    all ended (``TaskQuerySet.ran``)."""
+    were not sent, and stamp the last run time of the tasks it tried (``jobs.tried``),
+    completing those whose runs have all ended (``TaskQuerySet.ran``)."""
     with recording():
         write_sent(unrecorded)
         defer(deferred)
-        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
+        ScheduledTask.objects.ran(tried(jobs), timezone.now())
 
 
 def _finish_apart(
@@ -236,6 +236,6 @@ def _finish_apart(
     except DatabaseError:
         logger.exception("could not put %d runs back; they wait for their lease", len(deferred))
     try:
-        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
+        ScheduledTask.objects.ran(tried(jobs), timezone.now())
     except DatabaseError:
         logger.exception("could not stamp the tasks' last run time")

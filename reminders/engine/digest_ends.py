@@ -14,8 +14,11 @@ Invariants:
   the UPDATE checks the status row by row and marks what it changed with a token of
   its own, read back to tell (``_claim``), so an item is settled and told once, by
   one path, however many schedulers settle side by side. A digest's record of ``sent``
-  reads its items back only when ``run_sent`` has receivers: on PostgreSQL, with none,
-  the UPDATE returns their tasks, all their end needs besides.
+  reads its items back only when ``run_sent`` has receivers; with none it is one UPDATE.
+* An item's task is stamped (``last_run_at``) and completed as its digest's is: by the
+  job's end (``TaskQuerySet.ran``, one statement for all the job's tasks), or by the
+  scheduler's sweep if the job died first; one whose digest ended otherwise is
+  completed when it is settled (``settle_ended``).
 * An item's own task still decides while its digest waits or retries (``unfold``). A
   digest that never reached the provider (no ledger row, or a ``failed`` one) and one of
   whose items changed since it was folded (its task paused, cancelled or re-planned, or
@@ -49,25 +52,19 @@ from .jobs import logger
 def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> None:
     """The items of digests just recorded ``sent`` are sent with them, in the caller's
     transaction; ``run_sent`` tells of each this call ended, with its digest's reply
-    (read back for it only when it has receivers)."""
+    (read back for it only when it has receivers). Their tasks are the job's to stamp
+    at its end, with its own (``delivery``: ``messages.digests.item_tasks``)."""
     replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
     if not replies:
         return
     listed = TaskRun.objects.filter(digest_id__in=list(replies))
     end = {"status": TaskRun.Status.SENT, "finished_at": now, "error_code": "", "error_message": ""}
     if not signals.run_sent.has_listeners(TaskRun):
-        # No one to tell: the items' tasks are all their end needs, and on PostgreSQL
-        # the UPDATE returns them (as Django's delete fetches no rows no signal needs).
-        folded = listed.filter(status=TaskRun.Status.FOLDED)
-        tasks = sql.update_returning_rows(folded, end, ("task",))
-        if tasks is not None:
-            ScheduledTask.objects.ran({task for (task,) in tasks}, now)
-            return
-    items = _claim(listed, **end)
-    # Their tasks ran: the task list's "last run" says so, as a job stamps its own (and
-    # those with nothing left to run are completed).
-    ScheduledTask.objects.ran({item.task_id for item in items}, now)
-    for item in items:
+        # No one to tell, nothing to read: one UPDATE (as Django's delete fetches no
+        # rows no signal needs).
+        listed.filter(status=TaskRun.Status.FOLDED).update(**end)
+        return
+    for item in _claim(listed, **end):
         result = replies[item.digest_id] if item.digest_id is not None else SendResult()
         signals.after_commit(signals.run_sent, TaskRun, run=item, result=result)
 

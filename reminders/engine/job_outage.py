@@ -25,7 +25,7 @@ from ..exceptions import SendError, ThrottledSendError
 from ..models import JobTake, ScheduledTask, TaskRun
 from ..senders import SendResult
 from . import outage
-from .jobs import Budget, Job, defer, held, logger, wait
+from .jobs import Budget, Job, defer, held, logger, tried, wait
 from .records import record_failure, write_sent
 from .reservations import unreserve
 from .starting import BuilderBrokeConnection
@@ -128,7 +128,7 @@ def _settle(jobs: Sequence[Job], deferred: Sequence[tuple[Job, float]]) -> None:
         unreserve(unsent)
         items = [(job, later.get(job.run.pk, now)) for job in unsent]
         defer(items, AWAY_CODE, "The database went away before it was sent.")
-        ScheduledTask.objects.ran({job.run.task_id for job in jobs}, timezone.now())
+        ScheduledTask.objects.ran(tried(jobs), timezone.now())
     logger.info(
         "the database answers again: recorded %d sent, gave back %d not sent",
         len(sent),

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from ..conf import settings as conf
 from ..exceptions import SendError
+from ..messages import digests as digest_wording
 from ..models import Priority, SendLog, TaskRun
 from ..senders import BaseSender, Message, SendResult
 
@@ -191,3 +192,12 @@ def held(jobs: Sequence[Job]) -> list[Job]:
         rows = rows.select_for_update()
     ours = set(rows.values_list("pk", flat=True))
     return [job for job in jobs if job.run.pk in ours]
+
+
+def tried(jobs: Sequence[Job]) -> set[int]:
+    """The tasks a job tried, to stamp at its end (``TaskQuerySet.ran``): its runs', and
+    its digests' items' (``digest_ends.settle_sent`` ends those sent with their digest's
+    record and leaves their tasks to this one statement)."""
+    return {
+        task for job in jobs for task in (job.run.task_id, *digest_wording.item_tasks(job.run.task))
+    }

@@ -54,6 +54,14 @@ def is_digest(task: ScheduledTask) -> bool:
     return isinstance(task.payload, dict) and DIGEST_KEY in task.payload
 
 
+def item_tasks(task: ScheduledTask) -> list[int]:
+    """The tasks of the items a digest's task lists (``entry``); none for any other."""
+    if not is_digest(task):
+        return []
+    listed = task.payload[DIGEST_KEY].get("items", [])
+    return [item["task"] for item in listed if isinstance(item.get("task"), int)]
+
+
 def entry(task: ScheduledTask, run: TaskRun) -> dict[str, Any]:
     """One item of a digest as it is listed: its run and task, a title from what the CRM
     wrote (customer and subject, a name, its own text; else the kind's name), its local

@@ -140,6 +140,26 @@ def test_digest__three_follow_ups_of_one_window_go_as_one_message_listing_them(
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("digested")
+@pytest.mark.parametrize("listening", [False, True], ids=["unheard", "run_sent-heard"])
+def test_digest__the_job_that_sends_it_stamps_and_completes_its_items_tasks(
+    listening: bool, request: pytest.FixtureRequest, outbox: list
+) -> None:
+    """An item's one-shot task ends with its digest, in the job's end (``jobs.tried``),
+    whether or not anyone receives ``run_sent``: not at a later sweep."""
+    if listening:
+        request.getfixturevalue("received")
+    tasks = [follow_up("alice", at(THURSDAY, 9, minute), f"C{minute}") for minute in (0, 7)]
+    goes = release("alice", at(THURSDAY, 9, 15))
+    assert tick_at(goes) == 1
+    assert len(outbox) == 1
+    for task in tasks:
+        task.refresh_from_db()
+        assert task.status == ScheduledTask.Status.COMPLETED
+        assert task.last_run_at is not None
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
 def test_release__a_kind_with_no_stagger_spreads_its_digests_over_a_fifth_of_the_window() -> None:
     # follow_up has no jitter: 10,000 digests due at 09:15 sharp would all go at once.
     members = [f"m{n:03d}" for n in range(60)]
