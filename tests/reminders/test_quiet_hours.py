@@ -5,7 +5,7 @@ make-up working Saturday and a year no calendar package covers."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -137,6 +137,15 @@ def test_release__after_now_outside_quiet_hours_and_within_a_day(
     # Rest days: some weekdays (never all seven), as a calendar's weekends.
     weekdays=st.sets(st.integers(0, 6), max_size=6),
 )
+# A rest day ends the next day at the window's end (late: 22:18), and the stagger comes
+# after it: past two days from a Sunday's midnight, within the bound's stagger.
+@hypothesis.example(
+    window=QuietWindow(start=time(1, 43), end=time(22, 18)),
+    zone="Europe/Berlin",
+    moment=datetime(2026, 1, 4, 7, 0, tzinfo=SHANGHAI),
+    stagger=timedelta(seconds=6121),
+    weekdays={6},
+)
 def test_release__with_rest_days_after_now_and_never_quiet(
     window: QuietWindow | None,
     zone: str,
@@ -153,7 +162,8 @@ def test_release__with_rest_days_after_now_and_never_quiet(
         return
     assert goes is not None and goes > moment
     assert quiet_until(goes, zone, window, rest_day) is None
-    assert goes - moment <= timedelta(days=len(weekdays) + 1)
+    # Each rest day, then the next day up to its window's end, then the stagger.
+    assert goes - moment <= timedelta(days=len(weekdays) + 1) + stagger
 
 
 def test_release__the_stagger_never_lands_in_quiet_hours_again() -> None:
