@@ -160,17 +160,23 @@ def folds(kind: str, code: str = "") -> bool:
 def tasks_of(pairs: Iterable[tuple[str, str]], *, active: bool = False) -> list[int]:
     """The tasks of these (recipient, kind) pairs (with ``active``, not paused), by their
     index (``reminders_task_recipient_idx``), in one statement; none without pairs."""
+    return sorted(pk for pk, (_, paused) in _tasks(pairs).items() if not (active and paused))
+
+
+def _tasks(pairs: Iterable[tuple[str, str]]) -> dict[int, tuple[tuple[str, str], bool]]:
+    """``tasks_of``'s tasks, each with its pair and whether it is paused."""
     wanted = set(pairs)
     if not wanted:
-        return []
-    tasks = ScheduledTask.objects.filter(
+        return {}
+    rows = ScheduledTask.objects.filter(
         recipient__in={recipient for recipient, _ in wanted},
         kind__in={kind for _, kind in wanted},
-    )
-    if active:
-        tasks = tasks.exclude(status=ScheduledTask.Status.PAUSED)
-    rows = tasks.values_list("pk", "recipient", "kind")
-    return sorted(pk for pk, recipient, kind in rows if (recipient, kind) in wanted)
+    ).values_list("pk", "recipient", "kind", "status")
+    return {
+        pk: ((recipient, kind), status == ScheduledTask.Status.PAUSED)
+        for pk, recipient, kind, status in rows
+        if (recipient, kind) in wanted
+    }
 
 
 def open_runs(
@@ -319,26 +325,56 @@ def due(status: str, next_attempt_at: datetime | None, now: datetime) -> bool:
     )
 
 
-def lock(pairs: Sequence[tuple[str, str]]) -> None:
+# What ``pull`` reads of each run it may take in.
+PULL_FIELDS = ("pk", "status", "next_attempt_at", "lease_token", "lease_expires_at")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The open runs ``lock`` locked, of tasks not paused, as rows of ``PULL_FIELDS`` by
+    (recipient, kind): the start holds them until it commits, so ``pull`` takes them
+    from here rather than read them again."""
+
+    rows: dict[tuple[str, str], list[tuple[Any, ...]]]
+
+
+def lock(pairs: Sequence[tuple[str, str]]) -> Locked | None:
     """Lock the waiting and queued runs of ``pairs`` (recipient, kind), by primary key,
     in the caller's transaction (the start), before it takes its own: two jobs holding
     runs of one recipient, from claims that ran side by side in two processes, then
     start one after the other, and the first takes the other's runs not started yet
     (``pull``), so that they fold into one digest. Two statements (the tasks, read, then
     the runs, locked, without a join: MariaDB would lock the tasks too; runs not due yet
-    are locked too, and left as they are); none without pairs. Where the database has no
-    row locks (SQLite) there is one writer at a time."""
+    are locked too, and left as they are), whose rows ``pull`` takes. None, and no
+    statement, without pairs or where the database has no row locks (SQLite: one writer
+    at a time)."""
     if not pairs or not connection.features.has_select_for_update:
-        return
-    list(open_runs(pairs, "pk").select_for_update())
+        return None
+    tasks = _tasks(pairs)
+    runs = (
+        TaskRun.objects.filter(task_id__in=sorted(tasks))
+        .exclude(status__in=NOT_PULLED)
+        .order_by("pk")
+        .values_list("task_id", *PULL_FIELDS)
+        .select_for_update()
+    )
+    locked = Locked({pair: [] for pair in pairs})
+    for task, *row in runs:
+        pair, paused = tasks[task]
+        if not paused:
+            locked.rows[pair].append(tuple(row))
+    return locked
 
 
-def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) -> list[int]:
+def pull(
+    runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime, locked: Locked | None
+) -> list[int]:
     """The due runs of the recipients and kinds of ``runs`` that fold or are throttled,
     not among ``runs``: waiting, or queued under another claim and not started yet (two
-    claims side by side took a recipient's runs in two parts); locked (skipping those
-    another transaction holds), to be started with them (``_take_over``). Empty,
-    without a query, when none of ``runs`` folds."""
+    claims side by side took a recipient's runs in two parts); locked (``locked``, where
+    the start locked a pair's already; else skipping those another transaction holds),
+    to be started with them (``_take_over``). Empty, without a query, when none of
+    ``runs`` folds."""
     pairs = {
         (run.task.recipient, run.task.kind)
         for run in runs
@@ -346,12 +382,18 @@ def pull(runs: Sequence[TaskRun], moved: set[tuple[str, str]], now: datetime) ->
     }
     if not pairs:
         return []
-    fields = ("pk", "status", "next_attempt_at", "lease_token", "lease_expires_at")
-    found = open_runs(pairs, *fields, active=True).exclude(pk__in=[run.pk for run in runs])
-    if connection.features.has_select_for_update_skip_locked:
-        # A claim taking one now is skipped, not waited for. Elsewhere (SQLite: one
-        # writer at a time) the start's UPDATE checks each is still waiting.
-        found = found.select_for_update(skip_locked=True)
+    own = {run.pk for run in runs}
+    known = {pair: rows for pair, rows in locked.rows.items() if pair in pairs} if locked else {}
+    found = [row for rows in known.values() for row in rows if row[0] not in own]
+    if unknown := pairs - known.keys():
+        # Pairs the claim did not see fold (a recipient's digest chosen since).
+        query = open_runs(unknown, *PULL_FIELDS, active=True).exclude(pk__in=own)
+        if connection.features.has_select_for_update_skip_locked:
+            # A claim taking one now is skipped, not waited for. Elsewhere (SQLite: one
+            # writer at a time) the start's UPDATE checks each is still waiting.
+            query = query.select_for_update(skip_locked=True)
+        found += list(query)
+    found.sort(key=lambda row: row[0])
     pulled = [row for row in found if due(row[1], row[2], now)][:PULL_LIMIT]
     _take_over([row for row in pulled if row[1] == TaskRun.Status.QUEUED], now)
     return [pk for pk, *_ in pulled]

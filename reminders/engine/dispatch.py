@@ -160,7 +160,10 @@ def claim(
         if _skip_locked():
             candidates = candidates.select_for_update(skip_locked=True, of=_of_self())
         rows = list(candidates[:limit])
-        rows = _not_expired(rows + _recipients_rest(rows, now), now)
+        # Under its limit, and of every priority, the claim took every due run it could:
+        # any other of its recipients' is held by another transaction, and skipped again.
+        full = len(rows) == limit or only_high
+        rows = _not_expired(rows + (_recipients_rest(rows, now) if full else []), now)
         if not rows:
             return Claim(token, [])
         ids = [pk for pk, *_ in rows]
@@ -248,9 +251,10 @@ def _not_expired(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, 
 
 def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[Any, ...]]:
     """The due waiting runs of the recipients and kinds in ``rows`` that fold into digests
-    or are throttled (``digests.folds``), beyond the claim's ``limit``: a recipient's
-    runs due at one moment go in one claim, and so one job and one digest, whatever
-    order the database gave runs due at the same instant. At most ``PULL_LIMIT`` a
+    or are throttled (``digests.folds``), beyond the claim's ``limit`` (read only when
+    the claim met it, or took high runs only): a recipient's runs due at one moment go
+    in one claim, and so one job and one digest, whatever order the database gave runs
+    due at the same instant. At most ``PULL_LIMIT`` a
     recipient and kind, as a job takes in. Read as ``digests.open_runs`` reads them, so
     that the plan reads these recipients' runs only; their state is checked on the rows
     (runs queued under another claim are the job's to take in, ``digests.pull``)."""

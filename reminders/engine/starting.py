@@ -187,7 +187,7 @@ def _start(
     builders: _Builders,
 ) -> list[Job]:
     with transaction.atomic():
-        digests.lock(folding)
+        locked = digests.lock(folding)
         _take(run_ids, [TaskRun.Status.QUEUED], execution, now, token=token)
         if taken:
             # After its runs: the runs, then the takes, in every transaction that locks
@@ -197,7 +197,7 @@ def _start(
         runs = _taken(run_ids, execution)
         moved = digests.moved_to_digest(runs)
         # The recipients' other due runs of a kind that folds go with them.
-        pulled = digests.pull(runs, moved, now)
+        pulled = digests.pull(runs, moved, now, locked)
         if pulled:
             _take(pulled, digests.PULLED, execution, now)
             more = _taken(pulled, execution)

@@ -13,7 +13,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 
 from reminders import api
 from reminders.engine import digest_ends, digests, dispatch
@@ -98,10 +100,28 @@ def test_start__lock_and_pull_read_the_recipients_runs_only() -> None:
     first, others = _due_of(MEMBERS[:3])
     pairs = [(member, "follow_up") for member in MEMBERS[:3]]
     with rows_read("reminders_taskrun") as reads:
-        digests.lock(pairs)
-        pulled = digests.pull(first, set(), NOW)
+        locked = digests.lock(pairs)
+        pulled = digests.pull(first, set(), NOW, locked)
     assert sorted(pulled) == sorted(run.pk for run in others)
     assert reads.rows <= FEW, str(reads)
+
+
+@pytest.mark.parametrize("locked_pairs", [3, 1, 0])
+def test_start__pull_takes_the_runs_lock_locked_and_reads_only_the_pairs_it_did_not(
+    locked_pairs: int,
+) -> None:
+    """The start locked the runs of the pairs its claim saw fold: ``pull`` takes those
+    from what ``lock`` read, and reads only the others (two statements); where nothing
+    is locked (SQLite), it reads them all."""
+    first, others = _due_of(MEMBERS[:3])
+    pairs = [(member, "follow_up") for member in MEMBERS[:locked_pairs]]
+    locked = digests.lock(pairs)
+    with CaptureQueriesContext(connection) as queries:
+        pulled = digests.pull(first, set(), NOW, locked)
+    assert sorted(pulled) == sorted(run.pk for run in others)
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    everything_locked = locked is not None and locked_pairs == 3
+    assert len(reads) == (0 if everything_locked else 2), reads
 
 
 def test_throttle__the_hours_count_reads_the_recipients_runs_only() -> None:

@@ -6,6 +6,7 @@ and a year no calendar package covers."""
 
 from __future__ import annotations
 
+import re
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -13,7 +14,9 @@ from zoneinfo import ZoneInfo
 import hypothesis
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 from django.utils import translation
 from hypothesis import strategies as st
 
@@ -21,7 +24,7 @@ from reminders import api, kinds, preferences, registry
 from reminders.calendars.backends import day_off
 from reminders.engine import actions, cluster, digests, dispatch
 from reminders.exceptions import InDoubtSendError, PermanentSendError, TransientSendError
-from reminders.models import DIGEST_KEY, JobTake, ScheduledTask, SendLog, TaskRun
+from reminders.models import DIGEST_KEY, JobTake, Priority, ScheduledTask, SendLog, TaskRun
 from reminders.schedule import timing
 from reminders.schedule.policies import Policy, PolicyError
 from reminders.senders.memory import MemorySender
@@ -216,6 +219,30 @@ def test_claim__takes_a_recipients_runs_due_together_whole_beyond_its_limit() ->
     for run in runs:
         counts[run.task.recipient] += 1
     assert set(counts.values()) == {3}  # whole recipients, never a part of one
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("digested")
+@pytest.mark.parametrize("only_high", [False, True])
+def test_claim__under_its_limit_takes_its_recipients_runs_without_reading_them_again(
+    only_high: bool,
+) -> None:
+    """A claim that took fewer runs than its limit, of every priority, took every due run
+    of its recipients it could: it reads no more of them. One of high runs only reads
+    their others, of any priority."""
+    members = ["m0", "m1"]
+    firsts = []
+    for member in members:
+        tasks = [follow_up(member, at(THURSDAY, 9, minute), f"C{minute}") for minute in (0, 1, 2)]
+        firsts.append(tasks[0])
+    dispatch.materialize(now=at(THURSDAY, 9))
+    TaskRun.objects.filter(task__in=firsts).update(priority=Priority.HIGH.rank)
+    latest = max(release(member, at(THURSDAY, 9, 15)) for member in members)
+    with CaptureQueriesContext(connection) as queries:
+        claimed = dispatch.claim("test", 100, now=latest, only_high=only_high)
+    assert len(claimed.run_ids) == 6
+    by_recipient = [q for q in queries.captured_queries if re.search(r"recipient\W* IN", q["sql"])]
+    assert len(by_recipient) == (1 if only_high else 0)
 
 
 @pytest.mark.django_db
