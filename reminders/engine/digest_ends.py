@@ -53,7 +53,7 @@ def settle_sent(done: Sequence[tuple[TaskRun, SendResult]], now: datetime) -> No
     """The items of digests just recorded ``sent`` are sent with them, in the caller's
     transaction; ``run_sent`` tells of each this call ended, with its digest's reply
     (read back for it only when it has receivers). Their tasks are the job's to stamp
-    at its end, with its own (``delivery``: ``messages.digests.item_tasks``)."""
+    at its end, with its own (``jobs.tried``)."""
     replies = {run.pk: result for run, result in done if wording.is_digest(run.task)}
     if not replies:
         return

@@ -386,7 +386,8 @@ def pull(
     known = {pair: rows for pair, rows in locked.rows.items() if pair in pairs} if locked else {}
     found = [row for rows in known.values() for row in rows if row[0] not in own]
     if unknown := pairs - known.keys():
-        # Pairs the claim did not see fold (a recipient's digest chosen since).
+        # Pairs not locked: the claim did not see them fold (a recipient's digest
+        # chosen since), or the database has no row locks.
         query = open_runs(unknown, *PULL_FIELDS, active=True).exclude(pk__in=own)
         if connection.features.has_select_for_update_skip_locked:
             # A claim taking one now is skipped, not waited for. Elsewhere (SQLite: one

@@ -254,10 +254,10 @@ def _recipients_rest(rows: list[tuple[Any, ...]], now: datetime) -> list[tuple[A
     or are throttled (``digests.folds``), beyond the claim's ``limit`` (read only when
     the claim met it, or took high runs only): a recipient's runs due at one moment go
     in one claim, and so one job and one digest, whatever order the database gave runs
-    due at the same instant. At most ``PULL_LIMIT`` a
-    recipient and kind, as a job takes in. Read as ``digests.open_runs`` reads them, so
-    that the plan reads these recipients' runs only; their state is checked on the rows
-    (runs queued under another claim are the job's to take in, ``digests.pull``)."""
+    due at the same instant. At most ``PULL_LIMIT`` a recipient and kind, as a job takes
+    in. Read as ``digests.open_runs`` reads them, so that the plan reads these
+    recipients' runs only; their state is checked on the rows (runs queued under another
+    claim are the job's to take in, ``digests.pull``)."""
     pairs = {(recipient, kind) for *_, code, recipient, kind in rows if digests.folds(kind, code)}
     if not pairs:
         return []
