@@ -184,7 +184,13 @@ def open_runs(
 ) -> QuerySet[TaskRun, tuple[Any, ...]]:
     """The waiting and queued runs (``PULLED``) of these (recipient, kind) pairs, by
     primary key, as rows of ``fields``; with ``active``, of tasks not paused. Two
-    statements: the tasks (``tasks_of``), then their runs, on the run's own columns.
+    statements: the tasks (``tasks_of``), then their runs (``_open_runs_of``)."""
+    return _open_runs_of(tasks_of(pairs, active=active), *fields)
+
+
+def _open_runs_of(tasks: Iterable[int], *fields: str) -> QuerySet[TaskRun, tuple[Any, ...]]:
+    """The waiting and queued runs of ``tasks``, by primary key, as rows of ``fields``,
+    on the run's own columns.
 
     Read by task only: the status is excluded (``NOT IN`` the others), which no index
     answers, and the due time is left to the caller, on the rows. When the planner's
@@ -193,7 +199,7 @@ def open_runs(
     that reads every waiting run for each recipient's handful; this one reads the runs of
     these tasks (each one-off task has one), whatever the statistics say."""
     return (
-        TaskRun.objects.filter(task_id__in=tasks_of(pairs, active=active))
+        TaskRun.objects.filter(task_id__in=sorted(tasks))
         .exclude(status__in=NOT_PULLED)
         .order_by("pk")
         .values_list(*fields)
@@ -351,13 +357,7 @@ def lock(pairs: Sequence[tuple[str, str]]) -> Locked | None:
     if not pairs or not connection.features.has_select_for_update:
         return None
     tasks = _tasks(pairs)
-    runs = (
-        TaskRun.objects.filter(task_id__in=sorted(tasks))
-        .exclude(status__in=NOT_PULLED)
-        .order_by("pk")
-        .values_list("task_id", *PULL_FIELDS)
-        .select_for_update()
-    )
+    runs = _open_runs_of(tasks, "task_id", *PULL_FIELDS).select_for_update()
     locked = Locked({pair: [] for pair in pairs})
     for task, *row in runs:
         pair, paused = tasks[task]
